@@ -1,0 +1,2 @@
+#include <cstdio>
+int main() { std::puts("lattice: under construction"); return 0; }

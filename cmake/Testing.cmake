@@ -1,0 +1,36 @@
+# Test helpers.
+#   lattice_add_test(NAME SOURCES s... LIBS l... [LABELS quick|full])
+#       a GoogleTest binary run as one CTest test.
+#   add_mpi_test(NAME NP SOURCES s... LIBS l... [LABELS ...])
+#       the same binary launched through mpirun with NP ranks, one thread each.
+# Tests find ../shared through LATTICE_SHARED_DIR (they skip when it is absent).
+find_package(GTest REQUIRED)
+get_filename_component(LATTICE_SHARED_DIR ${CMAKE_SOURCE_DIR}/../shared ABSOLUTE)
+
+function(lattice_add_test name)
+  cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(NOT T_LABELS)
+    set(T_LABELS quick full)
+  endif()
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} lattice_test_support GTest::gtest GTest::gtest_main)
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}"
+    ENVIRONMENT "LATTICE_SHARED_DIR=${LATTICE_SHARED_DIR};LATTICE_SOURCE_DIR=${CMAKE_SOURCE_DIR};LATTICE_BIN=${CMAKE_BINARY_DIR}/bin/lattice;OMP_NUM_THREADS=2")
+endfunction()
+
+function(add_mpi_test name np)
+  cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(NOT T_LABELS)
+    set(T_LABELS full)
+  endif()
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} lattice_test_support GTest::gtest GTest::gtest_main)
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME ${name}_np${np}
+    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe --bind-to none
+            -x OMP_NUM_THREADS=1 $<TARGET_FILE:${name}>)
+  set_tests_properties(${name}_np${np} PROPERTIES LABELS "${T_LABELS}" TIMEOUT 600
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;LATTICE_SHARED_DIR=${LATTICE_SHARED_DIR};LATTICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+endfunction()

@@ -1,0 +1,58 @@
+// The CUDA side of the device abstraction.
+//
+// The CUDA backend is a separate shared library (liblattice_cuda.so, built from
+// src/core/cuda/ whenever the toolkit is present) that exports one C symbol,
+// `lattice_cuda_backend_create`, returning a CudaBackend. The core loads it on
+// first use (dlopen), so the lattice binary starts on machines without CUDA
+// libraries and only `runtime.device: cuda` needs them. The library is looked
+// for in $LATTICE_CUDA_LIB, then next to the running binary (../lib), then on
+// the loader path.
+//
+// Pointers are device pointers of device `dev`; every call is synchronous with
+// respect to the host unless it says otherwise (one stream per device for now).
+// Matrices are row-major; gemm computes C = alpha * op(A) op(B) + beta * C with
+// op(A) of shape (m, k) and op(B) of shape (k, n).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace lattice {
+
+class CudaBackend {
+ public:
+  virtual ~CudaBackend() = default;
+  // 0 when there is no usable device (no GPU or no driver); `why` says which.
+  virtual int device_count(std::string* why) = 0;
+
+  virtual void* malloc(size_t bytes, int dev) = 0;
+  virtual void free(void* ptr, int dev) = 0;
+  virtual void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) = 0;
+  virtual void memset_zero(void* ptr, size_t bytes, int dev) = 0;
+  virtual void synchronize(int dev) = 0;
+
+  // ---- kernels (f32) ----
+  virtual void gemm(int dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, const float* b, float beta, float* c) = 0;
+  virtual void add_bias(int dev, float* out, const float* bias, int64_t rows, int64_t cols) = 0;
+  virtual void bias_backward(int dev, float* dbias, const float* dout, int64_t rows, int64_t cols) = 0;  // +=
+  virtual void gelu_forward(int dev, float* out, const float* inp, int64_t n) = 0;
+  virtual void gelu_backward(int dev, float* dinp, const float* dout, const float* inp, int64_t n) = 0;
+  virtual void add(int dev, float* out, const float* a, const float* b, int64_t n) = 0;
+  virtual void adamw(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, float bias_correction1,
+                     float bias_correction2, float grad_scale) = 0;
+};
+
+// The loaded backend; throws lattice::Error with a clear reason when the
+// library cannot be loaded (not built, or CUDA libraries missing).
+CudaBackend& cuda_backend();
+// True when the library loads and reports at least one device; never throws.
+bool cuda_available(std::string* why = nullptr);
+
+}  // namespace lattice
+
+extern "C" lattice::CudaBackend* lattice_cuda_backend_create();

@@ -1,0 +1,50 @@
+// lattice::Error and the check macros.
+//
+// Library code never prints or exits: it throws lattice::Error, which carries
+// the host, the rank (set once at start-up by whoever knows it), the failed
+// expression, file:line and a message. `main` catches, prints one line per
+// failing rank and aborts the job so peers do not hang in a collective.
+//
+//   LATTICE_CHECK(cond, "fmt {}", args...)   internal invariant
+//   LATTICE_FAIL("fmt {}", args...)          unconditional failure
+//   The CUDA/cuBLAS/NCCL/MPI checks live beside their backends and throw the
+//   same Error with the library's own message.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace lattice {
+
+class Error : public std::runtime_error {
+ public:
+  Error(std::string message, std::string expression, const char* file, int line);
+  const std::string& message() const { return message_; }
+  const std::string& expression() const { return expression_; }
+  // "host:rank R: message [expr at file:line]"
+  std::string describe() const;
+
+ private:
+  std::string message_, expression_, file_;
+  int line_;
+};
+
+// Identity used in error reports. The process-wide rank is diagnostic only;
+// no library logic depends on it.
+void set_error_rank(int rank);
+int error_rank();
+std::string host_name();
+
+[[noreturn]] void throw_error(std::string message, const char* expr, const char* file, int line);
+
+}  // namespace lattice
+
+#define LATTICE_CHECK(cond, ...)                                                         \
+  do {                                                                                   \
+    if (!(cond)) [[unlikely]]                                                            \
+      ::lattice::throw_error(::fmt::format(__VA_ARGS__), #cond, __FILE__, __LINE__);     \
+  } while (0)
+
+#define LATTICE_FAIL(...) ::lattice::throw_error(::fmt::format(__VA_ARGS__), "", __FILE__, __LINE__)

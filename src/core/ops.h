@@ -1,0 +1,128 @@
+// Kernel entry points: the dispatch layer every layer and model calls.
+//
+// Each op takes Tensors, checks shapes and dtypes, and dispatches by device
+// and dtype: CPU f32 and f64 go to the templated kernels in
+// core/kernels/cpu/ (OpenBLAS for matmuls, OpenMP loops for the rest); CUDA f32
+// goes to the CUDA backend (core/backend.h); anything else is an Error that
+// names the op, dtype and device.
+//
+// Conventions (ARCHITECTURE.md §2): forward and backward sit side by side with
+// mirrored signatures (outputs, saved state, inputs, parameters). Parameter
+// gradients ACCUMULATE (+=); activation gradients OVERWRITE (=). Shape letters
+// are those of core/shapes.h. Leading dims are folded: "(N, C)" accepts any
+// tensor whose last dim is C, with N the product of the others.
+#pragma once
+
+#include <cstdint>
+
+#include "core/rng.h"
+#include "core/shapes.h"
+#include "core/tensor.h"
+
+namespace lattice::ops {
+
+// ---- matmul -------------------------------------------------------------
+// c (M, N) = alpha * op(a) @ op(b) + beta * c, with op(x) = x or x^T.
+// a is (M, K) or (K, M) when trans_a; b is (K, N) or (N, K) when trans_b.
+void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha = 1.0f,
+          float beta = 0.0f);
+
+// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
+void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias);
+// dinp (N, C) = dout @ weight                 (overwrite; skipped when null)
+// dweight (OC, C) += dout^T @ inp             (skipped when null)
+// dbias (OC) += column sums of dout           (skipped when null)
+void linear_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
+                     const Tensor& weight);
+
+// ---- normalisation ------------------------------------------------------
+// out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N).
+void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                       const Tensor& bias, float eps);
+void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                        const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+
+// out (N, C) = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps); saves rstd (N).
+void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps);
+void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                      const Tensor& rstd);
+
+// ---- activations --------------------------------------------------------
+// GELU, tanh approximation (GPT-2). Any shape.
+void gelu_forward(Tensor& out, const Tensor& inp);
+void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp);
+
+// SwiGLU: inp (N, 2F) holds [gate | up]; out (N, F) = silu(gate) * up.
+void swiglu_forward(Tensor& out, const Tensor& inp);
+void swiglu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp);
+
+// Row softmax over the last dim: out (N, K).
+void softmax_forward(Tensor& out, const Tensor& inp);
+void softmax_backward(Tensor& dinp, const Tensor& dout, const Tensor& out);
+
+// ---- dropout --------------------------------------------------------------
+// Inverted dropout on x (B, S): element (b, s) is kept with probability 1 - p
+// and scaled by 1 / (1 - p); the mask is rng_keep(key, sample0 + b, s, p), so
+// it is regenerated in backward and never stored. p == 0 is a copy.
+struct Dropout {
+  float p = 0.0f;
+  RngKey key;
+  int64_t sample0 = 0;  // global index of row 0's sample in the step's batch
+};
+void dropout_forward(Tensor& out, const Tensor& inp, const Dropout& d);
+void dropout_backward(Tensor& dinp, const Tensor& dout, const Dropout& d);
+
+// ---- attention ------------------------------------------------------------
+// Causal multi-head self-attention on a fused projection.
+//   qkv (B, T, 3 * NH * HS): [q | k | v], head h at columns h * HS of each part
+//   out (B, T, NH * HS)
+//   att (B, NH, T, T): saved for backward: the softmax probabilities BEFORE
+//       dropout (entries above the diagonal are 0). Memory: B * NH * T * T
+//       elements; together with qkv (which the caller keeps) that is all
+//       backward needs. Dropout on the probabilities (d.p > 0) uses logical
+//       element index ((head_offset + h) * T + i) * T + j of sample b, so masks
+//       do not depend on how heads are split.
+void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d,
+                       int head_offset = 0);
+// dqkv (B, T, 3 * NH * HS) overwrite. Uses `scratch` (B, NH, T, T) as workspace.
+void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                        int n_head, const Dropout& d, int head_offset = 0);
+
+// ---- embedding ------------------------------------------------------------
+// out (N, C) = weight[ids - vocab_start]; ids outside [vocab_start,
+// vocab_start + V) give zero rows (vocab-parallel shards). ids are i32.
+void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& weight, int64_t vocab_start = 0);
+// dweight (V, C) += scatter of dout (N, C) by ids (same masking).
+void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids, int64_t vocab_start = 0);
+
+// ---- loss -----------------------------------------------------------------
+// Fused softmax + cross-entropy over logits (N, V) with i32 targets (N).
+// losses (N) = logsumexp(logits) - logits[target], 0 where target == ignore_index;
+// lse (N) saves logsumexp for backward.
+void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets,
+                           int ignore_index);
+// dlogits (N, V) = (softmax(logits) - onehot(target)) * dloss, rows with
+// ignored targets 0. dlogits may be the same tensor as logits (in place).
+void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                            float dloss, int ignore_index);
+
+// ---- element-wise and reductions --------------------------------------------
+void add(Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b (residual)
+void add_inplace(Tensor& acc, const Tensor& x);           // acc += x
+void scale_inplace(Tensor& x, double s);                  // x *= s
+double sum_squares(const Tensor& x);                      // sum x^2, accumulated in double
+bool all_finite(const Tensor& x);
+
+// ---- optimizer updates (one tensor, usually a view into the flat buffer) -----
+struct AdamWStep {
+  float lr, beta1, beta2, eps, weight_decay;  // weight_decay already 0 for no-decay params
+  int64_t step;                               // 1-based, for bias correction
+  float grad_scale = 1.0f;                    // e.g. the clipping factor
+};
+// Decoupled weight decay: p -= lr * (wd * p + mhat / (sqrt(vhat) + eps)).
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& s);
+// SGD with momentum (PyTorch semantics, dampening 0): buf = mu * buf + g + wd * p; p -= lr * buf.
+void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum, float lr, float mu, float weight_decay,
+                float grad_scale = 1.0f);
+
+}  // namespace lattice::ops

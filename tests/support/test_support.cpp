@@ -1,0 +1,96 @@
+#include "support/test_support.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/rng.h"
+
+namespace lattice::test {
+
+Tolerance tolerance(DType t) {
+  switch (t) {
+    case DType::f64: return {1e-5, 1e-8};
+    case DType::f32: return {1e-4, 1e-5};
+    case DType::bf16: return {2e-2, 1e-2};
+    case DType::f16: return {2e-3, 1e-3};
+    default: return {0, 0};
+  }
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+std::string shared_dir() {
+  const char* env = std::getenv("LATTICE_SHARED_DIR");
+  std::string d = env ? env : "";
+  if (d.empty() || !file_exists(d)) return "";
+  return d;
+}
+
+std::string make_temp_dir(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  auto base = std::filesystem::temp_directory_path() /
+              ("lattice-test-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  return base.string();
+}
+
+Tensor random_tensor(Shape shape, DType dtype, uint64_t seed, double scale) {
+  Tensor t64 = Tensor::empty(std::move(shape), DType::f64);
+  RngKey key;
+  key.seed = seed;
+  key.purpose = RngPurpose::data;
+  double* p = t64.data<double>();
+  for (int64_t i = 0; i < t64.numel(); ++i) p[i] = scale * (2.0 * rng_uniform(key, 0, uint64_t(i)) - 1.0);
+  return dtype == DType::f64 ? t64 : t64.to(dtype);
+}
+
+Tensor to_f64(const Tensor& t) {
+  Tensor c = t.device().is_cpu() ? t : t.to(Device::cpu());
+  return c.dtype() == DType::f64 ? c.clone() : c.to(DType::f64);
+}
+
+double closeness(const Tensor& a, const Tensor& b, Tolerance tol) {
+  EXPECT_EQ(a.numel(), b.numel());
+  Tensor x = to_f64(a), y = to_f64(b);
+  const double* px = x.data<double>();
+  const double* py = y.data<double>();
+  double worst = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    double d = std::fabs(px[i] - py[i]) / (tol.atol + tol.rtol * std::fabs(py[i]));
+    if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
+  }
+  return worst;
+}
+
+double gradcheck(const std::function<double()>& loss, Tensor& x, const Tensor& dx, double eps, int64_t max_elems) {
+  EXPECT_EQ(x.dtype(), DType::f64);
+  Tensor g = to_f64(dx);
+  double* px = x.data<double>();
+  const double* pg = g.data<double>();
+  int64_t n = x.numel();
+  int64_t stride = std::max<int64_t>(1, n / std::max<int64_t>(1, max_elems));
+  double worst = 0;
+  for (int64_t i = 0; i < n; i += stride) {
+    double saved = px[i];
+    px[i] = saved + eps;
+    double lp = loss();
+    px[i] = saved - eps;
+    double lm = loss();
+    px[i] = saved;
+    double num = (lp - lm) / (2 * eps);
+    double err = std::fabs(num - pg[i]) / std::max(1e-6, std::fabs(num) + std::fabs(pg[i]));
+    worst = std::max(worst, err);
+  }
+  return worst;
+}
+
+}  // namespace lattice::test
