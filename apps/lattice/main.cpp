@@ -1,2 +1,38 @@
+// lattice: train, data. Prints one line per error and exits non-zero.
+#include <fmt/format.h>
+
 #include <cstdio>
-int main() { std::puts("lattice: under construction"); return 0; }
+#include <exception>
+
+#include "booster/version_info.h"
+#include "cli.h"
+#include "config/config.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  using namespace lattice;
+  cli::Args args(argv + 1, argv + argc);
+  try {
+    if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+      std::fputs(cli::usage().c_str(), args.empty() ? stderr : stdout);
+      return args.empty() ? 2 : 0;
+    }
+    if (args[0] == "--version") {
+      fmt::print("lattice {} ({})\n", kLatticeVersion, kLatticeGitCommit);
+      return 0;
+    }
+    const std::string cmd = args[0];
+    cli::Args rest(args.begin() + 1, args.end());
+    if (cmd == "train") return cli::train(rest);
+    if (cmd == "data") return cli::data(rest);
+    fmt::print(stderr, "lattice: unknown command '{}' (expected train or data; see lattice --help)\n", cmd);
+    return 2;
+  } catch (const ConfigError& e) {
+    fmt::print(stderr, "lattice: error: {}\n", e.message());
+  } catch (const Error& e) {
+    fmt::print(stderr, "lattice: error: {}\n", e.describe());
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "lattice: error: {}\n", e.what());
+  }
+  return 1;
+}

@@ -1,0 +1,17 @@
+// The lattice command line: one binary, one function per subcommand.
+// Each returns the process exit code; errors propagate as lattice::Error and
+// main prints them as one line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace lattice::cli {
+
+using Args = std::vector<std::string>;
+
+int train(const Args& args);         // lattice train CONFIG [key=value ...] [--print-config]
+int data(const Args& args);          // lattice data prepare ...
+std::string usage();
+
+}  // namespace lattice::cli

@@ -1,0 +1,20 @@
+#include "cli.h"
+
+namespace lattice::cli {
+
+std::string usage() {
+  return R"(usage: lattice COMMAND ...
+
+  lattice train CONFIG.yaml [key=value ...] [--print-config]
+      Train as the config says; overrides use dotted keys (train.steps=50).
+      --print-config prints the effective config and exits.
+  lattice data prepare --input FILE... --tokenizer gpt2|bytes [--vocab-dir DIR]
+                       --out PREFIX [--val-tokens N] [--shard-tokens N]
+      Tokenize text files (one document each) into llm.c-format token shards.
+  lattice --version
+
+Configs: configs/*.yaml; every key is documented in docs/config.md.
+)";
+}
+
+}  // namespace lattice::cli

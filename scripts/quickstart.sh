@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# One command from a fresh Debian 12 machine to a trained model: installs the
+# dependencies, builds, tokenizes the license texts every Debian machine has
+# (/usr/share/common-licenses, byte-level tokens) and trains the default
+# tiny GPT-2 on them (configs/default.yaml). Output lands in runs/default/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+mapfile -t texts < <(find /usr/share/common-licenses -maxdepth 1 -type f | sort)
+build/bin/lattice data prepare --input "${texts[@]}" --tokenizer bytes \
+  --out data/licenses/licenses --val-tokens 16384
+run_dir=runs/default
+if [[ -s "$run_dir/metrics.jsonl" ]]; then
+  run_dir="runs/default-$(date +%Y%m%d-%H%M%S)"
+fi
+build/bin/lattice train configs/default.yaml "log.dir=$run_dir" "$@"

@@ -1,0 +1,81 @@
+#include "booster/booster.h"
+
+#include <cmath>
+
+#include "booster/peak_flops.h"
+#include "core/timer.h"
+#include "optim/lr_schedule.h"
+
+namespace lattice {
+
+namespace {
+
+optim::LrSchedule lr_schedule(const Config& cfg) {
+  optim::LrSchedule s;
+  s.lr = cfg.optimizer.lr;
+  s.min_lr = cfg.optimizer.schedule.min_lr;
+  s.warmup_steps = cfg.optimizer.schedule.warmup_steps;
+  s.total_steps = cfg.train.steps;
+  s.decay = optim::decay_from_name(std::string(enum_name(cfg.optimizer.schedule.decay)));
+  return s;
+}
+
+}  // namespace
+
+Booster::Booster(const Config& cfg, std::unique_ptr<Plugin> plugin, Print print)
+    : cfg_(cfg), plugin_(std::move(plugin)), print_(std::move(print)) {}
+
+bool Booster::eval_due(int64_t step, int64_t last) const {
+  if (cfg_.train.eval_every <= 0 || !plugin_->has_validation()) return false;
+  return step % cfg_.train.eval_every == 0 || step == last;
+}
+
+TrainSummary Booster::train(const std::string& metrics_path) {
+  MetricsWriter metrics(metrics_path);
+  const optim::LrSchedule schedule = lr_schedule(cfg_);
+  const int64_t last = cfg_.train.stop_at_step > 0 ? cfg_.train.stop_at_step : cfg_.train.steps;
+  double peak = cfg_.runtime.peak_flops;
+  if (peak <= 0) {
+    peak = measure_sgemm_flops();
+    print_(fmt::format("peak: {:.1f} GFLOP/s measured (sgemm 1024^3); mfu is relative to it", peak / 1e9));
+  }
+  TrainSummary sum;
+  int64_t skipped = 0;
+  double elapsed = 0;
+  for (int64_t step = 1; step <= last; ++step) {
+    Timer timer;
+    const double lr = optim::learning_rate(schedule, step);
+    StepStats s = plugin_->execute_pipeline(step);
+    UpdateStats u = plugin_->optimizer_step(step, lr);
+    const double dt = timer.seconds();
+    elapsed += dt;
+    skipped += u.skipped ? 1 : 0;
+
+    TrainRecord r;
+    r.step = step;
+    r.loss = s.valid_tokens > 0 ? s.loss_sum / double(s.valid_tokens) : 0.0;
+    r.lr = lr;
+    r.grad_norm = u.grad_norm;
+    r.tokens = s.tokens;
+    r.tokens_per_s = double(s.tokens) / dt;
+    r.step_ms = dt * 1e3;
+    r.mfu = plugin_->flops_per_token() * double(s.tokens) / dt / peak;
+    r.peak_mem_bytes = plugin_->peak_mem_bytes();
+    r.skipped = skipped;
+    sum.steps_done = step;
+    sum.final_loss = r.loss;
+    if (step % cfg_.log.every == 0 || step == 1 || step == last) {
+      metrics.log_train(r);
+      print_(progress_line(r, last, elapsed / double(step) * double(last - step)));
+    }
+    if (eval_due(step, last)) {
+      double val = plugin_->evaluate(cfg_.train.eval_steps);
+      metrics.log_eval(step, val);
+      print_(fmt::format("step {}/{} | val_loss {:.6f}", step, last, val));
+      sum.last_val_loss = val;
+    }
+  }
+  return sum;
+}
+
+}  // namespace lattice

@@ -1,0 +1,44 @@
+// Booster: the training loop. It talks to a Plugin only, so the same loop
+// runs every layout:
+//
+//   for step in [first, last]:
+//     lr = schedule(step)
+//     plugin.execute_pipeline(step); plugin.optimizer_step(step, lr)
+//     log metrics (metrics.jsonl + one progress line), evaluate when due
+//
+// Library code never prints: progress lines go to the `print` callback the
+// application gives (the CLI prints them on rank 0).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "booster/metrics.h"
+#include "booster/plugin.h"
+#include "config/config.h"
+
+namespace lattice {
+
+struct TrainSummary {
+  int64_t steps_done = 0;
+  double final_loss = 0;
+  double last_val_loss = -1;  // -1: never evaluated
+};
+
+class Booster {
+ public:
+  using Print = std::function<void(const std::string&)>;
+  Booster(const Config& cfg, std::unique_ptr<Plugin> plugin, Print print);
+  // Runs steps 1 .. (stop_at_step or steps), writing metrics to `metrics_path`.
+  TrainSummary train(const std::string& metrics_path);
+  Plugin& plugin() { return *plugin_; }
+
+ private:
+  bool eval_due(int64_t step, int64_t last) const;
+  Config cfg_;
+  std::unique_ptr<Plugin> plugin_;
+  Print print_;
+};
+
+}  // namespace lattice

@@ -1,0 +1,113 @@
+#include "booster/hybrid_parallel_plugin.h"
+
+#include <cmath>
+
+#include "core/allocator.h"
+#include "models/registry.h"
+#include "optim/grad_clip.h"
+
+namespace lattice {
+
+namespace {
+
+optim::OptimizerOptions optimizer_options(const OptimizerConfig& o) {
+  optim::OptimizerOptions out;
+  out.name = std::string(enum_name(o.name));
+  out.beta1 = o.betas[0];
+  out.beta2 = o.betas[1];
+  out.eps = o.eps;
+  out.weight_decay = o.weight_decay;
+  out.momentum = o.momentum;
+  return out;
+}
+
+// Microbatch m of a (M, B, T) batch, as (B, T).
+Tensor microbatch(const Tensor& t, int64_t m) { return t.slice_rows(m, m + 1).reshape({t.dim(1), t.dim(2)}); }
+
+int64_t count_valid(const Tensor& targets) {
+  int64_t n = 0;
+  const int32_t* t = targets.data<int32_t>();
+  for (int64_t i = 0; i < targets.numel(); ++i) n += t[i] != kIgnoreIndex;
+  return n;
+}
+
+}  // namespace
+
+HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, int world_size)
+    : cfg_(cfg), layout_(resolve_layout(cfg, world_size)) {
+  if (layout_.tp != 1 || layout_.pp != 1 || layout_.dp != 1)
+    config_fail(cfg, "parallel",
+                fmt::format("layout (tp {}, pp {}, dp {}) needs the multi-rank plugin, which this version does not "
+                            "have yet; run with parallel.tp=1 parallel.pp=1 on one rank",
+                            layout_.tp, layout_.pp, layout_.dp));
+  if (cfg.runtime.device != DeviceType::cpu)
+    config_fail(cfg, "runtime.device", "training on cuda is not wired into the trainer yet; use runtime.device: cpu");
+  params_ = FlatParams(model_param_specs(cfg.model), DType::f32);
+  params_.init(cfg.runtime.seed);
+  model_ = build_model(cfg.model, params_);
+  optimizer_ = optim::make_optimizer(optimizer_options(cfg.optimizer), params_);
+
+  const int64_t T = cfg.train.seq_len, B = cfg.train.micro_batch;
+  DatasetOptions d{.vocab_size = cfg.model.vocab_size, .seq_len = T, .seed = cfg.runtime.seed};
+  train_ = std::make_unique<TokenDataset>(cfg.data.train, d, "data.train");
+  if (!cfg.data.val.empty()) val_ = std::make_unique<TokenDataset>(cfg.data.val, d, "data.val");
+  ctx_ = model_->make_context(B, T);
+  inputs_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
+  targets_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
+}
+
+std::string HybridParallelPlugin::describe() const {
+  return fmt::format("{} | {} parameters | layout tp={} pp={} dp={} | {} microbatches of {} x {} tokens",
+                     model_->arch(), params_.numel(), layout_.tp, layout_.pp, layout_.dp, layout_.microbatches,
+                     cfg_.train.micro_batch, cfg_.train.seq_len);
+}
+
+StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
+  const int64_t M = layout_.microbatches, B = cfg_.train.micro_batch, T = cfg_.train.seq_len;
+  // The whole step's batch first, so the valid-token count is fixed before backward.
+  for (int64_t m = 0; m < M; ++m)
+    train_->fill_batch(step - 1, m * B, B, microbatch(inputs_, m).data<int32_t>(),
+                      microbatch(targets_, m).data<int32_t>());
+  StepStats s;
+  s.valid_tokens = count_valid(targets_);
+  s.tokens = M * B * T;
+  const float dloss = s.valid_tokens > 0 ? float(1.0 / double(s.valid_tokens)) : 0.0f;
+  params_.zero_grad();
+  for (int64_t m = 0; m < M; ++m) {
+    StepCoords coords{cfg_.runtime.seed, step, m * B, true};
+    s.loss_sum += model_->forward(*ctx_, microbatch(inputs_, m), microbatch(targets_, m), coords);
+    model_->backward(*ctx_, dloss);
+  }
+  return s;
+}
+
+UpdateStats HybridParallelPlugin::optimizer_step(int64_t step, double lr) {
+  UpdateStats u;
+  u.grad_norm = std::sqrt(optim::grad_sum_squares(params_));
+  if (!std::isfinite(u.grad_norm)) {
+    u.skipped = true;
+    return u;
+  }
+  ++updates_;
+  optimizer_->step(params_, lr, updates_, optim::clip_factor(u.grad_norm, cfg_.optimizer.grad_clip));
+  return u;
+}
+
+double HybridParallelPlugin::evaluate(int64_t batches) {
+  const int64_t B = cfg_.train.micro_batch, T = cfg_.train.seq_len;
+  const int64_t per_batch = cfg_.train.global_batch;
+  int64_t total = batches > 0 ? batches * per_batch : val_->num_windows();
+  double loss = 0;
+  int64_t valid = 0;
+  Tensor x = Tensor::empty({B, T}, DType::i32), y = Tensor::empty({B, T}, DType::i32);
+  for (int64_t first = 0; first < total; first += B) {
+    val_->fill_eval(first, B, x.data<int32_t>(), y.data<int32_t>());
+    loss += model_->forward(*ctx_, x, y, StepCoords{cfg_.runtime.seed, 0, first, false});
+    valid += count_valid(y);
+  }
+  return valid > 0 ? loss / double(valid) : 0.0;
+}
+
+int64_t HybridParallelPlugin::peak_mem_bytes() const { return memory_stats(Device::cpu()).peak_bytes; }
+
+}  // namespace lattice

@@ -1,0 +1,62 @@
+#include "booster/metrics.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace lattice {
+
+namespace {
+// JSON has no NaN/Inf: write null so the file stays valid JSON.
+std::string num(double v, const char* spec = "{:.9g}") {
+  if (!std::isfinite(v)) return "null";
+  return fmt::format(fmt::runtime(spec), v);
+}
+}  // namespace
+
+MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
+  f_ = std::fopen(path.c_str(), "a");
+  LATTICE_CHECK(f_ != nullptr, "cannot open metrics file '{}' for writing", path);
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (f_) std::fclose(f_);
+}
+
+std::string MetricsWriter::train_json(const TrainRecord& r) {
+  return fmt::format(
+      "{{\"step\": {}, \"loss\": {}, \"lr\": {}, \"grad_norm\": {}, \"tokens\": {}, \"tokens_per_s\": {}, "
+      "\"step_ms\": {}, \"mfu\": {}, \"peak_mem_bytes\": {}, \"skipped\": {}}}",
+      r.step, num(r.loss), num(r.lr), num(r.grad_norm), r.tokens, num(r.tokens_per_s, "{:.6g}"),
+      num(r.step_ms, "{:.6g}"), num(r.mfu, "{:.6g}"), r.peak_mem_bytes, r.skipped);
+}
+
+std::string MetricsWriter::eval_json(int64_t step, double val_loss) {
+  return fmt::format("{{\"step\": {}, \"val_loss\": {}}}", step, num(val_loss));
+}
+
+void MetricsWriter::write_line(const std::string& line) {
+  LATTICE_CHECK(std::fputs((line + "\n").c_str(), f_) >= 0 && std::fflush(f_) == 0, "write to '{}' failed",
+                path_);
+}
+
+void MetricsWriter::log_train(const TrainRecord& r) { write_line(train_json(r)); }
+void MetricsWriter::log_eval(int64_t step, double val_loss) { write_line(eval_json(step, val_loss)); }
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  int64_t t = int64_t(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+std::string progress_line(const TrainRecord& r, int64_t total_steps, double eta_s) {
+  return fmt::format("step {}/{} | loss {:.6f} | lr {:.3e} | norm {:.3f} | {:.0f} tok/s | {:.1f} ms | ETA {}",
+                     r.step, total_steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.step_ms,
+                     format_duration(eta_s));
+}
+
+}  // namespace lattice

@@ -1,0 +1,49 @@
+// Training metrics: metrics.jsonl lines and the console progress line.
+//
+// One JSON object per logged training step (ARCHITECTURE.md §5): step
+// (updates completed, from 1), loss (mean over the step's valid tokens, %.9g
+// so it round-trips), lr, grad_norm (before clipping), tokens, tokens_per_s,
+// step_ms, mfu (fraction of peak), peak_mem_bytes, skipped. Evaluation lines
+// carry step and val_loss and no loss. Lines are flushed as written, so a
+// killed job keeps every line it logged.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace lattice {
+
+struct TrainRecord {
+  int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0;
+  int64_t tokens = 0;
+  double tokens_per_s = 0, step_ms = 0, mfu = 0;
+  int64_t peak_mem_bytes = 0;
+  int64_t skipped = 0;
+};
+
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path);  // appends
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  void log_train(const TrainRecord& r);
+  void log_eval(int64_t step, double val_loss);
+
+  static std::string train_json(const TrainRecord& r);
+  static std::string eval_json(int64_t step, double val_loss);
+
+ private:
+  void write_line(const std::string& line);
+  std::FILE* f_ = nullptr;
+  std::string path_;
+};
+
+// "step 10/200 | loss 3.1234 | lr 3.00e-04 | 12.3k tok/s | 45.2 ms | ETA 1m23s"
+std::string progress_line(const TrainRecord& r, int64_t total_steps, double eta_s);
+std::string format_duration(double seconds);
+
+}  // namespace lattice

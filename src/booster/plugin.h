@@ -1,0 +1,48 @@
+// The Plugin interface: what the training loop (Booster) asks of a layout.
+//
+// A plugin composes, from the config, everything one rank needs: the model
+// (through the registry), its flat parameters, the optimizer, this rank's view
+// of the data, and the schedule that runs the microbatches. The loop never
+// knows the layout; HybridParallelPlugin (hybrid_parallel_plugin.h) is the
+// plugin that ships.
+//
+// Loss normalisation (one rule for every layout): the loss of a step is the
+// sum of token losses divided by the global count of valid tokens in the
+// step, a count fixed before any backward runs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace lattice {
+
+struct StepStats {
+  double loss_sum = 0;        // sum of token losses over the step's global batch
+  int64_t valid_tokens = 0;   // tokens whose target is not ignored
+  int64_t tokens = 0;         // tokens processed (global batch * seq_len)
+};
+
+struct UpdateStats {
+  double grad_norm = 0;  // global, before clipping
+  bool skipped = false;  // non-finite gradients: no update was applied
+};
+
+class Plugin {
+ public:
+  virtual ~Plugin() = default;
+  // One line describing the layout and the model, printed at start-up.
+  virtual std::string describe() const = 0;
+  // Forward and backward of every microbatch of update `step` (1-based);
+  // gradients of the step are left in the flat gradient buffer.
+  virtual StepStats execute_pipeline(int64_t step) = 0;
+  // Global norm, clipping, non-finite check, optimizer update.
+  virtual UpdateStats optimizer_step(int64_t step, double lr) = 0;
+  // Mean validation loss over `batches` global batches (0: the whole val set).
+  virtual double evaluate(int64_t batches) = 0;
+  virtual bool has_validation() const = 0;
+  virtual int64_t param_count() const = 0;
+  virtual double flops_per_token() const = 0;  // training FLOPs per token
+  virtual int64_t peak_mem_bytes() const = 0;  // allocator peak of this rank's device
+};
+
+}  // namespace lattice

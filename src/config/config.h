@@ -1,0 +1,268 @@
+// The run configuration: one YAML file (ARCHITECTURE.md §5) decoded into plain
+// structs, plus `key.path=value` overrides applied on top.
+//
+// Invariants:
+// - parse_config / load_config return a config that passed validate(): every
+//   key has a value of the right type and range. Derived defaults are filled
+//   in, so model.d_ff, model.n_kv_head, log.dir and checkpoint.dir are never
+//   0/empty afterwards. The values that need the world size (parallel.dp when
+//   0, parallel.microbatches when 0) come from resolve_layout().
+// - Every error is a ConfigError whose what() is ONE line:
+//     FILE:LINE:COL: KEY.PATH: what is wrong (the value) — what was expected
+//   with "override 'k=v'" in place of FILE:LINE:COL for keys set by an
+//   override, and FILE alone for keys that appear nowhere in the file.
+// - to_yaml(cfg) writes every key; parsing it again gives a config equal to
+//   cfg (operator== compares settings, not where they came from).
+// - Unknown keys are errors at every level, in the file and in overrides.
+// Every key, its type, default and meaning: docs/config.md.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace lattice {
+
+// ---- enums with their YAML names ----
+
+enum class ModelArch : uint8_t { gpt2, llama, bert };
+enum class PipeSchedule : uint8_t { gpipe, one_f_one_b, interleaved };  // "1f1b" in YAML
+enum class LayerSplit : uint8_t { uniform, balanced, list };            // "list" is never written
+enum class OptimizerName : uint8_t { adamw, sgd };
+enum class LrDecay : uint8_t { cosine, linear, constant };
+enum class TokenizerName : uint8_t { gpt2, bytes };
+enum class Precision : uint8_t { fp32, bf16, fp16 };
+// runtime.device uses core's DeviceType { cpu, cuda }.
+
+// names[i] is the YAML name of E(i).
+template <class E>
+struct EnumNames;
+template <>
+struct EnumNames<ModelArch> {
+  static constexpr std::array<std::string_view, 3> names{"gpt2", "llama", "bert"};
+};
+template <>
+struct EnumNames<PipeSchedule> {
+  static constexpr std::array<std::string_view, 3> names{"gpipe", "1f1b", "interleaved"};
+};
+template <>
+struct EnumNames<LayerSplit> {
+  static constexpr std::array<std::string_view, 2> names{"uniform", "balanced"};
+};
+template <>
+struct EnumNames<OptimizerName> {
+  static constexpr std::array<std::string_view, 2> names{"adamw", "sgd"};
+};
+template <>
+struct EnumNames<LrDecay> {
+  static constexpr std::array<std::string_view, 3> names{"cosine", "linear", "constant"};
+};
+template <>
+struct EnumNames<TokenizerName> {
+  static constexpr std::array<std::string_view, 2> names{"gpt2", "bytes"};
+};
+template <>
+struct EnumNames<Precision> {
+  static constexpr std::array<std::string_view, 3> names{"fp32", "bf16", "fp16"};
+};
+template <>
+struct EnumNames<DeviceType> {
+  static constexpr std::array<std::string_view, 2> names{"cpu", "cuda"};
+};
+
+template <class E>
+concept NamedEnum = requires { EnumNames<E>::names; };
+
+template <NamedEnum E>
+std::string_view enum_name(E e) {
+  auto i = size_t(e);
+  return i < EnumNames<E>::names.size() ? EnumNames<E>::names[i] : std::string_view("?");
+}
+template <NamedEnum E>
+std::optional<E> enum_from_name(std::string_view name) {
+  for (size_t i = 0; i < EnumNames<E>::names.size(); ++i)
+    if (EnumNames<E>::names[i] == name) return E(i);
+  return std::nullopt;
+}
+template <NamedEnum E>
+std::string enum_choices() {  // "gpt2|llama|bert"
+  std::string out;
+  for (auto n : EnumNames<E>::names) out += (out.empty() ? "" : "|") + std::string(n);
+  return out;
+}
+
+// ---- sections (required keys have no meaningful default: they must be set) ----
+
+struct ModelConfig {
+  ModelArch arch = ModelArch::gpt2;
+  int n_layer = 0;      // required
+  int n_head = 0;       // required
+  int n_kv_head = 0;    // 0 = n_head (filled in by parse)
+  int d_model = 0;      // required
+  int d_ff = 0;         // 0 = 4 * d_model (filled in by parse)
+  int vocab_size = 0;   // required; at least the tokenizer's size
+  int max_seq_len = 0;  // required
+  bool tie_embeddings = true;
+  float dropout = 0.0f;
+  double norm_eps = 1e-5;
+  double rope_theta = 0.0;  // 0 = unset; llama fills in 10000, gpt2/bert must leave it 0
+  double init_std = 0.02;
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct LayersPerStage {
+  LayerSplit split = LayerSplit::uniform;
+  std::vector<int> counts;  // split == list: layers of each (virtual) stage, in order
+  bool operator==(const LayersPerStage&) const = default;
+};
+
+struct ParallelConfig {
+  int tp = 1;
+  int pp = 1;
+  int dp = 0;  // 0 = world / (tp * pp), see resolve_layout
+  std::vector<std::string> order = {"tp", "dp", "pp"};  // fastest-varying first
+  PipeSchedule schedule = PipeSchedule::one_f_one_b;
+  int microbatches = 0;  // 0 = global_batch / (micro_batch * dp), see resolve_layout
+  int virtual_stages = 1;
+  LayersPerStage layers_per_stage;
+  int zero = 0;  // ZeRO stage: 0 or 1
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+struct TrainConfig {
+  int steps = 0;         // required: horizon of the run (the LR schedule spans it)
+  int stop_at_step = 0;  // 0 = run to steps
+  int global_batch = 0;  // required: sequences per optimizer step
+  int micro_batch = 0;   // required: sequences per forward/backward
+  int seq_len = 0;       // required
+  int eval_every = 0;    // 0 = no evaluation
+  int eval_steps = 0;    // validation batches per evaluation
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct OptimizerConfig {
+  OptimizerName name = OptimizerName::adamw;
+  double lr = 0.0;  // required: peak learning rate
+  std::array<double, 2> betas = {0.9, 0.95};
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // max global grad norm; 0 = off
+  double momentum = 0.9;   // sgd only
+  struct Schedule {
+    int warmup_steps = 0;
+    LrDecay decay = LrDecay::cosine;
+    double min_lr = 0.0;
+    bool operator==(const Schedule&) const = default;
+  } schedule;
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+struct DataConfig {
+  std::string train;  // required: shard glob
+  std::string val;    // shard glob; "" = no validation data
+  TokenizerName tokenizer = TokenizerName::gpt2;
+  std::string vocab_dir;  // gpt2 tokenizer files; "" = the tokenizer's default
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct CheckpointConfig {
+  std::string dir;  // "" = <log.dir>/checkpoints (filled in by parse)
+  int every = 0;    // 0 = only at the end of the run and on stop
+  int keep_last = 3;  // 0 = keep all
+  std::string resume = "auto";  // auto | never | PATH
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+struct LogConfig {
+  std::string dir;  // "" = runs/<config name> (filled in by parse)
+  int every = 1;
+  bool tensorboard = false;
+  bool trace = false;
+  bool operator==(const LogConfig&) const = default;
+};
+
+struct RuntimeConfig {
+  DeviceType device = DeviceType::cpu;
+  Precision precision = Precision::fp32;
+  uint64_t seed = 1337;
+  int threads = 0;  // 0 = the OpenMP default for this rank
+  double comm_timeout_s = 300.0;
+  double peak_flops = 0.0;  // per rank, for MFU; 0 = measure (CPU) / device table (CUDA)
+  bool operator==(const RuntimeConfig&) const = default;
+};
+
+// Where a key was set: a file position (1-based) or an override.
+struct KeyLocation {
+  int line = 0, column = 0;   // 0 = not from the file
+  std::string override_text;  // non-empty: set by this `key=value` override
+};
+
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  OptimizerConfig optimizer;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  RuntimeConfig runtime;
+  std::string source;  // file path or "<embedded>"
+  std::string name;    // config name: the file stem
+  // Key path ("model.n_layer", "optimizer.schedule") -> where it was set.
+  std::map<std::string, KeyLocation> locations;
+
+  // Settings only: source, name and locations are not compared.
+  bool operator==(const Config& o) const;
+};
+
+// ---- errors ----
+
+class ConfigError : public Error {
+ public:
+  ConfigError(std::string message, std::string key_path);
+  const std::string& key_path() const { return key_path_; }  // "" when none applies
+
+ private:
+  std::string key_path_;
+};
+
+// "FILE:LINE:COL" / "override 'k=v'" / "FILE" for a key path, falling back to
+// the nearest enclosing section that has a location.
+std::string key_location(const Config& cfg, const std::string& key_path);
+// Throws ConfigError "LOCATION: KEY.PATH: message". For other modules that
+// reject a config value (e.g. "data.train: no file matches").
+[[noreturn]] void config_fail(const Config& cfg, const std::string& key_path, const std::string& message);
+
+// ---- API ----
+
+// Reads the file, applies the overrides, decodes and validates.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same from text; source_name stands for the file in messages.
+Config parse_config(const std::string& yaml_text, const std::string& source_name = "<embedded>",
+                    const std::vector<std::string>& overrides = {});
+// The effective config, every key, in the documented order.
+std::string to_yaml(const Config& cfg);
+// Checks that need no world size. Throws ConfigError.
+void validate(const Config& cfg);
+// Fills derived defaults (d_ff, n_kv_head, rope_theta, log.dir, checkpoint.dir);
+// parse calls it, code that builds a Config by hand may too.
+void fill_derived(Config& cfg);
+// Every leaf key path, in the order to_yaml writes them.
+std::vector<std::string> config_key_paths();
+
+// Layout of a job of `world_size` ranks: dp and microbatches derived and checked:
+//   tp * pp * dp == world_size, global_batch == micro_batch * microbatches * dp.
+struct Layout {
+  int tp = 1, pp = 1, dp = 1, microbatches = 1;
+  bool operator==(const Layout&) const = default;
+};
+Layout resolve_layout(const Config& cfg, int world_size);
+
+}  // namespace lattice

@@ -1,0 +1,248 @@
+// Derived defaults, value checks that need no world size, and the layout
+// arithmetic that does. Every failure names the key path and where it was set.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "config/config.h"
+#include "config/schema.h"
+
+namespace lattice {
+
+using config_detail::format_location;
+using config_detail::parent_path;
+
+std::string key_location(const Config& cfg, const std::string& key_path) {
+  for (std::string p = key_path; !p.empty(); p = parent_path(p))
+    if (auto it = cfg.locations.find(p); it != cfg.locations.end())
+      return format_location(cfg.source, it->second);
+  return cfg.source;
+}
+
+void config_fail(const Config& cfg, const std::string& key_path, const std::string& message) {
+  throw ConfigError(fmt::format("{}: {}: {}", key_location(cfg, key_path), key_path, message), key_path);
+}
+
+namespace {
+
+template <class... Args>
+void require(bool ok, const Config& cfg, const std::string& path, fmt::format_string<Args...> f, Args&&... args) {
+  if (!ok) [[unlikely]]
+    config_fail(cfg, path, fmt::format(f, std::forward<Args>(args)...));
+}
+
+void require_positive(const Config& cfg, const std::string& path, long long v, const char* what) {
+  require(v > 0, cfg, path, "must be at least 1 (got {}) — set {}", v, what);
+}
+
+void require_non_negative(const Config& cfg, const std::string& path, double v, const char* what) {
+  require(v >= 0, cfg, path, "must not be negative (got {}) — {}", v, what);
+}
+
+// Base vocabulary plus special tokens (ARCHITECTURE.md §5, Tokenizers): bytes
+// has 256 byte ids then <|endoftext|>; gpt2 has 50257 ids including it; BERT
+// adds [PAD], [MASK], [CLS], [SEP].
+int tokenizer_size(TokenizerName t, ModelArch arch) {
+  int base = t == TokenizerName::bytes ? 257 : 50257;
+  return base + (arch == ModelArch::bert ? 4 : 0);
+}
+
+void validate_model(const Config& c) {
+  const ModelConfig& m = c.model;
+  require_positive(c, "model.n_layer", m.n_layer, "the number of transformer blocks");
+  require_positive(c, "model.n_head", m.n_head, "the number of attention heads");
+  require_positive(c, "model.d_model", m.d_model, "the hidden size");
+  require_positive(c, "model.vocab_size", m.vocab_size, "the vocabulary size");
+  require_positive(c, "model.max_seq_len", m.max_seq_len, "the longest sequence the model supports");
+  require_positive(c, "model.n_kv_head", m.n_kv_head, "the key/value heads, or omit it for n_head");
+  require_positive(c, "model.d_ff", m.d_ff, "the MLP hidden size, or omit it for 4 * d_model");
+  require(m.d_model % m.n_head == 0, c, "model.d_model", "{} is not divisible by model.n_head ({}) — use d_model = n_head * head_dim",
+          m.d_model, m.n_head);
+  require(m.n_head % m.n_kv_head == 0, c, "model.n_kv_head",
+          "model.n_head ({}) is not divisible by n_kv_head ({}) — each kv head serves a whole group of heads", m.n_head,
+          m.n_kv_head);
+  require(m.arch == ModelArch::llama || m.n_kv_head == m.n_head, c, "model.n_kv_head",
+          "{} has no grouped-query attention: n_kv_head ({}) must equal n_head ({}) — omit n_kv_head",
+          enum_name(m.arch), m.n_kv_head, m.n_head);
+  require(m.dropout >= 0 && m.dropout < 1, c, "model.dropout", "must be in [0, 1) (got {})", m.dropout);
+  require(m.norm_eps > 0, c, "model.norm_eps", "must be positive (got {})", m.norm_eps);
+  require(m.init_std > 0, c, "model.init_std", "must be positive (got {})", m.init_std);
+  require_non_negative(c, "model.rope_theta", m.rope_theta, "omit it for the default");
+  require(m.arch == ModelArch::llama || m.rope_theta == 0, c, "model.rope_theta",
+          "{} uses learned positions, not RoPE (got {}) — remove rope_theta", enum_name(m.arch), m.rope_theta);
+  int need = tokenizer_size(c.data.tokenizer, m.arch);
+  require(m.vocab_size >= need, c, "model.vocab_size",
+          "{} is smaller than the {} tokenizer ({} ids for {}) — set vocab_size >= {}", m.vocab_size,
+          enum_name(c.data.tokenizer), need, enum_name(m.arch), need);
+}
+
+void validate_order(const Config& c) {
+  const auto& order = c.parallel.order;
+  std::vector<std::string> seen;
+  for (const auto& axis : order) {
+    require(axis == "tp" || axis == "dp" || axis == "pp", c, "parallel.order",
+            "unknown axis '{}' — expected a permutation of tp, dp, pp", axis);
+    require(std::find(seen.begin(), seen.end(), axis) == seen.end(), c, "parallel.order",
+            "axis '{}' appears twice — expected a permutation of tp, dp, pp", axis);
+    seen.push_back(axis);
+  }
+  require(order.size() == 3, c, "parallel.order", "lists {} of the 3 axes — expected a permutation of tp, dp, pp",
+          order.size());
+}
+
+void validate_stages(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  int chunks = p.pp * p.virtual_stages;
+  const LayersPerStage& lps = p.layers_per_stage;
+  if (lps.split != LayerSplit::list) {
+    require(c.model.n_layer >= chunks, c, "model.n_layer",
+            "{} layers cannot fill pp ({}) * virtual_stages ({}) = {} stages — each stage needs a layer",
+            c.model.n_layer, p.pp, p.virtual_stages, chunks);
+    return;
+  }
+  require(int(lps.counts.size()) == chunks, c, "parallel.layers_per_stage",
+          "has {} entries, but pp ({}) * virtual_stages ({}) = {} — give one count per stage", lps.counts.size(),
+          p.pp, p.virtual_stages, chunks);
+  int sum = 0;
+  for (size_t i = 0; i < lps.counts.size(); ++i) {
+    require(lps.counts[i] > 0, c, fmt::format("parallel.layers_per_stage[{}]", i),
+            "must be at least 1 (got {}) — every stage holds a layer", lps.counts[i]);
+    sum += lps.counts[i];
+  }
+  require(sum == c.model.n_layer, c, "parallel.layers_per_stage", "sums to {}, but model.n_layer is {}", sum,
+          c.model.n_layer);
+}
+
+void validate_parallel(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  require_positive(c, "parallel.tp", p.tp, "the tensor-parallel degree");
+  require_positive(c, "parallel.pp", p.pp, "the number of pipeline stages");
+  require_non_negative(c, "parallel.dp", p.dp, "omit it for world / (tp * pp)");
+  require_non_negative(c, "parallel.microbatches", p.microbatches,
+                       "omit it for global_batch / (micro_batch * dp)");
+  require_positive(c, "parallel.virtual_stages", p.virtual_stages, "1 unless the schedule is interleaved");
+  require(p.zero == 0 || p.zero == 1, c, "parallel.zero", "must be 0 or 1 (got {})", p.zero);
+  validate_order(c);
+  bool interleaved = p.schedule == PipeSchedule::interleaved;
+  require(interleaved || p.virtual_stages == 1, c, "parallel.virtual_stages",
+          "is {}, but only the interleaved schedule uses virtual stages — set parallel.schedule: interleaved",
+          p.virtual_stages);
+  require(!interleaved || (p.virtual_stages >= 2 && p.pp >= 2), c, "parallel.schedule",
+          "interleaved needs pp >= 2 and virtual_stages >= 2 (got pp {}, virtual_stages {}) — or use 1f1b", p.pp,
+          p.virtual_stages);
+  const ModelConfig& m = c.model;
+  require(m.n_head % p.tp == 0, c, "parallel.tp", "model.n_head ({}) is not divisible by tp ({})", m.n_head, p.tp);
+  require(m.n_kv_head % p.tp == 0, c, "parallel.tp", "model.n_kv_head ({}) is not divisible by tp ({})",
+          m.n_kv_head, p.tp);
+  require(m.d_ff % p.tp == 0, c, "parallel.tp", "model.d_ff ({}) is not divisible by tp ({})", m.d_ff, p.tp);
+  validate_stages(c);
+}
+
+void validate_train(const Config& c) {
+  const TrainConfig& t = c.train;
+  require_positive(c, "train.steps", t.steps, "the number of optimizer steps");
+  require_positive(c, "train.global_batch", t.global_batch, "the sequences per optimizer step");
+  require_positive(c, "train.micro_batch", t.micro_batch, "the sequences per forward/backward");
+  require_positive(c, "train.seq_len", t.seq_len, "the tokens per sequence");
+  require(t.stop_at_step >= 0 && t.stop_at_step <= t.steps, c, "train.stop_at_step",
+          "must be in [0, train.steps = {}] (got {}) — 0 runs to the end", t.steps, t.stop_at_step);
+  require(t.global_batch % t.micro_batch == 0, c, "train.global_batch",
+          "{} is not divisible by train.micro_batch ({})", t.global_batch, t.micro_batch);
+  require(t.seq_len <= c.model.max_seq_len, c, "train.seq_len",
+          "{} exceeds model.max_seq_len ({}) — lower seq_len or raise max_seq_len", t.seq_len, c.model.max_seq_len);
+  require_non_negative(c, "train.eval_every", t.eval_every, "0 turns evaluation off");
+  require_non_negative(c, "train.eval_steps", t.eval_steps, "the validation batches per evaluation");
+  if (t.eval_every > 0) {
+    require(!c.data.val.empty(), c, "train.eval_every", "is {}, but data.val is not set — set data.val or eval_every: 0",
+            t.eval_every);
+    require(t.eval_steps > 0, c, "train.eval_steps",
+            "must be at least 1 when eval_every is set (got {}) — the batches per evaluation", t.eval_steps);
+  }
+}
+
+void validate_optimizer(const Config& c) {
+  const OptimizerConfig& o = c.optimizer;
+  require(o.lr > 0, c, "optimizer.lr", "must be positive (got {}) — the peak learning rate", o.lr);
+  for (int i = 0; i < 2; ++i)
+    require(o.betas[i] >= 0 && o.betas[i] < 1, c, fmt::format("optimizer.betas[{}]", i), "must be in [0, 1) (got {})",
+            o.betas[i]);
+  require(o.eps > 0, c, "optimizer.eps", "must be positive (got {})", o.eps);
+  require_non_negative(c, "optimizer.weight_decay", o.weight_decay, "0 turns it off");
+  require_non_negative(c, "optimizer.grad_clip", o.grad_clip, "0 turns clipping off");
+  require(o.momentum >= 0 && o.momentum < 1, c, "optimizer.momentum", "must be in [0, 1) (got {})", o.momentum);
+  require(o.schedule.warmup_steps >= 0 && o.schedule.warmup_steps <= c.train.steps, c,
+          "optimizer.schedule.warmup_steps", "must be in [0, train.steps = {}] (got {})", c.train.steps,
+          o.schedule.warmup_steps);
+  require(o.schedule.min_lr >= 0 && o.schedule.min_lr <= o.lr, c, "optimizer.schedule.min_lr",
+          "must be in [0, optimizer.lr = {}] (got {})", o.lr, o.schedule.min_lr);
+}
+
+void validate_io(const Config& c) {
+  require(!c.data.train.empty(), c, "data.train", "is empty — give a glob of training shards");
+  require_non_negative(c, "checkpoint.every", c.checkpoint.every, "0 saves only at the end and on stop");
+  require_non_negative(c, "checkpoint.keep_last", c.checkpoint.keep_last, "0 keeps every checkpoint");
+  require(!c.checkpoint.resume.empty(), c, "checkpoint.resume", "is empty — use auto, never or a checkpoint path");
+  require_positive(c, "log.every", c.log.every, "the steps between metric lines");
+}
+
+void validate_runtime(const Config& c) {
+  const RuntimeConfig& r = c.runtime;
+  require(r.device == DeviceType::cuda || r.precision == Precision::fp32, c, "runtime.precision",
+          "{} needs runtime.device: cuda (the CPU backend trains in fp32) — set runtime.precision: fp32",
+          enum_name(r.precision));
+  require_non_negative(c, "runtime.threads", r.threads, "0 uses the OpenMP default");
+  require(r.comm_timeout_s > 0, c, "runtime.comm_timeout_s", "must be positive (got {})", r.comm_timeout_s);
+  require_non_negative(c, "runtime.peak_flops", r.peak_flops, "0 measures or looks it up");
+}
+
+}  // namespace
+
+void fill_derived(Config& cfg) {
+  ModelConfig& m = cfg.model;
+  if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
+  if (m.d_ff == 0) m.d_ff = 4 * m.d_model;
+  if (m.rope_theta == 0 && m.arch == ModelArch::llama) m.rope_theta = 10000.0;
+  if (cfg.log.dir.empty()) cfg.log.dir = "runs/" + (cfg.name.empty() ? std::string("run") : cfg.name);
+  if (cfg.checkpoint.dir.empty()) cfg.checkpoint.dir = cfg.log.dir + "/checkpoints";
+}
+
+void validate(const Config& cfg) {
+  validate_model(cfg);
+  validate_parallel(cfg);
+  validate_train(cfg);
+  validate_optimizer(cfg);
+  validate_io(cfg);
+  validate_runtime(cfg);
+}
+
+Layout resolve_layout(const Config& c, int world) {
+  const ParallelConfig& p = c.parallel;
+  validate_order(c);
+  require(world >= 1, c, "parallel", "the job has {} ranks — launch at least one", world);
+  Layout out{p.tp, p.pp, p.dp, p.microbatches};
+  if (p.dp == 0) {
+    require(world % (p.tp * p.pp) == 0, c, "parallel",
+            "the job has {} ranks, not divisible by tp ({}) * pp ({}) = {} — choose tp and pp whose product divides "
+            "the rank count",
+            world, p.tp, p.pp, p.tp * p.pp);
+    out.dp = world / (p.tp * p.pp);
+  }
+  require(p.tp * p.pp * out.dp == world, c, "parallel", "tp ({}) * pp ({}) * dp ({}) = {}, but the job has {} ranks",
+          p.tp, p.pp, out.dp, p.tp * p.pp * out.dp, world);
+  const TrainConfig& t = c.train;
+  long long per_micro = (long long)t.micro_batch * out.dp;
+  if (p.microbatches == 0) {
+    require(t.global_batch % per_micro == 0, c, "train.global_batch",
+            "{} is not divisible by micro_batch ({}) * dp ({}) = {} — choose a global_batch that is", t.global_batch,
+            t.micro_batch, out.dp, per_micro);
+    out.microbatches = int(t.global_batch / per_micro);
+  }
+  require(t.global_batch == per_micro * out.microbatches, c, "train.global_batch",
+          "{} != micro_batch ({}) * microbatches ({}) * dp ({}) = {} — omit parallel.microbatches to derive it",
+          t.global_batch, t.micro_batch, out.microbatches, out.dp, per_micro * out.microbatches);
+  require(p.schedule != PipeSchedule::interleaved || out.microbatches % p.pp == 0, c, "parallel.microbatches",
+          "the interleaved schedule needs microbatches ({}) divisible by pp ({})", out.microbatches, p.pp);
+  return out;
+}
+
+}  // namespace lattice

@@ -1,0 +1,196 @@
+// The CUDA backend (core/backend.h): device memory, copies, cuBLAS gemm and
+// the element-wise kernels of kernels.cu, exported as the one C symbol
+// lattice_cuda_backend_create that core/backend_loader.cpp looks up.
+//
+// Invariants: every call runs on the legacy default stream of its device and
+// returns after the work has finished (the contract of core/backend.h), so an
+// asynchronous fault is reported by the call that caused it. One cuBLAS handle
+// per device, created on first use and kept for the life of the process (the
+// backend is a never-destroyed singleton: tearing handles down after the CUDA
+// runtime has shut down at exit would crash).
+#include "core/backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/kernels.h"
+
+namespace lattice::cuda {
+
+namespace {
+
+// The stream every call uses: the device's legacy default stream.
+constexpr cudaStream_t kStream = nullptr;
+
+int checked_int(int64_t v, const char* what) {
+  LATTICE_CHECK(v >= 0 && v <= INT_MAX, "gemm: {} = {} is out of the range cuBLAS int arguments take", what, v);
+  return int(v);
+}
+
+class Backend final : public CudaBackend {
+ public:
+  int device_count(std::string* why) override {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      if (why) *why = fmt::format("cudaGetDeviceCount failed: {} ({})", cudaGetErrorString(e), cudaGetErrorName(e));
+      return 0;
+    }
+    if (why) *why = n > 0 ? fmt::format("{} CUDA device(s)", n) : std::string("no CUDA device found");
+    return n;
+  }
+
+  void* malloc(size_t bytes, int dev) override {
+    use(dev);
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      cudaGetLastError();
+      LATTICE_FAIL("out of memory on cuda:{} allocating {} bytes ({} of {} bytes free): {}", dev, bytes, free_b,
+                   total_b, cudaGetErrorString(e));
+    }
+    return p;
+  }
+
+  void free(void* ptr, int dev) override {
+    if (!ptr) return;
+    use(dev);
+    CUDA_CHECK(cudaFree(ptr));
+  }
+
+  void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) override {
+    if (bytes == 0) return;
+    if (dst_dev.is_cpu() && src_dev.is_cpu()) {
+      std::memcpy(dst, src, bytes);
+      return;
+    }
+    if (dst_dev.is_cuda() && src_dev.is_cuda() && dst_dev.index != src_dev.index) {
+      use(dst_dev.index);
+      CUDA_CHECK(cudaMemcpyPeer(dst, dst_dev.index, src, src_dev.index, bytes));
+      CUDA_CHECK(cudaDeviceSynchronize());
+      return;
+    }
+    cudaMemcpyKind kind = src_dev.is_cpu()   ? cudaMemcpyHostToDevice
+                          : dst_dev.is_cpu() ? cudaMemcpyDeviceToHost
+                                             : cudaMemcpyDeviceToDevice;
+    int dev = dst_dev.is_cuda() ? dst_dev.index : src_dev.index;
+    use(dev);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, kStream));
+    CUDA_CHECK(cudaStreamSynchronize(kStream));
+  }
+
+  void memset_zero(void* ptr, size_t bytes, int dev) override {
+    if (bytes == 0) return;
+    use(dev);
+    CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, kStream));
+    CUDA_CHECK(cudaStreamSynchronize(kStream));
+  }
+
+  void synchronize(int dev) override {
+    use(dev);
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  // Row-major C (m, n) is column-major C^T (n, m), so compute
+  // C^T = op(B)^T op(A)^T: cuBLAS gets B first. A row-major (r, c) matrix is
+  // a column-major (c, r) one with leading dimension c.
+  void gemm(int dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+            const float* b, float beta, float* c) override {
+    int mi = checked_int(m, "m"), ni = checked_int(n, "n"), ki = checked_int(k, "k");
+    if (mi == 0 || ni == 0) return;
+    int lda = checked_int(trans_a ? m : k, "lda");  // A stored (m, k), or (k, m) when trans_a
+    int ldb = checked_int(trans_b ? k : n, "ldb");  // B stored (k, n), or (n, k) when trans_b
+    cublasHandle_t h = blas(dev);
+    CUBLAS_CHECK(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, ni, mi, ki,
+                             &alpha, b, ldb > 0 ? ldb : 1, a, lda > 0 ? lda : 1, &beta, c, ni));
+    finish();
+  }
+
+  void add_bias(int dev, float* out, const float* bias, int64_t rows, int64_t cols) override {
+    use(dev);
+    launch_add_bias(kStream, out, bias, rows, cols);
+    finish();
+  }
+
+  void bias_backward(int dev, float* dbias, const float* dout, int64_t rows, int64_t cols) override {
+    use(dev);
+    launch_bias_backward(kStream, dbias, dout, rows, cols);
+    finish();
+  }
+
+  void gelu_forward(int dev, float* out, const float* inp, int64_t n) override {
+    use(dev);
+    launch_gelu_forward(kStream, out, inp, n);
+    finish();
+  }
+
+  void gelu_backward(int dev, float* dinp, const float* dout, const float* inp, int64_t n) override {
+    use(dev);
+    launch_gelu_backward(kStream, dinp, dout, inp, n);
+    finish();
+  }
+
+  void add(int dev, float* out, const float* a, const float* b, int64_t n) override {
+    use(dev);
+    launch_add(kStream, out, a, b, n);
+    finish();
+  }
+
+  void adamw(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
+             float beta2, float eps, float weight_decay, float bias_correction1, float bias_correction2,
+             float grad_scale) override {
+    use(dev);
+    launch_adamw(kStream, param, grad, m, v, n,
+                 AdamWArgs{lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2, grad_scale});
+    finish();
+  }
+
+ private:
+  static void use(int dev) { CUDA_CHECK(cudaSetDevice(dev)); }
+
+  // Reports a bad launch, then waits so that a fault inside the kernel is
+  // reported here rather than by some later call.
+  static void finish() {
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaStreamSynchronize(kStream));
+  }
+
+  // Makes `dev` current and returns its cuBLAS handle, creating it on first use.
+  cublasHandle_t blas(int dev) {
+    use(dev);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (size_t(dev) >= handles_.size()) handles_.resize(size_t(dev) + 1, nullptr);
+    if (!handles_[dev]) {
+      cublasHandle_t h = nullptr;
+      CUBLAS_CHECK(cublasCreate(&h));
+      CUBLAS_CHECK(cublasSetStream(h, kStream));
+      // Plain fp32 (no TF32) so results match the CPU path within f32 tolerance.
+      CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+      handles_[dev] = h;
+    }
+    return handles_[dev];
+  }
+
+  std::mutex mu_;
+  std::vector<cublasHandle_t> handles_;  // indexed by device; null until first gemm there
+};
+
+}  // namespace
+
+}  // namespace lattice::cuda
+
+extern "C" __attribute__((visibility("default"))) lattice::CudaBackend* lattice_cuda_backend_create() {
+  static lattice::CudaBackend* backend = new lattice::cuda::Backend();  // never destroyed, see above
+  return backend;
+}

@@ -1,0 +1,45 @@
+// CPU causal multi-head self-attention on a fused qkv projection.
+//
+// Per (sample b, head h), with q, k, v the (T, HS) slices of qkv (row stride
+// 3C, where C = NH * HS) and scale = 1 / sqrt(HS):
+//   S = scale * q k^T (causal: j <= i),  P = softmax_rows(S),
+//   Pd = dropout(P),  out = Pd v.
+// Backward, with dO the (T, HS) slice of dout:
+//   dV = Pd^T dO,  dPd = dO v^T,  dP = dropout(dPd) (same mask),
+//   dS = P * (dP - rowsum(P * dP)),  dQ = scale * dS k,  dK = scale * dS^T q.
+// Every product is a BLAS gemm on strided blocks; (b, h) pairs run in parallel
+// over OpenMP threads with BLAS single-threaded inside. Row blocks skip the
+// zero upper triangle, so the causal mask also halves the work.
+//
+// Saved state: att (B, NH, T, T) holds P before dropout, zero above the
+// diagonal. The dropout mask of element (i, j) of head h is rng_keep(key,
+// sample0 + b, ((head_offset + h) * T + i) * T + j, p): it does not depend on
+// how heads are split over tp ranks. dqkv is OVERWRITTEN.
+#pragma once
+
+#include <cstdint>
+
+#include "core/rng.h"
+
+namespace lattice::cpu {
+
+struct AttentionDims {
+  int64_t B, T, NH, HS;
+  int64_t head_offset;  // global index of local head 0 (tp shards)
+};
+
+template <typename Real>
+void attention_forward(Real* out,        // (B, T, NH * HS)
+                       Real* att,        // (B, NH, T, T) saved: probabilities before dropout
+                       const Real* qkv,  // (B, T, 3 * NH * HS)
+                       const RngKey& key, int64_t sample0, float p, const AttentionDims& d);
+
+template <typename Real>
+void attention_backward(Real* dqkv,        // (B, T, 3 * NH * HS) overwrite
+                        Real* scratch,     // (B, NH, T, T) workspace (holds dS on return)
+                        const Real* dout,  // (B, T, NH * HS)
+                        const Real* qkv,   // (B, T, 3 * NH * HS)
+                        const Real* att,   // (B, NH, T, T) from forward
+                        const RngKey& key, int64_t sample0, float p, const AttentionDims& d);
+
+}  // namespace lattice::cpu

@@ -1,0 +1,71 @@
+#include "core/kernels/cpu/elementwise.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace lattice::cpu {
+
+namespace {
+// Below this many elements a parallel region costs more than it saves.
+constexpr int64_t kParallelMin = 1 << 15;
+// Reduction chunk: partial sums per chunk, then a serial sum in chunk order.
+constexpr int64_t kChunk = 1 << 14;
+}  // namespace
+
+template <typename T>
+void add(T* out, const T* a, const T* b, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+template <typename T>
+void add_inplace(T* acc, const T* x, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+
+template <typename T>
+void scale_inplace(T* x, double s, int64_t n) {
+  const T ts = T(s);
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) x[i] *= ts;
+}
+
+template <typename T>
+double sum_squares(const T* x, int64_t n) {
+  int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(size_t(std::max<int64_t>(chunks, 1)), 0.0);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const T* p = x + c * kChunk;
+    int64_t len = std::min(kChunk, n - c * kChunk);
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < len; ++i) s += double(p[i]) * double(p[i]);
+    partial[size_t(c)] = s;
+  }
+  double total = 0;
+  for (double s : partial) total += s;
+  return total;
+}
+
+template <typename T>
+bool all_finite(const T* x, int64_t n) {
+  int bad = 0;
+#pragma omp parallel for simd schedule(static) reduction(| : bad) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) bad |= int(!std::isfinite(x[i]));
+  return bad == 0;
+}
+
+#define LATTICE_INSTANTIATE(T)                                     \
+  template void add<T>(T*, const T*, const T*, int64_t);           \
+  template void add_inplace<T>(T*, const T*, int64_t);             \
+  template void scale_inplace<T>(T*, double, int64_t);             \
+  template double sum_squares<T>(const T*, int64_t);               \
+  template bool all_finite<T>(const T*, int64_t);
+LATTICE_INSTANTIATE(float)
+LATTICE_INSTANTIATE(double)
+#undef LATTICE_INSTANTIATE
+
+}  // namespace lattice::cpu

@@ -1,0 +1,48 @@
+#include "core/kernels/cpu/loss.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace lattice::cpu {
+
+template <typename T>
+void cross_entropy_forward(T* losses, T* lse, const T* logits, const int32_t* targets, int ignore_index, int64_t N,
+                           int64_t V) {
+#pragma omp parallel for schedule(static) if (N * V > (1 << 14))
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = logits + n * V;
+    T mx = -INFINITY;
+    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, x[j]);
+    T sum = 0;
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(x[j] - mx);
+    T l = mx + std::log(sum);
+    lse[n] = l;
+    losses[n] = targets[n] == ignore_index ? T(0) : l - x[targets[n]];
+  }
+}
+
+template <typename T>
+void cross_entropy_backward(T* dlogits, const T* logits, const T* lse, const int32_t* targets, T dloss,
+                            int ignore_index, int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static) if (N * V > (1 << 14))
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = logits + n * V;  // may be the same memory as dx: each j reads x[j] before writing dx[j]
+    T* dx = dlogits + n * V;
+    if (targets[n] == ignore_index) {
+      std::fill(dx, dx + V, T(0));
+      continue;
+    }
+    const T l = lse[n];
+    for (int64_t j = 0; j < V; ++j) dx[j] = std::exp(x[j] - l) * dloss;
+    dx[targets[n]] -= dloss;
+  }
+}
+
+#define LATTICE_INSTANTIATE(T)                                                                          \
+  template void cross_entropy_forward<T>(T*, T*, const T*, const int32_t*, int, int64_t, int64_t);      \
+  template void cross_entropy_backward<T>(T*, const T*, const T*, const int32_t*, T, int, int64_t, int64_t);
+LATTICE_INSTANTIATE(float)
+LATTICE_INSTANTIATE(double)
+#undef LATTICE_INSTANTIATE
+
+}  // namespace lattice::cpu

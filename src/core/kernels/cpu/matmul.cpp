@@ -1,0 +1,106 @@
+#include "core/kernels/cpu/matmul.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "core/error.h"
+
+namespace lattice::cpu {
+
+namespace {
+
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha, const float* a,
+               blasint lda, const float* b, blasint ldb, float beta, float* c, blasint ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, double alpha,
+               const double* a, blasint lda, const double* b, blasint ldb, double beta, double* c, blasint ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// Columns per block in the column-sum kernel: wide enough to vectorise,
+// narrow enough that a block's accumulators stay in registers / L1.
+constexpr int64_t kColBlock = 64;
+
+}  // namespace
+
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  LATTICE_CHECK(std::max({m, n, k, lda, ldb, ldc}) <= INT_MAX, "gemm: dims ({}, {}, {}) exceed the BLAS int range",
+                m, n, k);
+  if (k == 0) {  // op(a) op(b) is empty: c = beta * c
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+    return;
+  }
+  blas_gemm(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blasint(m), blasint(n),
+            blasint(k), alpha, a, blasint(lda), b, blasint(ldb), beta, c, blasint(ldc));
+}
+
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, const T* b, T beta,
+          T* c) {
+  int64_t lda = std::max<int64_t>(1, trans_a ? m : k);
+  int64_t ldb = std::max<int64_t>(1, trans_b ? k : n);
+  gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, std::max<int64_t>(1, n));
+}
+
+template <typename T>
+void add_bias(T* out, const T* bias, int64_t N, int64_t OC) {
+#pragma omp parallel for schedule(static) if (N * OC > (1 << 15))
+  for (int64_t r = 0; r < N; ++r) {
+    T* row = out + r * OC;
+#pragma omp simd
+    for (int64_t o = 0; o < OC; ++o) row[o] += bias[o];
+  }
+}
+
+template <typename T>
+void bias_backward(T* dbias, const T* dout, int64_t N, int64_t OC) {
+  int64_t blocks = (OC + kColBlock - 1) / kColBlock;
+  // Each block of columns is summed over all rows in row order by one thread,
+  // so the result does not depend on the thread count.
+#pragma omp parallel for schedule(static) if (N * OC > (1 << 15))
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    int64_t o0 = blk * kColBlock, width = std::min(kColBlock, OC - o0);
+    T acc[kColBlock] = {};
+    for (int64_t r = 0; r < N; ++r) {
+      const T* row = dout + r * OC + o0;
+#pragma omp simd
+      for (int64_t o = 0; o < width; ++o) acc[o] += row[o];
+    }
+    for (int64_t o = 0; o < width; ++o) dbias[o0 + o] += acc[o];
+  }
+}
+
+template <typename T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC) {
+  gemm<T>(false, true, N, OC, C, T(1), inp, weight, T(0), out);
+  if (bias) add_bias(out, bias, N, OC);
+}
+
+template <typename T>
+void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
+                     int64_t C, int64_t OC) {
+  if (dinp) gemm<T>(false, false, N, C, OC, T(1), dout, weight, T(0), dinp);    // (N, OC) @ (OC, C)
+  if (dweight) gemm<T>(true, false, OC, C, N, T(1), dout, inp, T(1), dweight);  // (N, OC)^T @ (N, C)
+  if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+#define LATTICE_INSTANTIATE(T)                                                                               \
+  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, T, T*, \
+                        int64_t);                                                                            \
+  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, const T*, T, T*);                 \
+  template void add_bias<T>(T*, const T*, int64_t, int64_t);                                                 \
+  template void bias_backward<T>(T*, const T*, int64_t, int64_t);                                            \
+  template void linear_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);              \
+  template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);
+LATTICE_INSTANTIATE(float)
+LATTICE_INSTANTIATE(double)
+#undef LATTICE_INSTANTIATE
+
+}  // namespace lattice::cpu

@@ -1,0 +1,145 @@
+#include "data/shard.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+
+namespace lattice::data {
+
+namespace {
+
+constexpr const char* kFix = "regenerate it with `lattice data prepare`";
+
+}  // namespace
+
+// ---------------------------------------------------------------- writing
+
+ShardWriter::ShardWriter(std::string path) : path_(std::move(path)) {
+  file_ = std::fopen(path_.c_str(), "wb");
+  if (!file_) LATTICE_FAIL("shard {}: cannot create: {}", path_, std::strerror(errno));
+  write_header();
+}
+
+ShardWriter::~ShardWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void ShardWriter::write_header() {
+  std::array<int32_t, kShardHeaderInts> header{};
+  header[0] = kShardMagic;
+  header[1] = kShardVersion;
+  header[2] = int32_t(count_);
+  if (std::fseek(file_, 0, SEEK_SET) != 0 ||
+      std::fwrite(header.data(), sizeof(int32_t), header.size(), file_) != header.size())
+    LATTICE_FAIL("shard {}: cannot write the header: {}", path_, std::strerror(errno));
+}
+
+void ShardWriter::append(std::span<const int32_t> tokens) {
+  LATTICE_CHECK(file_, "shard {}: append after close", path_);
+  LATTICE_CHECK(count_ + int64_t(tokens.size()) <= kShardMaxTokens,
+                "shard {}: {} tokens exceed the format's limit of {} per shard", path_,
+                count_ + int64_t(tokens.size()), kShardMaxTokens);
+  std::vector<uint16_t> buf(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    int32_t id = tokens[i];
+    if (id < 0 || id > kShardMaxTokenId)
+      LATTICE_FAIL("shard {}: token {} has id {}, which does not fit the uint16 shard format "
+                   "(0..{}); use a tokenizer with at most 65536 ids",
+                   path_, count_ + int64_t(i), id, kShardMaxTokenId);
+    buf[i] = uint16_t(id);
+  }
+  if (std::fwrite(buf.data(), sizeof(uint16_t), buf.size(), file_) != buf.size())
+    LATTICE_FAIL("shard {}: write failed: {}", path_, std::strerror(errno));
+  count_ += int64_t(tokens.size());
+}
+
+void ShardWriter::close() {
+  if (!file_) return;
+  write_header();
+  int rc = std::fclose(file_);
+  file_ = nullptr;
+  if (rc != 0) LATTICE_FAIL("shard {}: close failed: {}", path_, std::strerror(errno));
+}
+
+void write_shard(const std::string& path, std::span<const int32_t> tokens) {
+  ShardWriter w(path);
+  w.append(tokens);
+  w.close();
+}
+
+// ---------------------------------------------------------------- reading
+
+Shard Shard::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) LATTICE_FAIL("shard {}: cannot open: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    LATTICE_FAIL("shard {}: cannot stat: {}", path, std::strerror(err));
+  }
+  int64_t bytes = st.st_size;
+  if (bytes < kShardHeaderBytes) {
+    ::close(fd);
+    LATTICE_FAIL("shard {}: file is {} bytes, shorter than the {}-byte header; {}", path, bytes,
+                 kShardHeaderBytes, kFix);
+  }
+  void* map = ::mmap(nullptr, size_t(bytes), PROT_READ, MAP_SHARED, fd, 0);
+  int map_err = errno;
+  ::close(fd);  // the mapping keeps the file alive
+  if (map == MAP_FAILED) LATTICE_FAIL("shard {}: mmap failed: {}", path, std::strerror(map_err));
+
+  Shard s;
+  s.path_ = path;
+  s.map_ = map;
+  s.map_bytes_ = size_t(bytes);
+  const auto* header = static_cast<const int32_t*>(map);
+  if (header[0] != kShardMagic)
+    LATTICE_FAIL("shard {}: magic {}, expected {} (not a token shard in the llm.c format); {}", path,
+                 header[0], kShardMagic, kFix);
+  if (header[1] != kShardVersion)
+    LATTICE_FAIL("shard {}: version {}, expected {}; {}", path, header[1], kShardVersion, kFix);
+  int64_t count = header[2];
+  int64_t expected_bytes = kShardHeaderBytes + 2 * count;
+  if (count < 0 || expected_bytes != bytes)
+    LATTICE_FAIL("shard {}: header says {} tokens ({} bytes with the header) but the file is {} "
+                 "bytes (truncated or corrupt); {}",
+                 path, count, expected_bytes, bytes, kFix);
+  s.n_tokens_ = count;
+  s.tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map) + kShardHeaderBytes);
+  return s;
+}
+
+Shard::~Shard() { release(); }
+
+Shard::Shard(Shard&& o) noexcept { *this = std::move(o); }
+
+Shard& Shard::operator=(Shard&& o) noexcept {
+  if (this != &o) {
+    release();
+    path_ = std::move(o.path_);
+    map_ = std::exchange(o.map_, nullptr);
+    map_bytes_ = std::exchange(o.map_bytes_, 0);
+    tokens_ = std::exchange(o.tokens_, nullptr);
+    n_tokens_ = std::exchange(o.n_tokens_, 0);
+  }
+  return *this;
+}
+
+void Shard::release() {
+  if (map_) ::munmap(map_, map_bytes_);
+  map_ = nullptr;
+  tokens_ = nullptr;
+  n_tokens_ = 0;
+}
+
+}  // namespace lattice::data

@@ -1,0 +1,65 @@
+// GPT-2: learned position embedding, pre-LN blocks with fused QKV attention
+// and a GELU MLP, final LayerNorm, LM head tied to the token embedding (or
+// separate), dropout on embeddings, attention probabilities and residual
+// branches. Parameter names follow Hugging Face GPT-2 (`wte.weight`,
+// `h.0.attn.c_attn.weight`, ...); linear weights are stored (OC, C) — HF's
+// Conv1D stores (C, OC), so HF interop transposes them.
+//
+// Shapes: B, T, C, NH, V, L as in core/shapes.h; F = 4C.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/param.h"
+#include "models/model.h"
+
+namespace lattice::gpt2 {
+
+struct Gpt2Config {
+  int n_layer = 2, n_head = 2, d_model = 64, vocab_size = 256, max_seq_len = 64;
+  bool tie_embeddings = true;
+  float dropout = 0.0f;
+  float norm_eps = 1e-5f;
+  float init_std = 0.02f;
+};
+
+// The parameter table: the one place that lists GPT-2's parameters.
+std::vector<ParamSpec> param_specs(const Gpt2Config& cfg);
+
+class Gpt2 final : public LanguageModel {
+ public:
+  // Binds views into `params`, which must have been built from param_specs(cfg).
+  Gpt2(const Gpt2Config& cfg, FlatParams& params);
+
+  std::string arch() const override { return "gpt2"; }
+  std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const override;
+  double forward(ModelContext& ctx, const Tensor& inputs, const Tensor& targets,
+                 const StepCoords& coords) const override;
+  void backward(ModelContext& ctx, float dloss) const override;
+  double flops_per_token(int64_t T) const override;
+  const Gpt2Config& config() const { return cfg_; }
+
+ private:
+  // Value and gradient views of one parameter.
+  struct P {
+    Tensor w, g;
+  };
+  // The parameters of block i (LayerView: no pointer arithmetic in the loop).
+  struct LayerView {
+    P ln_1_w, ln_1_b, c_attn_w, c_attn_b, attn_proj_w, attn_proj_b;
+    P ln_2_w, ln_2_b, c_fc_w, c_fc_b, mlp_proj_w, mlp_proj_b;
+  };
+  struct Context;
+  struct BlockActs;
+
+  void block_forward(BlockActs& a, const Tensor& x, const LayerView& p, Context& ctx, int layer) const;
+  void block_backward(Tensor& dx, Tensor& dres, BlockActs& a, const Tensor& x, const LayerView& p,
+                      Context& ctx, int layer) const;
+
+  Gpt2Config cfg_;
+  P wte_, wpe_, ln_f_w_, ln_f_b_, lm_head_;
+  std::vector<LayerView> layers_;
+};
+
+}  // namespace lattice::gpt2

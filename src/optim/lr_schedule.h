@@ -1,0 +1,24 @@
+// Learning-rate schedules: linear warm-up, then cosine, linear or constant
+// decay to min_lr at the horizon (train.steps). `step` is the 1-based index of
+// the update being taken, so step 1 uses lr * 1 / warmup when warming up.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace lattice::optim {
+
+enum class Decay { cosine, linear, constant };
+Decay decay_from_name(const std::string& name);  // throws on unknown names
+
+struct LrSchedule {
+  double lr = 3e-4;
+  double min_lr = 0.0;
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 1;
+  Decay decay = Decay::cosine;
+};
+
+double learning_rate(const LrSchedule& s, int64_t step);
+
+}  // namespace lattice::optim

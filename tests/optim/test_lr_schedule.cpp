@@ -1,0 +1,24 @@
+#include "optim/lr_schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace lattice::optim;
+
+TEST(LrSchedule, WarmupThenCosineToMinLr) {
+  LrSchedule s{.lr = 1.0, .min_lr = 0.1, .warmup_steps = 10, .total_steps = 110, .decay = Decay::cosine};
+  EXPECT_DOUBLE_EQ(learning_rate(s, 1), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(s, 10), 1.0);
+  EXPECT_NEAR(learning_rate(s, 60), 0.1 + 0.9 * 0.5, 1e-12);  // half way: cos(pi/2) = 0
+  EXPECT_NEAR(learning_rate(s, 110), 0.1, 1e-12);
+  EXPECT_NEAR(learning_rate(s, 500), 0.1, 1e-12);  // past the horizon stays at min_lr
+}
+
+TEST(LrSchedule, LinearAndConstant) {
+  LrSchedule s{.lr = 2.0, .min_lr = 0.0, .warmup_steps = 0, .total_steps = 100, .decay = Decay::linear};
+  EXPECT_NEAR(learning_rate(s, 25), 1.5, 1e-12);
+  s.decay = Decay::constant;
+  EXPECT_DOUBLE_EQ(learning_rate(s, 77), 2.0);
+  EXPECT_THROW(decay_from_name("exponential"), lattice::Error);
+}
