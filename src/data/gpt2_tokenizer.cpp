@@ -15,9 +15,14 @@ namespace lattice::data {
 
 namespace {
 
-// GPT-2's pre-tokenization pattern (encoder.py), verbatim.
+// GPT-2's pre-tokenization pattern (encoder.py)
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// with \s spelled \p{White_Space}: GPT-2 ran it with Python's `regex` module,
+// whose \s is Unicode's White_Space property, while PCRE2's \s (UCP) also
+// takes U+180E (Perl's historical list). Needs PCRE2 >= 10.40.
 constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\p{White_Space}\p{L}\p{N}]+)"
+    R"(|\p{White_Space}+(?!\P{White_Space})|\p{White_Space}+)";
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

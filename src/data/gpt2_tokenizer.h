@@ -5,10 +5,13 @@
 //   1. Cut the bytes into maximal valid UTF-8 runs and single invalid bytes.
 //   2. Pre-tokenize each valid run with GPT-2's pattern (PCRE2, UTF + UCP):
 //        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//      Each invalid byte is a piece of its own. On valid UTF-8 (all real
-//      text) this is exactly GPT-2's pre-tokenization; invalid bytes, which
-//      GPT-2's Python code cannot take at all, still round-trip because BPE
-//      is byte-level: every byte has a token.
+//      where \s means Unicode White_Space, as in the Python `regex` module
+//      GPT-2 used (PCRE2's own \s also takes U+180E; see the .cpp). On valid
+//      UTF-8 (all real text) this is exactly GPT-2's pre-tokenization.
+//      Invalid bytes, which GPT-2's Python code cannot take at all, are pieces
+//      of their own and still round-trip because BPE is byte-level: every
+//      byte has a token. A valid run ends like the end of text for the
+//      lookahead, so the spaces of "a  " before an invalid byte stay together.
 //   3. BPE each piece: start from one token per byte and repeatedly merge
 //      every occurrence of the adjacent pair with the lowest merge rank
 //      (vocab.bpe line order), as GPT-2's encoder.py does. Pieces are cached

@@ -31,7 +31,7 @@ std::vector<std::string> match_glob(const std::string& pattern, const std::strin
 }  // namespace
 
 std::vector<int64_t> window_permutation(uint64_t seed, int64_t epoch, int64_t n_windows) {
-  std::vector<int64_t> perm(size_t(n_windows));
+  std::vector<int64_t> perm(static_cast<size_t>(n_windows));
   std::iota(perm.begin(), perm.end(), int64_t(0));
   RngKey key;
   key.seed = seed;

@@ -41,9 +41,9 @@ class LanguageModel {
   // inputs, targets: (B, T) i32 on the model's device. Returns the SUM of the
   // token losses over valid (target != ignore) tokens.
   virtual double forward(ModelContext& ctx, const Tensor& inputs, const Tensor& targets,
-                         const StepCoords& coords) const = 0;
+                         const StepCoords& coords) = 0;
   // Backward from the loss scaled per token by dloss (1 / global valid tokens).
-  virtual void backward(ModelContext& ctx, float dloss) const = 0;
+  virtual void backward(ModelContext& ctx, float dloss) = 0;
   // Training FLOPs per token at sequence length T: 6 N + the attention term
   // 12 L C T (score and value matmuls, forward and backward, no causal discount).
   virtual double flops_per_token(int64_t T) const = 0;

@@ -110,7 +110,7 @@ std::unique_ptr<ModelContext> Gpt2::make_context(int64_t B, int64_t T) const {
   return ctx;
 }
 
-void Gpt2::block_forward(BlockActs& a, const Tensor& x, const LayerView& p, Context& ctx, int layer) const {
+void Gpt2::block_forward(BlockActs& a, const Tensor& x, LayerView& p, Context& ctx, int layer) {
   const StepCoords& c = ctx.coords;
   Tensor& tmp = ctx.c1;  // (B, T, C)
   ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln_1_w.w, p.ln_1_b.w, cfg_.norm_eps);
@@ -128,8 +128,8 @@ void Gpt2::block_forward(BlockActs& a, const Tensor& x, const LayerView& p, Cont
 }
 
 // dout: gradient of the block output; dx: gradient of its input (overwrite).
-void Gpt2::block_backward(Tensor& dx, Tensor& dout, BlockActs& a, const Tensor& x, const LayerView& p,
-                          Context& ctx, int layer) const {
+void Gpt2::block_backward(Tensor& dx, Tensor& dout, BlockActs& a, const Tensor& x, LayerView& p,
+                          Context& ctx, int layer) {
   const StepCoords& c = ctx.coords;
   Tensor &c1 = ctx.c1, &dres1 = ctx.c2, &c3 = ctx.c3;
   ops::dropout_backward(c1, dout, dropout_at(c, cfg_.dropout, layer, kMlpResid));
@@ -148,7 +148,7 @@ void Gpt2::block_backward(Tensor& dx, Tensor& dout, BlockActs& a, const Tensor& 
 }
 
 double Gpt2::forward(ModelContext& base, const Tensor& inputs, const Tensor& targets,
-                     const StepCoords& coords) const {
+                     const StepCoords& coords) {
   auto& ctx = static_cast<Context&>(base);
   const int64_t B = ctx.B, T = ctx.T, C = cfg_.d_model;
   LATTICE_CHECK(inputs.numel() == B * T && targets.numel() == B * T, "gpt2: batch {} does not match context ({}, {})",
@@ -183,7 +183,7 @@ double Gpt2::forward(ModelContext& base, const Tensor& inputs, const Tensor& tar
   return sum;
 }
 
-void Gpt2::backward(ModelContext& base, float dloss) const {
+void Gpt2::backward(ModelContext& base, float dloss) {
   auto& ctx = static_cast<Context&>(base);
   const int64_t B = ctx.B, T = ctx.T, C = cfg_.d_model;
   const int L = cfg_.n_layer;

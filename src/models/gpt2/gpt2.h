@@ -35,8 +35,8 @@ class Gpt2 final : public LanguageModel {
   std::string arch() const override { return "gpt2"; }
   std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const override;
   double forward(ModelContext& ctx, const Tensor& inputs, const Tensor& targets,
-                 const StepCoords& coords) const override;
-  void backward(ModelContext& ctx, float dloss) const override;
+                 const StepCoords& coords) override;
+  void backward(ModelContext& ctx, float dloss) override;
   double flops_per_token(int64_t T) const override;
   const Gpt2Config& config() const { return cfg_; }
 
@@ -53,9 +53,9 @@ class Gpt2 final : public LanguageModel {
   struct Context;
   struct BlockActs;
 
-  void block_forward(BlockActs& a, const Tensor& x, const LayerView& p, Context& ctx, int layer) const;
-  void block_backward(Tensor& dx, Tensor& dres, BlockActs& a, const Tensor& x, const LayerView& p,
-                      Context& ctx, int layer) const;
+  void block_forward(BlockActs& a, const Tensor& x, LayerView& p, Context& ctx, int layer);
+  void block_backward(Tensor& dx, Tensor& dres, BlockActs& a, const Tensor& x, LayerView& p,
+                      Context& ctx, int layer);
 
   Gpt2Config cfg_;
   P wte_, wpe_, ln_f_w_, ln_f_b_, lm_head_;

@@ -1,0 +1,575 @@
+// Tests src/config: decoding, defaults, the to_yaml round trip, overrides,
+// validation, the layout arithmetic, and the one-line error contract.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "config/config.h"
+#include "support/test_support.h"
+
+namespace lattice {
+namespace {
+
+// Every key set to a value other than its default.
+const char* kFull = R"(# full config
+model:
+  arch: llama
+  n_layer: 8
+  n_head: 8
+  n_kv_head: 2
+  d_model: 256
+  d_ff: 688
+  vocab_size: 50304
+  max_seq_len: 512
+  tie_embeddings: false
+  dropout: 0.1
+  norm_eps: 1.0e-6
+  rope_theta: 500000
+  init_std: 0.01
+parallel:
+  tp: 2
+  pp: 2
+  dp: 2
+  order: [dp, tp, pp]
+  schedule: interleaved
+  microbatches: 4
+  virtual_stages: 2
+  layers_per_stage: [1, 3, 3, 1]
+  zero: 1
+train:
+  steps: 100
+  stop_at_step: 40
+  global_batch: 32
+  micro_batch: 4
+  seq_len: 256
+  eval_every: 10
+  eval_steps: 5
+optimizer:
+  name: sgd
+  lr: 3.0e-4
+  betas: [0.8, 0.99]
+  eps: 1.0e-7
+  weight_decay: 0.05
+  grad_clip: 0
+  momentum: 0.5
+  schedule:
+    warmup_steps: 10
+    decay: linear
+    min_lr: 3.0e-5
+data:
+  train: "data/tiny_train_*.bin"
+  val: data/tiny_val_*.bin
+  tokenizer: gpt2
+  vocab_dir: /opt/gpt2
+checkpoint:
+  dir: /tmp/ckpt
+  every: 20
+  keep_last: 0
+  resume: never
+log:
+  dir: /tmp/run
+  every: 5
+  tensorboard: true
+  trace: yes
+runtime:
+  device: cuda
+  precision: bf16
+  seed: 18446744073709551615
+  threads: 4
+  comm_timeout_s: 60.5
+  peak_flops: 9.89e14
+)";
+
+// Only the required keys.
+const char* kMinimal = R"(model:
+  n_layer: 2
+  n_head: 4
+  d_model: 64
+  vocab_size: 257
+  max_seq_len: 128
+train:
+  steps: 20
+  global_batch: 8
+  micro_batch: 2
+  seq_len: 64
+optimizer:
+  lr: 1.0e-3
+data:
+  train: data/tiny_train_*.bin
+  tokenizer: bytes
+)";
+
+// 1-based line of the first occurrence of `needle` in `text`.
+int line_of(const std::string& text, const std::string& needle) {
+  auto pos = text.find(needle);
+  EXPECT_NE(pos, std::string::npos) << needle;
+  return 1 + int(std::count(text.begin(), text.begin() + pos, '\n'));
+}
+
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  auto pos = text.find(from);
+  EXPECT_NE(pos, std::string::npos) << from;
+  return text.replace(pos, from.size(), to);
+}
+
+// The message of the ConfigError `f` throws; fails the test if none or if it spans lines.
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    return msg;
+  }
+  ADD_FAILURE() << "no ConfigError thrown";
+  return "";
+}
+
+std::string parse_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  return error_of([&] { parse_config(yaml, "test.yaml", overrides); });
+}
+
+#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << "message: " << (msg)
+
+TEST(Config, FullConfigDecodes) {
+  Config c = parse_config(kFull, "configs/full.yaml", {});
+  EXPECT_EQ(c.name, "full");
+  EXPECT_EQ(c.source, "configs/full.yaml");
+  EXPECT_EQ(c.model.arch, ModelArch::llama);
+  EXPECT_EQ(c.model.n_layer, 8);
+  EXPECT_EQ(c.model.n_head, 8);
+  EXPECT_EQ(c.model.n_kv_head, 2);
+  EXPECT_EQ(c.model.d_model, 256);
+  EXPECT_EQ(c.model.d_ff, 688);
+  EXPECT_EQ(c.model.vocab_size, 50304);
+  EXPECT_EQ(c.model.max_seq_len, 512);
+  EXPECT_FALSE(c.model.tie_embeddings);
+  EXPECT_FLOAT_EQ(c.model.dropout, 0.1f);
+  EXPECT_DOUBLE_EQ(c.model.norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c.model.rope_theta, 500000);
+  EXPECT_DOUBLE_EQ(c.model.init_std, 0.01);
+  EXPECT_EQ(c.parallel.tp, 2);
+  EXPECT_EQ(c.parallel.pp, 2);
+  EXPECT_EQ(c.parallel.dp, 2);
+  EXPECT_EQ(c.parallel.order, (std::vector<std::string>{"dp", "tp", "pp"}));
+  EXPECT_EQ(c.parallel.schedule, PipeSchedule::interleaved);
+  EXPECT_EQ(c.parallel.microbatches, 4);
+  EXPECT_EQ(c.parallel.virtual_stages, 2);
+  EXPECT_EQ(c.parallel.layers_per_stage.split, LayerSplit::list);
+  EXPECT_EQ(c.parallel.layers_per_stage.counts, (std::vector<int>{1, 3, 3, 1}));
+  EXPECT_EQ(c.parallel.zero, 1);
+  EXPECT_EQ(c.train.steps, 100);
+  EXPECT_EQ(c.train.stop_at_step, 40);
+  EXPECT_EQ(c.train.global_batch, 32);
+  EXPECT_EQ(c.train.micro_batch, 4);
+  EXPECT_EQ(c.train.seq_len, 256);
+  EXPECT_EQ(c.train.eval_every, 10);
+  EXPECT_EQ(c.train.eval_steps, 5);
+  EXPECT_EQ(c.optimizer.name, OptimizerName::sgd);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(c.optimizer.betas[0], 0.8);
+  EXPECT_DOUBLE_EQ(c.optimizer.betas[1], 0.99);
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-7);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.05);
+  EXPECT_DOUBLE_EQ(c.optimizer.grad_clip, 0.0);
+  EXPECT_DOUBLE_EQ(c.optimizer.momentum, 0.5);
+  EXPECT_EQ(c.optimizer.schedule.warmup_steps, 10);
+  EXPECT_EQ(c.optimizer.schedule.decay, LrDecay::linear);
+  EXPECT_DOUBLE_EQ(c.optimizer.schedule.min_lr, 3e-5);
+  EXPECT_EQ(c.data.train, "data/tiny_train_*.bin");
+  EXPECT_EQ(c.data.val, "data/tiny_val_*.bin");
+  EXPECT_EQ(c.data.tokenizer, TokenizerName::gpt2);
+  EXPECT_EQ(c.data.vocab_dir, "/opt/gpt2");
+  EXPECT_EQ(c.checkpoint.dir, "/tmp/ckpt");
+  EXPECT_EQ(c.checkpoint.every, 20);
+  EXPECT_EQ(c.checkpoint.keep_last, 0);
+  EXPECT_EQ(c.checkpoint.resume, "never");
+  EXPECT_EQ(c.log.dir, "/tmp/run");
+  EXPECT_EQ(c.log.every, 5);
+  EXPECT_TRUE(c.log.tensorboard);
+  EXPECT_TRUE(c.log.trace);
+  EXPECT_EQ(c.runtime.device, DeviceType::cuda);
+  EXPECT_EQ(c.runtime.precision, Precision::bf16);
+  EXPECT_EQ(c.runtime.seed, 18446744073709551615ull);
+  EXPECT_EQ(c.runtime.threads, 4);
+  EXPECT_DOUBLE_EQ(c.runtime.comm_timeout_s, 60.5);
+  EXPECT_DOUBLE_EQ(c.runtime.peak_flops, 9.89e14);
+  // Locations are 1-based file positions.
+  EXPECT_EQ(c.locations.at("model.n_layer").line, line_of(kFull, "n_layer"));
+  EXPECT_EQ(c.locations.at("model.n_layer").column, 3);
+  EXPECT_EQ(c.locations.at("optimizer.schedule.decay").line, line_of(kFull, "decay:"));
+}
+
+TEST(Config, DefaultsAndDerivedValues) {
+  Config c = parse_config(kMinimal, "configs/tiny_bytes.yaml", {});
+  EXPECT_EQ(c.model.arch, ModelArch::gpt2);
+  EXPECT_EQ(c.model.n_kv_head, 4);  // = n_head
+  EXPECT_EQ(c.model.d_ff, 256);     // = 4 * d_model
+  EXPECT_TRUE(c.model.tie_embeddings);
+  EXPECT_EQ(c.model.dropout, 0.0f);
+  EXPECT_DOUBLE_EQ(c.model.norm_eps, 1e-5);
+  EXPECT_EQ(c.model.rope_theta, 0.0);
+  EXPECT_DOUBLE_EQ(c.model.init_std, 0.02);
+  ParallelConfig p;
+  EXPECT_EQ(c.parallel, p);
+  EXPECT_EQ(c.parallel.order, (std::vector<std::string>{"tp", "dp", "pp"}));
+  EXPECT_EQ(c.parallel.schedule, PipeSchedule::one_f_one_b);
+  EXPECT_EQ(c.parallel.layers_per_stage.split, LayerSplit::uniform);
+  EXPECT_EQ(c.train.stop_at_step, 0);
+  EXPECT_EQ(c.train.eval_every, 0);
+  EXPECT_EQ(c.optimizer.name, OptimizerName::adamw);
+  EXPECT_EQ(c.optimizer.betas, (std::array<double, 2>{0.9, 0.95}));
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-8);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.1);
+  EXPECT_DOUBLE_EQ(c.optimizer.grad_clip, 1.0);
+  EXPECT_EQ(c.optimizer.schedule, OptimizerConfig::Schedule{});
+  EXPECT_EQ(c.optimizer.schedule.decay, LrDecay::cosine);
+  EXPECT_EQ(c.data.val, "");
+  EXPECT_EQ(c.data.tokenizer, TokenizerName::bytes);
+  EXPECT_EQ(c.log.dir, "runs/tiny_bytes");
+  EXPECT_EQ(c.log.every, 1);
+  EXPECT_EQ(c.checkpoint.dir, "runs/tiny_bytes/checkpoints");
+  EXPECT_EQ(c.checkpoint.keep_last, 3);
+  EXPECT_EQ(c.checkpoint.resume, "auto");
+  EXPECT_EQ(c.runtime, RuntimeConfig{});
+  EXPECT_EQ(c.runtime.seed, 1337u);
+  // Keys the file does not set point at the file only.
+  EXPECT_EQ(key_location(c, "runtime.seed"), "configs/tiny_bytes.yaml");
+  EXPECT_EQ(key_location(c, "train.steps"), fmt::format("configs/tiny_bytes.yaml:{}:3", line_of(kMinimal, "steps")));
+  // The llama default for rope_theta.
+  Config l = parse_config(kMinimal, "x", {"model.arch=llama"});
+  EXPECT_DOUBLE_EQ(l.model.rope_theta, 10000.0);
+}
+
+TEST(Config, ToYamlRoundTrip) {
+  for (const char* text : {kFull, kMinimal}) {
+    Config a = parse_config(text, "a.yaml", {});
+    std::string y = to_yaml(a);
+    Config b = parse_config(y, "b.yaml", {});
+    EXPECT_EQ(a, b) << y;
+    EXPECT_EQ(to_yaml(b).substr(y.find('\n')), y.substr(y.find('\n')));  // equal below the header comment
+    // Every key is written.
+    for (const auto& path : config_key_paths()) {
+      std::string name = path.substr(path.rfind('.') + 1);
+      EXPECT_HAS(y, name + ":");
+    }
+  }
+}
+
+TEST(Config, ToYamlRoundTripOddValues) {
+  std::vector<std::string> o = {"data.train=\"a: #b/'c'\\\"*.bin\"", "data.val=null", "checkpoint.resume=\"yes\"",
+                                "model.dropout=0.3",           "optimizer.lr=0.000123456789012345",
+                                "runtime.seed=0",              "runtime.comm_timeout_s=1e-3",
+                                "parallel.layers_per_stage=balanced"};
+  Config a = parse_config(kMinimal, "a.yaml", o);
+  EXPECT_EQ(a.data.train, "a: #b/'c'\"*.bin");
+  EXPECT_EQ(a.data.val, "");
+  EXPECT_EQ(a.checkpoint.resume, "yes");
+  EXPECT_EQ(a.parallel.layers_per_stage.split, LayerSplit::balanced);
+  Config b = parse_config(to_yaml(a), "b.yaml", {});
+  EXPECT_EQ(a, b) << to_yaml(a);
+  EXPECT_EQ(b.model.dropout, 0.3f);
+  EXPECT_EQ(b.optimizer.lr, 0.000123456789012345);
+}
+
+TEST(Config, LoadConfigFromFileAndWriteBack) {
+  std::string dir = test::make_temp_dir("config");
+  std::string path = dir + "/gpt2_tiny.yaml";
+  std::ofstream(path) << kMinimal;
+  Config a = load_config(path, {"train.steps=50"});
+  EXPECT_EQ(a.name, "gpt2_tiny");
+  EXPECT_EQ(a.source, path);
+  EXPECT_EQ(a.train.steps, 50);
+  std::string effective = dir + "/config.yaml";
+  std::ofstream(effective) << to_yaml(a);
+  Config b = load_config(effective, {});
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(b.log.dir, "runs/gpt2_tiny");  // written out, so not re-derived from the new name
+}
+
+TEST(Config, UnknownKeyAtTopLevel) {
+  std::string y = std::string(kMinimal) + "trian:\n  steps: 3\n";
+  std::string msg = parse_error(y);
+  EXPECT_HAS(msg, fmt::format("test.yaml:{}:1: trian: unknown key", line_of(y, "trian")));
+  EXPECT_HAS(msg, "did you mean 'train'?");
+}
+
+TEST(Config, UnknownNestedKeyWithSuggestion) {
+  std::string y = replace(kMinimal, "  steps: 20", "  steps: 20\n  stepz: 5");
+  std::string msg = parse_error(y);
+  EXPECT_HAS(msg, fmt::format("test.yaml:{}:3: train.stepz: unknown key", line_of(y, "stepz")));
+  EXPECT_HAS(msg, "did you mean 'train.steps'?");
+  // Three levels deep.
+  y = replace(kFull, "    decay: linear", "    decai: linear");
+  msg = parse_error(y);
+  EXPECT_HAS(msg, fmt::format(":{}:5: optimizer.schedule.decai: unknown key", line_of(y, "decai")));
+  EXPECT_HAS(msg, "did you mean 'optimizer.schedule.decay'?");
+  // A key that belongs to another section.
+  msg = parse_error(replace(kMinimal, "  steps: 20", "  steps: 20\n  lr: 0.1"));
+  EXPECT_HAS(msg, "train.lr: unknown key — did you mean 'optimizer.lr'?");
+  // Nothing close: the known keys are listed.
+  msg = parse_error(replace(kMinimal, "  steps: 20", "  steps: 20\n  banana: 1"));
+  EXPECT_HAS(msg, "train.banana: unknown key — known keys in train: steps, stop_at_step");
+}
+
+TEST(Config, WrongTypes) {
+  std::string y = replace(kMinimal, "n_layer: 2", "n_layer: abc");
+  std::string msg = parse_error(y);
+  EXPECT_HAS(msg, fmt::format("test.yaml:{}:12: model.n_layer: expected an integer, got 'abc'", line_of(y, "abc")));
+  EXPECT_HAS(parse_error(replace(kMinimal, "n_layer: 2", "n_layer: 2.5")), "expected an integer, got '2.5'");
+  EXPECT_HAS(parse_error(replace(kMinimal, "n_layer: 2", "n_layer: [2]")), "model.n_layer: expected an integer, got a list");
+  EXPECT_HAS(parse_error(replace(kMinimal, "n_layer: 2", "n_layer:")), "expected an integer, got an empty value");
+  EXPECT_HAS(parse_error(replace(kMinimal, "n_layer: 2", "n_layer: 99999999999")), "out of range");
+  EXPECT_HAS(parse_error(replace(kMinimal, "lr: 1.0e-3", "lr: fast")), "optimizer.lr: expected a number, got 'fast'");
+  EXPECT_HAS(parse_error(std::string(kMinimal) + "log:\n  trace: maybe\n"), "log.trace: expected true or false");
+  msg = parse_error(replace(kMinimal, "tokenizer: bytes", "tokenizer: byts"));
+  EXPECT_HAS(msg, "data.tokenizer: unknown value 'byts' — expected one of gpt2|bytes (did you mean 'bytes'?)");
+  EXPECT_HAS(parse_error(kMinimal, {"optimizer.betas=[0.9]"}), "optimizer.betas: expected a list of 2 numbers");
+  EXPECT_HAS(parse_error(kMinimal, {"optimizer.betas=[0.9, x]"}), "optimizer.betas[1]: expected a number, got 'x'");
+  EXPECT_HAS(parse_error(kMinimal, {"runtime.seed=-1"}), "runtime.seed: expected a non-negative integer");
+  y = replace(kMinimal, "train:\n", "train: 5\nx:\n");
+  EXPECT_HAS(parse_error(y), "train: expected a mapping of keys, got '5'");
+  EXPECT_HAS(parse_error("- 1\n- 2\n"), "test.yaml:1:1: config: expected a mapping of sections");
+}
+
+TEST(Config, NegativeAndZeroSizes) {
+  std::string y = replace(kMinimal, "n_layer: 2", "n_layer: -2");
+  std::string msg = parse_error(y);
+  EXPECT_HAS(msg, fmt::format("test.yaml:{}:3: model.n_layer: must be at least 1 (got -2)", line_of(y, "n_layer")));
+  EXPECT_HAS(parse_error(replace(kMinimal, "micro_batch: 2", "micro_batch: 0")), "train.micro_batch: must be at least 1 (got 0)");
+  EXPECT_HAS(parse_error(kMinimal, {"parallel.tp=0"}), "override 'parallel.tp=0': parallel.tp: must be at least 1");
+  EXPECT_HAS(parse_error(kMinimal, {"checkpoint.every=-5"}), "checkpoint.every: must not be negative (got -5)");
+}
+
+TEST(Config, MalformedYaml) {
+  std::string y = replace(kMinimal, "  n_head: 4", "  n_head: [4, 5");
+  std::string msg = parse_error(y);
+  EXPECT_HAS(msg, "test.yaml:");
+  EXPECT_HAS(msg, "malformed YAML");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(msg, m, std::regex(R"(test\.yaml:(\d+):(\d+): )"))) << msg;
+  EXPECT_GE(std::stoi(m[1]), line_of(y, "[4, 5"));
+  msg = parse_error("model:\n  n_layer: 2\n bad: 1\n");
+  EXPECT_HAS(msg, "test.yaml:3:");
+}
+
+TEST(Config, MissingFileAndMissingKey) {
+  std::string dir = test::make_temp_dir("config");
+  std::string msg = error_of([&] { load_config(dir + "/nope.yaml", {}); });
+  EXPECT_HAS(msg, fmt::format("config file '{}/nope.yaml' not found", dir));
+  msg = error_of([&] { load_config(dir, {}); });
+  EXPECT_HAS(msg, "is a directory");
+  std::string y = replace(kMinimal, "  vocab_size: 257\n", "");
+  msg = parse_error(y);
+  EXPECT_HAS(msg, "test.yaml:1:1: model.vocab_size: required key is missing — add 'vocab_size: ...' under 'model:'");
+  msg = parse_error(replace(kMinimal, "optimizer:\n  lr: 1.0e-3\n", ""));
+  EXPECT_HAS(msg, "test.yaml: optimizer.lr: required key is missing");
+  EXPECT_HAS(parse_error(""), "model.n_layer: required key is missing");
+  // A required key supplied by an override is enough.
+  EXPECT_EQ(parse_config(y, "t", {"model.vocab_size=300"}).model.vocab_size, 300);
+}
+
+TEST(Config, DuplicateKey) {
+  std::string y = replace(kMinimal, "  steps: 20", "  steps: 20\n  steps: 30");
+  std::string msg = parse_error(y);
+  EXPECT_HAS(msg, fmt::format("test.yaml:{}:3: train.steps: duplicate key", line_of(y, "steps: 30")));
+}
+
+TEST(Config, Overrides) {
+  Config c = parse_config(kMinimal, "t.yaml",
+                          {"train.steps=50", "optimizer.betas=[0.9,0.99]", "parallel.pp=2",
+                           "parallel.layers_per_stage=[1, 1]", "optimizer.schedule.warmup_steps=5",
+                           " log.tensorboard = true", "train.steps=60"});
+  EXPECT_EQ(c.train.steps, 60);  // later overrides win
+  EXPECT_EQ(c.optimizer.betas, (std::array<double, 2>{0.9, 0.99}));
+  EXPECT_EQ(c.parallel.layers_per_stage.counts, (std::vector<int>{1, 1}));
+  EXPECT_EQ(c.optimizer.schedule.warmup_steps, 5);
+  EXPECT_TRUE(c.log.tensorboard);
+  EXPECT_EQ(key_location(c, "train.steps"), "override 'train.steps=60'");
+  EXPECT_EQ(key_location(c, "parallel.layers_per_stage"), "override 'parallel.layers_per_stage=[1, 1]'");
+  // Errors name the override.
+  std::string msg = parse_error(kMinimal, {"train.stepz=5"});
+  EXPECT_EQ(msg, "override 'train.stepz=5': train.stepz: unknown key — did you mean 'train.steps'?");
+  msg = parse_error(kMinimal, {"train.steps"});
+  EXPECT_HAS(msg, "override 'train.steps': missing '='");
+  msg = parse_error(kMinimal, {"train.steps=abc"});
+  EXPECT_EQ(msg, "override 'train.steps=abc': train.steps: expected an integer, got 'abc'");
+  EXPECT_HAS(parse_error(kMinimal, {"optimizer.schedule=1"}), "optimizer.schedule: is a section");
+  EXPECT_HAS(parse_error(kMinimal, {"model.n_layer=[1,"}), "override 'model.n_layer=[1,': model.n_layer: malformed value");
+  EXPECT_HAS(parse_error(kMinimal, {"bogus=1"}), "override 'bogus=1': bogus: unknown key");
+  // A validation error on an overridden key points at the override.
+  EXPECT_HAS(parse_error(kMinimal, {"train.seq_len=4096"}),
+             "override 'train.seq_len=4096': train.seq_len: 4096 exceeds model.max_seq_len (128)");
+}
+
+TEST(Config, LayersPerStage) {
+  Config c = parse_config(kMinimal, "t", {"parallel.layers_per_stage=balanced"});
+  EXPECT_EQ(c.parallel.layers_per_stage.split, LayerSplit::balanced);
+  EXPECT_TRUE(c.parallel.layers_per_stage.counts.empty());
+  c = parse_config(kMinimal, "t", {"parallel.layers_per_stage=uniform"});
+  EXPECT_EQ(c.parallel.layers_per_stage.split, LayerSplit::uniform);
+  c = parse_config(kMinimal, "t", {"model.n_layer=8", "parallel.pp=4", "parallel.layers_per_stage=[1,3,3,1]"});
+  EXPECT_EQ(c.parallel.layers_per_stage.split, LayerSplit::list);
+  EXPECT_EQ(c.parallel.layers_per_stage.counts, (std::vector<int>{1, 3, 3, 1}));
+  std::string y = std::string(kMinimal) + "parallel:\n  pp: 2\n  layers_per_stage: [1, 2]\n";
+  std::string msg = parse_error(y);
+  EXPECT_HAS(msg, fmt::format("test.yaml:{}:3: parallel.layers_per_stage: sums to 3, but model.n_layer is 2",
+                              line_of(y, "layers_per_stage")));
+  EXPECT_HAS(parse_error(kMinimal, {"parallel.pp=2", "parallel.layers_per_stage=[2]"}),
+             "parallel.layers_per_stage: has 1 entries, but pp (2) * virtual_stages (1) = 2");
+  EXPECT_HAS(parse_error(kMinimal, {"parallel.pp=2", "parallel.layers_per_stage=[2, 0]"}),
+             "parallel.layers_per_stage[1]: must be at least 1 (got 0)");
+  EXPECT_HAS(parse_error(kMinimal, {"parallel.layers_per_stage=even"}),
+             "parallel.layers_per_stage: expected uniform, balanced or a list of layer counts like [3, 5, 5, 3], got 'even'");
+  EXPECT_HAS(parse_error(kMinimal, {"parallel.layers_per_stage=[]"}), "got an empty list");
+  EXPECT_HAS(parse_error(kMinimal, {"parallel.layers_per_stage=[1, a]"}),
+             "parallel.layers_per_stage[1]: expected an integer, got 'a'");
+  EXPECT_HAS(parse_error(kMinimal, {"parallel.pp=4"}), "model.n_layer: 2 layers cannot fill pp (4) * virtual_stages (1) = 4 stages");
+}
+
+TEST(Config, ValidateChecks) {
+  struct Case {
+    std::vector<std::string> overrides;
+    std::string expected;
+  };
+  std::vector<Case> cases = {
+      {{"model.d_model=66"}, "model.d_model: 66 is not divisible by model.n_head (4)"},
+      {{"model.arch=llama", "model.n_kv_head=3"}, "model.n_kv_head: model.n_head (4) is not divisible by n_kv_head (3)"},
+      {{"model.n_kv_head=2"}, "model.n_kv_head: gpt2 has no grouped-query attention"},
+      {{"model.vocab_size=0"}, "model.vocab_size: must be at least 1 (got 0)"},
+      {{"model.vocab_size=256"}, "model.vocab_size: 256 is smaller than the bytes tokenizer (257 ids for gpt2)"},
+      {{"model.arch=bert"}, "model.vocab_size: 257 is smaller than the bytes tokenizer (261 ids for bert)"},
+      {{"data.tokenizer=gpt2"}, "model.vocab_size: 257 is smaller than the gpt2 tokenizer (50257 ids"},
+      {{"train.seq_len=129"}, "train.seq_len: 129 exceeds model.max_seq_len (128)"},
+      {{"model.dropout=1"}, "model.dropout: must be in [0, 1) (got 1)"},
+      {{"model.dropout=-0.1"}, "model.dropout: must be in [0, 1)"},
+      {{"model.rope_theta=10000"}, "model.rope_theta: gpt2 uses learned positions"},
+      {{"model.arch=gpt3"}, "model.arch: unknown value 'gpt3' — expected one of gpt2|llama|bert (did you mean 'gpt2'?)"},
+      {{"optimizer.name=adam"}, "optimizer.name: unknown value 'adam' — expected one of adamw|sgd"},
+      {{"optimizer.schedule.decay=cos"}, "optimizer.schedule.decay: unknown value 'cos'"},
+      {{"parallel.schedule=zb"}, "parallel.schedule: unknown value 'zb' — expected one of gpipe|1f1b|interleaved"},
+      {{"runtime.device=tpu"}, "runtime.device: unknown value 'tpu' — expected one of cpu|cuda"},
+      {{"runtime.precision=fp8"}, "runtime.precision: unknown value 'fp8' — expected one of fp32|bf16|fp16"},
+      {{"runtime.precision=bf16"}, "runtime.precision: bf16 needs runtime.device: cuda"},
+      {{"train.eval_every=-1"}, "train.eval_every: must not be negative (got -1)"},
+      {{"train.eval_every=10"}, "train.eval_every: is 10, but data.val is not set"},
+      {{"train.eval_every=10", "data.val=v*.bin"}, "train.eval_steps: must be at least 1 when eval_every is set"},
+      {{"train.stop_at_step=21"}, "train.stop_at_step: must be in [0, train.steps = 20] (got 21)"},
+      {{"train.global_batch=7"}, "train.global_batch: 7 is not divisible by train.micro_batch (2)"},
+      {{"optimizer.schedule.warmup_steps=21"}, "optimizer.schedule.warmup_steps: must be in [0, train.steps = 20] (got 21)"},
+      {{"optimizer.schedule.min_lr=0.1"}, "optimizer.schedule.min_lr: must be in [0, optimizer.lr = 0.001] (got 0.1)"},
+      {{"optimizer.lr=0"}, "optimizer.lr: must be positive (got 0)"},
+      {{"optimizer.betas=[0.9, 1.0]"}, "optimizer.betas[1]: must be in [0, 1) (got 1)"},
+      {{"parallel.zero=2"}, "parallel.zero: must be 0 or 1 (got 2)"},
+      {{"parallel.virtual_stages=2"}, "parallel.virtual_stages: is 2, but only the interleaved schedule"},
+      {{"parallel.schedule=interleaved"}, "parallel.schedule: interleaved needs pp >= 2 and virtual_stages >= 2"},
+      {{"parallel.tp=8"}, "parallel.tp: model.n_head (4) is not divisible by tp (8)"},
+      {{"parallel.order=[tp, xp, pp]"}, "parallel.order: unknown axis 'xp' — expected a permutation of tp, dp, pp"},
+      {{"parallel.order=[tp, tp, pp]"}, "parallel.order: axis 'tp' appears twice"},
+      {{"parallel.order=[tp, dp]"}, "parallel.order: lists 2 of the 3 axes"},
+      {{"log.every=0"}, "log.every: must be at least 1 (got 0)"},
+      {{"checkpoint.resume=\"\""}, "checkpoint.resume: is empty"},
+      {{"runtime.comm_timeout_s=0"}, "runtime.comm_timeout_s: must be positive (got 0)"},
+      {{"data.train=\"\""}, "data.train: is empty"},
+  };
+  for (const auto& c : cases) {
+    std::string msg = parse_error(kMinimal, c.overrides);
+    EXPECT_HAS(msg, c.expected);
+    EXPECT_HAS(msg, "override '");  // located at the override that set the value
+  }
+  // validate() on a hand-built config names the key and, without locations, the source.
+  Config c = parse_config(kMinimal, "t.yaml", {});
+  c.train.seq_len = 1000;
+  std::string msg = error_of([&] { validate(c); });
+  EXPECT_HAS(msg, fmt::format("t.yaml:{}:3: train.seq_len: 1000 exceeds", line_of(kMinimal, "seq_len")));
+  c = Config{};
+  c.source = "<embedded>";
+  msg = error_of([&] { validate(c); });
+  EXPECT_EQ(msg, "<embedded>: model.n_layer: must be at least 1 (got 0) — set the number of transformer blocks");
+}
+
+TEST(Config, ResolveLayoutDerivesDpAndMicrobatches) {
+  Config c = parse_config(kMinimal, "t.yaml", {"train.global_batch=32"});
+  EXPECT_EQ(resolve_layout(c, 1), (Layout{1, 1, 1, 16}));
+  EXPECT_EQ(resolve_layout(c, 4), (Layout{1, 1, 4, 4}));
+  c = parse_config(kMinimal, "t.yaml", {"train.global_batch=32", "parallel.tp=2", "parallel.pp=2"});
+  EXPECT_EQ(resolve_layout(c, 8), (Layout{2, 2, 2, 8}));
+  c = parse_config(kMinimal, "t.yaml", {"train.global_batch=32", "parallel.dp=2", "parallel.microbatches=8"});
+  EXPECT_EQ(resolve_layout(c, 2), (Layout{1, 1, 2, 8}));
+  c = parse_config(kFull, "full.yaml", {});
+  EXPECT_EQ(resolve_layout(c, 8), (Layout{2, 2, 2, 4}));
+}
+
+TEST(Config, ResolveLayoutArithmeticErrors) {
+  std::string y = std::string(kMinimal) + "parallel:\n  tp: 2\n  pp: 2\n  dp: 3\n";
+  Config c = parse_config(y, "job.yaml", {});
+  std::string msg = error_of([&] { resolve_layout(c, 8); });
+  EXPECT_EQ(msg, fmt::format("job.yaml:{}:3: parallel: tp (2) * pp (2) * dp (3) = 12, but the job has 8 ranks",
+                             line_of(y, "dp: 3")));
+  c = parse_config(kMinimal, "job.yaml", {"parallel.tp=4"});
+  msg = error_of([&] { resolve_layout(c, 6); });
+  EXPECT_HAS(msg, "parallel: the job has 6 ranks, not divisible by tp (4) * pp (1) = 4");
+  c = parse_config(kMinimal, "job.yaml", {"train.global_batch=12"});
+  msg = error_of([&] { resolve_layout(c, 4); });
+  EXPECT_HAS(msg, "train.global_batch: 12 is not divisible by micro_batch (2) * dp (4) = 8");
+  c = parse_config(kMinimal, "job.yaml", {"train.global_batch=64", "parallel.microbatches=8"});
+  msg = error_of([&] { resolve_layout(c, 2); });
+  EXPECT_HAS(msg, "override 'train.global_batch=64': train.global_batch: 64 != micro_batch (2) * microbatches (8) * "
+                  "dp (2) = 32");
+  c = parse_config(kFull, "full.yaml", {"train.global_batch=24", "parallel.microbatches=0"});
+  msg = error_of([&] { resolve_layout(c, 8); });
+  EXPECT_HAS(msg, "parallel.microbatches: the interleaved schedule needs microbatches (3) divisible by pp (2)");
+  msg = error_of([&] { resolve_layout(parse_config(kMinimal, "j", {}), 0); });
+  EXPECT_HAS(msg, "parallel: the job has 0 ranks");
+}
+
+TEST(Config, ResolveLayoutChecksOrder) {
+  Config c = parse_config(kMinimal, "job.yaml", {});
+  c.parallel.order = {"tp", "dp", "xp"};
+  EXPECT_HAS(error_of([&] { resolve_layout(c, 1); }), "parallel.order: unknown axis 'xp'");
+  c.parallel.order = {"pp", "dp", "pp"};
+  EXPECT_HAS(error_of([&] { resolve_layout(c, 1); }), "parallel.order: axis 'pp' appears twice");
+  std::string y = std::string(kMinimal) + "parallel:\n  order: [dp, dp, tp]\n";
+  EXPECT_HAS(parse_error(y), fmt::format("test.yaml:{}:3: parallel.order: axis 'dp' appears twice", line_of(y, "order")));
+}
+
+TEST(Config, ExpressesTinyAndGpt2Small) {
+  Config tiny = parse_config(kMinimal, "tiny.yaml", {"model.n_layer=4", "model.d_model=128"});
+  EXPECT_EQ(tiny.model.vocab_size, 257);
+  const char* small = R"(model: {arch: gpt2, n_layer: 12, n_head: 12, d_model: 768, vocab_size: 50257, max_seq_len: 1024}
+train: {steps: 10, global_batch: 8, micro_batch: 4, seq_len: 1024}
+optimizer: {lr: 6.0e-4}
+data: {train: "data/fineweb_train_*.bin", tokenizer: gpt2}
+)";
+  Config g = parse_config(small, "gpt2_small.yaml", {});
+  EXPECT_EQ(g.model.d_ff, 3072);
+  EXPECT_EQ(g.model.n_kv_head, 12);
+  EXPECT_EQ(g.model.max_seq_len, 1024);
+  EXPECT_EQ(parse_config(to_yaml(g), "again.yaml", {}), g);
+}
+
+// docs/config.md has one table row per key ("| `model.n_layer` | ..."), and no others.
+TEST(Config, DocsListEveryKey) {
+  const char* src = std::getenv("LATTICE_SOURCE_DIR");
+  if (!src) GTEST_SKIP() << "LATTICE_SOURCE_DIR is not set";
+  std::ifstream in(std::string(src) + "/docs/config.md");
+  ASSERT_TRUE(in) << "docs/config.md is missing";
+  std::set<std::string> documented;
+  std::regex row(R"(^\| `([a-z_.]+)` \|)");
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, row)) documented.insert(m[1]);
+  }
+  auto keys = config_key_paths();
+  for (const auto& k : keys) EXPECT_TRUE(documented.count(k)) << k << " is not in docs/config.md";
+  for (const auto& d : documented)
+    EXPECT_NE(std::find(keys.begin(), keys.end(), d), keys.end()) << d << " is documented but not a key";
+}
+
+}  // namespace
+}  // namespace lattice
