@@ -17,6 +17,11 @@ if(LATTICE_HAVE_CUDA)
     set(CMAKE_CUDA_ARCHITECTURES 80 90)  # A100 and H100 only: keeps the build short
   endif()
   enable_language(CUDA)
+  # CMake < 3.26 does not know nvcc's C++20 flag and rejects CUDA20; nvcc 12+ takes -std=c++20.
+  if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
   set(CMAKE_CUDA_STANDARD 20)
   find_package(CUDAToolkit REQUIRED)
 endif()

@@ -48,9 +48,13 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, int world_size)
   optimizer_ = optim::make_optimizer(optimizer_options(cfg.optimizer), params_);
 
   const int64_t T = cfg.train.seq_len, B = cfg.train.micro_batch;
-  DatasetOptions d{.vocab_size = cfg.model.vocab_size, .seq_len = T, .seed = cfg.runtime.seed};
-  train_ = std::make_unique<TokenDataset>(cfg.data.train, d, "data.train");
-  if (!cfg.data.val.empty()) val_ = std::make_unique<TokenDataset>(cfg.data.val, d, "data.val");
+  auto dataset = [&](const std::string& pattern, const char* key) {
+    return std::make_unique<data::TokenDataset>(data::TokenDatasetOptions{
+        .pattern = pattern, .name = key, .vocab_size = cfg.model.vocab_size, .seq_len = T,
+        .global_batch = cfg.train.global_batch, .seed = cfg.runtime.seed});
+  };
+  train_ = dataset(cfg.data.train, "data.train");
+  if (!cfg.data.val.empty()) val_ = dataset(cfg.data.val, "data.val");
   ctx_ = model_->make_context(B, T);
   inputs_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
   targets_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
@@ -95,15 +99,17 @@ UpdateStats HybridParallelPlugin::optimizer_step(int64_t step, double lr) {
 
 double HybridParallelPlugin::evaluate(int64_t batches) {
   const int64_t B = cfg_.train.micro_batch, T = cfg_.train.seq_len;
-  const int64_t per_batch = cfg_.train.global_batch;
-  int64_t total = batches > 0 ? batches * per_batch : val_->num_windows();
+  const int64_t GB = cfg_.train.global_batch;
+  if (batches <= 0) batches = (val_->n_windows() + GB - 1) / GB;  // the whole val set
   double loss = 0;
   int64_t valid = 0;
   Tensor x = Tensor::empty({B, T}, DType::i32), y = Tensor::empty({B, T}, DType::i32);
-  for (int64_t first = 0; first < total; first += B) {
-    val_->fill_eval(first, B, x.data<int32_t>(), y.data<int32_t>());
-    loss += model_->forward(*ctx_, x, y, StepCoords{cfg_.runtime.seed, 0, first, false});
-    valid += count_valid(y);
+  for (int64_t k = 0; k < batches; ++k) {
+    for (int64_t first = 0; first < GB; first += B) {
+      val_->fill_eval_batch(k, first, B, x.data<int32_t>(), y.data<int32_t>());
+      loss += model_->forward(*ctx_, x, y, StepCoords{cfg_.runtime.seed, 0, k * GB + first, false});
+      valid += count_valid(y);
+    }
   }
   return valid > 0 ? loss / double(valid) : 0.0;
 }

@@ -42,7 +42,7 @@ class HybridParallelPlugin final : public Plugin {
   FlatParams params_;
   std::unique_ptr<LanguageModel> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  std::unique_ptr<TokenDataset> train_, val_;
+  std::unique_ptr<data::TokenDataset> train_, val_;
   std::unique_ptr<ModelContext> ctx_;
   Tensor inputs_, targets_;  // (microbatches, B, T) i32: the step's batch
   int64_t updates_ = 0;      // applied (non-skipped) updates, for Adam's bias correction

@@ -4,6 +4,7 @@
 #include "config/config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
@@ -45,8 +46,8 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
 [[noreturn]] void fail_unknown(const std::string& path, const YAML::Mark& mark, const Locator& loc) {
   if (auto near = suggest_key(path); !near.empty())
     loc.fail(path, mark, fmt::format("unknown key — did you mean '{}'?", near));
-  std::string section = parent_path(path), names;
-  for (const auto& n : child_names(section)) names += (names.empty() ? "" : ", ") + n;
+  std::string section = parent_path(path);
+  std::string names = fmt::format("{}", fmt::join(child_names(section), ", "));
   loc.fail(path, mark,
            fmt::format("unknown key — known keys {}: {}", section.empty() ? "at the top" : "in " + section, names));
 }
@@ -100,9 +101,8 @@ void apply_override(YAML::Node& root, const std::string& text, Locator& loc) {
 // Every key must be known; sections must be mappings; keys appear once.
 void check_keys(const YAML::Node& map, const std::string& section, const Locator& loc, Config& cfg) {
   std::set<std::string> seen;
-  for (auto it = map.begin(); it != map.end(); ++it) {
-    const YAML::Node& key = it->first;
-    const YAML::Node& value = it->second;
+  for (const auto& entry : map) {
+    YAML::Node key = entry.first, value = entry.second;  // handles, not references into the iterator
     if (!key.IsScalar())
       loc.fail(section, key.Mark(), fmt::format("keys must be plain names, got {}", show(key)));
     std::string path = join_path(section, key.Scalar());

@@ -94,7 +94,10 @@ std::optional<E> enum_from_name(std::string_view name) {
 template <NamedEnum E>
 std::string enum_choices() {  // "gpt2|llama|bert"
   std::string out;
-  for (auto n : EnumNames<E>::names) out += (out.empty() ? "" : "|") + std::string(n);
+  for (auto n : EnumNames<E>::names) {
+    if (!out.empty()) out.push_back('|');
+    out.append(n);
+  }
   return out;
 }
 

@@ -50,10 +50,17 @@ std::string show(const YAML::Node& node) {
     case YAML::NodeType::Scalar: break;
     default: return "nothing";
   }
-  std::string s;
-  for (char c : node.Scalar()) s += (c == '\n') ? std::string("\\n") : std::string(1, c);
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return "'" + s + "'";
+  std::string s = "'";
+  for (char c : node.Scalar()) {
+    if (c == '\n') {
+      s.append("\\n");
+    } else {
+      s.push_back(c);
+    }
+  }
+  if (s.size() > 61) s.resize(58), s.append("...");
+  s.push_back('\'');
+  return s;
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {

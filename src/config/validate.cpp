@@ -25,10 +25,20 @@ void config_fail(const Config& cfg, const std::string& key_path, const std::stri
 
 namespace {
 
+// Like config_fail, but located at `where` (a key that names the problem
+// better than the section, e.g. parallel.dp for a "parallel:" message).
+template <class... Args>
+void require_at(bool ok, const Config& cfg, const std::string& where, const std::string& path,
+                fmt::format_string<Args...> f, Args&&... args) {
+  if (!ok) [[unlikely]]
+    throw ConfigError(
+        fmt::format("{}: {}: {}", key_location(cfg, where), path, fmt::format(f, std::forward<Args>(args)...)),
+        path);
+}
+
 template <class... Args>
 void require(bool ok, const Config& cfg, const std::string& path, fmt::format_string<Args...> f, Args&&... args) {
-  if (!ok) [[unlikely]]
-    config_fail(cfg, path, fmt::format(f, std::forward<Args>(args)...));
+  require_at(ok, cfg, path, path, f, std::forward<Args>(args)...);
 }
 
 void require_positive(const Config& cfg, const std::string& path, long long v, const char* what) {
@@ -221,13 +231,13 @@ Layout resolve_layout(const Config& c, int world) {
   require(world >= 1, c, "parallel", "the job has {} ranks — launch at least one", world);
   Layout out{p.tp, p.pp, p.dp, p.microbatches};
   if (p.dp == 0) {
-    require(world % (p.tp * p.pp) == 0, c, "parallel",
+    require_at(world % (p.tp * p.pp) == 0, c, p.pp > 1 ? "parallel.pp" : "parallel.tp", "parallel",
             "the job has {} ranks, not divisible by tp ({}) * pp ({}) = {} — choose tp and pp whose product divides "
             "the rank count",
             world, p.tp, p.pp, p.tp * p.pp);
     out.dp = world / (p.tp * p.pp);
   }
-  require(p.tp * p.pp * out.dp == world, c, "parallel", "tp ({}) * pp ({}) * dp ({}) = {}, but the job has {} ranks",
+  require_at(p.tp * p.pp * out.dp == world, c, "parallel.dp", "parallel", "tp ({}) * pp ({}) * dp ({}) = {}, but the job has {} ranks",
           p.tp, p.pp, out.dp, p.tp * p.pp * out.dp, world);
   const TrainConfig& t = c.train;
   long long per_micro = (long long)t.micro_batch * out.dp;

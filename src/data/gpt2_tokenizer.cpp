@@ -88,18 +88,26 @@ struct Gpt2Tokenizer::Scratch {
   explicit Scratch(const Pattern& p) {
     match = pcre2_match_data_create_from_pattern(p.code, nullptr);
     context = pcre2_match_context_create(nullptr);
-    // Long whitespace runs backtrack through `\s+(?!\S)`; give the JIT room.
-    jit_stack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, nullptr);
-    LATTICE_CHECK(match && context && jit_stack, "tokenizer gpt2: out of memory for PCRE2 state");
-    pcre2_jit_stack_assign(context, nullptr, jit_stack);
+    LATTICE_CHECK(match && context, "tokenizer gpt2: out of memory for PCRE2 state");
   }
   ~Scratch() {
-    pcre2_jit_stack_free(jit_stack);
+    if (jit_stack) pcre2_jit_stack_free(jit_stack);
     pcre2_match_context_free(context);
     pcre2_match_data_free(match);
   }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
+
+  // The JIT's default 32 KiB stack suffices for ordinary text; a very long
+  // whitespace run backtracks through `\s+(?!\S)` and needs more. Returns
+  // false when the big stack is already in use.
+  bool grow_jit_stack() {
+    if (jit_stack) return false;
+    jit_stack = pcre2_jit_stack_create(32 * 1024, 256 * 1024 * 1024, nullptr);
+    LATTICE_CHECK(jit_stack, "tokenizer gpt2: out of memory for the PCRE2 JIT stack");
+    pcre2_jit_stack_assign(context, nullptr, jit_stack);
+    return true;
+  }
 
   pcre2_match_data* match = nullptr;
   pcre2_match_context* context = nullptr;
@@ -201,7 +209,8 @@ void Gpt2Tokenizer::load_merges(const std::string& path, const BytesToId& bytes_
               alphabet_to_bytes(line.substr(sp + 1), inv, right);
     LATTICE_CHECK(ok, "tokenizer gpt2: {} line {}: expected 'LEFT RIGHT', got '{}'", path, line_no,
                   line);
-    auto l = bytes_to_id.find(left), r = bytes_to_id.find(right), m = bytes_to_id.find(left + right);
+    auto l = bytes_to_id.find(left), r = bytes_to_id.find(right),
+         m = bytes_to_id.find(left + right);
     LATTICE_CHECK(l != bytes_to_id.end() && r != bytes_to_id.end() && m != bytes_to_id.end(),
                   "tokenizer gpt2: {} line {}: merge '{}' names a token missing from encoder.json",
                   path, line_no, line);
@@ -227,6 +236,7 @@ void Gpt2Tokenizer::for_each_piece(std::string_view text, Scratch& s, F&& f) con
     while (offset < run.size()) {
       int rc = pcre2_match(pattern_->code, subject, run.size(), offset, PCRE2_NO_UTF_CHECK, s.match,
                            s.context);
+      if (rc == PCRE2_ERROR_JIT_STACKLIMIT && s.grow_jit_stack()) continue;
       if (rc < 0) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(rc, msg, sizeof(msg));
@@ -257,7 +267,8 @@ std::vector<std::string_view> Gpt2Tokenizer::pretokenize(std::string_view text) 
   return pieces;
 }
 
-void Gpt2Tokenizer::encode_piece(std::string_view piece, Scratch& s, std::vector<int32_t>& out) const {
+void Gpt2Tokenizer::encode_piece(std::string_view piece, Scratch& s,
+                                 std::vector<int32_t>& out) const {
   if (piece.size() == 1) {
     out.push_back(byte_id_[uint8_t(piece[0])]);
     return;

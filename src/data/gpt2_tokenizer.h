@@ -61,7 +61,9 @@ class Gpt2Tokenizer final : public Tokenizer {
   struct Merge {
     int32_t rank, merged;
   };
-  static uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+  static uint64_t pair_key(int32_t a, int32_t b) {
+    return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+  }
 
   using BytesToId = std::unordered_map<std::string, int32_t>;
   BytesToId load_encoder(const std::string& path);

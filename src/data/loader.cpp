@@ -20,9 +20,10 @@ std::vector<std::string> match_glob(const std::string& pattern, const std::strin
     for (size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);
   ::globfree(&g);
   if (rc == GLOB_NOMATCH || (rc == 0 && paths.empty()))
-    LATTICE_FAIL("{}: no file matches '{}'; write shards with `lattice data prepare --out PREFIX` "
-                 "and point {} at PREFIX_train_*.bin or PREFIX_val_*.bin",
-                 name, pattern, name);
+    LATTICE_FAIL(
+        "{}: no file matches '{}'; write shards with `lattice data prepare --out PREFIX` "
+        "and point {} at PREFIX_train_*.bin or PREFIX_val_*.bin",
+        name, pattern, name);
   LATTICE_CHECK(rc == 0, "{}: cannot expand '{}' (glob error {})", name, pattern, rc);
   std::sort(paths.begin(), paths.end());  // byte-wise, whatever the locale
   return paths;
@@ -52,8 +53,10 @@ std::vector<int64_t> window_permutation(uint64_t seed, int64_t epoch, int64_t n_
 TokenDataset::TokenDataset(TokenDatasetOptions options) : opts_(std::move(options)) {
   const std::string& name = opts_.name;
   LATTICE_CHECK(opts_.seq_len >= 1, "{}: seq_len {} must be >= 1", name, opts_.seq_len);
-  LATTICE_CHECK(opts_.global_batch >= 1, "{}: global_batch {} must be >= 1", name, opts_.global_batch);
-  LATTICE_CHECK(opts_.vocab_size >= 1, "{}: {} {} must be >= 1", name, opts_.vocab_key, opts_.vocab_size);
+  LATTICE_CHECK(opts_.global_batch >= 1, "{}: global_batch {} must be >= 1", name,
+                opts_.global_batch);
+  LATTICE_CHECK(opts_.vocab_size >= 1, "{}: {} {} must be >= 1", name, opts_.vocab_key,
+                opts_.vocab_size);
   for (const auto& path : match_glob(opts_.pattern, name)) {
     Shard s = Shard::open(path);
     validate_tokens(s);
@@ -87,8 +90,8 @@ std::vector<std::string> TokenDataset::shard_paths() const {
 
 void TokenDataset::read_tokens(int64_t begin, int64_t end, int32_t* out) const {
   LATTICE_CHECK(0 <= begin && begin <= end && end <= n_tokens_,
-                "{}: token range [{}, {}) is outside the stream of {} tokens", opts_.name, begin, end,
-                n_tokens_);
+                "{}: token range [{}, {}) is outside the stream of {} tokens", opts_.name, begin,
+                end, n_tokens_);
   // The shard holding `begin`: the last one starting at or before it.
   auto it = std::upper_bound(starts_.begin(), starts_.end(), begin);
   size_t s = size_t(it - starts_.begin()) - 1;

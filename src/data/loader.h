@@ -31,12 +31,12 @@
 namespace lattice::data {
 
 struct TokenDatasetOptions {
-  std::string pattern;                          // glob(3) of shard files
-  std::string name = "data";                    // config key for messages, e.g. "data.train"
-  int64_t vocab_size = 0;                       // every token id must be below it
-  std::string vocab_key = "model.vocab_size";   // how messages name vocab_size
-  int64_t seq_len = 0;                          // T
-  int64_t global_batch = 1;                     // sequences per step
+  std::string pattern;                         // glob(3) of shard files
+  std::string name = "data";                   // config key for messages, e.g. "data.train"
+  int64_t vocab_size = 0;                      // every token id must be below it
+  std::string vocab_key = "model.vocab_size";  // how messages name vocab_size
+  int64_t seq_len = 0;                         // T
+  int64_t global_batch = 1;                    // sequences per step
   uint64_t seed = 0;
 };
 

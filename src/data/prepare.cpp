@@ -9,8 +9,8 @@
 #include <fstream>
 #include <memory>
 #include <optional>
-#include <span>
 #include <set>
+#include <span>
 #include <thread>
 
 #include "core/error.h"
@@ -153,7 +153,8 @@ void check_options(const PrepareOptions& o, const Tokenizer& tok) {
 }  // namespace
 
 std::vector<std::string_view> split_for_encoding(std::string_view text, int64_t target_bytes) {
-  LATTICE_CHECK(target_bytes >= 1, "split_for_encoding: target_bytes {} must be >= 1", target_bytes);
+  LATTICE_CHECK(target_bytes >= 1, "split_for_encoding: target_bytes {} must be >= 1",
+                target_bytes);
   std::vector<std::string_view> pieces;
   size_t pos = 0;
   const size_t target = size_t(target_bytes);
@@ -180,7 +181,8 @@ std::vector<std::string_view> split_for_encoding(std::string_view text, int64_t 
 
 std::vector<int32_t> encode_parallel(const Tokenizer& tokenizer, std::string_view text, int threads,
                                      int64_t chunk_bytes) {
-  auto chunks = encode_chunks(tokenizer, split_for_encoding(text, chunk_bytes), resolve_threads(threads));
+  auto chunks =
+      encode_chunks(tokenizer, split_for_encoding(text, chunk_bytes), resolve_threads(threads));
   std::vector<int32_t> ids;
   for (const auto& c : chunks) ids.insert(ids.end(), c.begin(), c.end());
   return ids;
@@ -200,7 +202,8 @@ PrepareSummary prepare_data(const PrepareOptions& o) {
   const int32_t eot = tok->eot_id();
   // Documents are read and encoded in batches of about batch_bytes, so memory
   // stays bounded while every thread has work.
-  const int64_t batch_bytes = std::max<int64_t>(int64_t(64) << 20, int64_t(threads) * o.chunk_bytes * 4);
+  const int64_t batch_bytes =
+      std::max<int64_t>(int64_t(64) << 20, int64_t(threads) * o.chunk_bytes * 4);
   size_t next_doc = 0;
   while (next_doc < o.inputs.size()) {
     std::vector<std::string> docs;

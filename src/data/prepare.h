@@ -26,14 +26,14 @@
 namespace lattice::data {
 
 struct PrepareOptions {
-  std::vector<std::string> inputs;       // text files; each one is a document
-  std::string tokenizer = "gpt2";        // gpt2 | bytes
-  std::string vocab_dir;                 // gpt2: folder with encoder.json and vocab.bpe
-  std::string out_prefix;                // shards are OUT_PREFIX_{val,train}_NNNNNN.bin
-  int64_t val_tokens = 0;                // 0: no val split (all tokens are train)
-  int64_t shard_tokens = 100'000'000;    // as llm.c's data scripts
-  int threads = 0;                       // <= 0: std::thread::hardware_concurrency()
-  int64_t chunk_bytes = 1 << 20;         // size of one unit of parallel work
+  std::vector<std::string> inputs;     // text files; each one is a document
+  std::string tokenizer = "gpt2";      // gpt2 | bytes
+  std::string vocab_dir;               // gpt2: folder with encoder.json and vocab.bpe
+  std::string out_prefix;              // shards are OUT_PREFIX_{val,train}_NNNNNN.bin
+  int64_t val_tokens = 0;              // 0: no val split (all tokens are train)
+  int64_t shard_tokens = 100'000'000;  // as llm.c's data scripts
+  int threads = 0;                     // <= 0: std::thread::hardware_concurrency()
+  int64_t chunk_bytes = 1 << 20;       // size of one unit of parallel work
 };
 
 struct PrepareSummary {
@@ -43,7 +43,7 @@ struct PrepareSummary {
   int64_t input_bytes = 0;
   int64_t val_tokens = 0, train_tokens = 0;
   std::vector<std::string> val_shards, train_shards;  // paths, in order
-  std::vector<std::string> removed_stale;              // old shards this run deleted
+  std::vector<std::string> removed_stale;             // old shards this run deleted
 };
 
 // Errors (one line each): a missing input file (named), bad sizes, a token id

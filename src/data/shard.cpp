@@ -52,9 +52,10 @@ void ShardWriter::append(std::span<const int32_t> tokens) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     int32_t id = tokens[i];
     if (id < 0 || id > kShardMaxTokenId)
-      LATTICE_FAIL("shard {}: token {} has id {}, which does not fit the uint16 shard format "
-                   "(0..{}); use a tokenizer with at most 65536 ids",
-                   path_, count_ + int64_t(i), id, kShardMaxTokenId);
+      LATTICE_FAIL(
+          "shard {}: token {} has id {}, which does not fit the uint16 shard format "
+          "(0..{}); use a tokenizer with at most 65536 ids",
+          path_, count_ + int64_t(i), id, kShardMaxTokenId);
     buf[i] = uint16_t(id);
   }
   if (std::fwrite(buf.data(), sizeof(uint16_t), buf.size(), file_) != buf.size())
@@ -104,16 +105,17 @@ Shard Shard::open(const std::string& path) {
   s.map_bytes_ = size_t(bytes);
   const auto* header = static_cast<const int32_t*>(map);
   if (header[0] != kShardMagic)
-    LATTICE_FAIL("shard {}: magic {}, expected {} (not a token shard in the llm.c format); {}", path,
-                 header[0], kShardMagic, kFix);
+    LATTICE_FAIL("shard {}: magic {}, expected {} (not a token shard in the llm.c format); {}",
+                 path, header[0], kShardMagic, kFix);
   if (header[1] != kShardVersion)
     LATTICE_FAIL("shard {}: version {}, expected {}; {}", path, header[1], kShardVersion, kFix);
   int64_t count = header[2];
   int64_t expected_bytes = kShardHeaderBytes + 2 * count;
   if (count < 0 || expected_bytes != bytes)
-    LATTICE_FAIL("shard {}: header says {} tokens ({} bytes with the header) but the file is {} "
-                 "bytes (truncated or corrupt); {}",
-                 path, count, expected_bytes, bytes, kFix);
+    LATTICE_FAIL(
+        "shard {}: header says {} tokens ({} bytes with the header) but the file is {} "
+        "bytes (truncated or corrupt); {}",
+        path, count, expected_bytes, bytes, kFix);
   s.n_tokens_ = count;
   s.tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map) + kShardHeaderBytes);
   return s;

@@ -70,9 +70,10 @@ std::unique_ptr<Tokenizer> make_tokenizer(std::string_view name, const std::stri
     for (const char* file : {"encoder.json", "vocab.bpe"}) {
       std::filesystem::path p = std::filesystem::path(vocab_dir) / file;
       if (vocab_dir.empty() || !std::filesystem::is_regular_file(p))
-        LATTICE_FAIL("tokenizer gpt2: vocab file {} not found; set data.vocab_dir (--vocab-dir) "
-                     "to a folder holding encoder.json and vocab.bpe",
-                     vocab_dir.empty() ? std::string(file) + " (no vocab dir given)" : p.string());
+        LATTICE_FAIL(
+            "tokenizer gpt2: vocab file {} not found; set data.vocab_dir (--vocab-dir) "
+            "to a folder holding encoder.json and vocab.bpe",
+            vocab_dir.empty() ? std::string(file) + " (no vocab dir given)" : p.string());
     }
     return std::make_unique<Gpt2Tokenizer>(vocab_dir);
   }

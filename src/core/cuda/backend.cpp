@@ -15,7 +15,6 @@
 
 #include <climits>
 #include <cstring>
-#include <memory>
 #include <mutex>
 #include <vector>
 

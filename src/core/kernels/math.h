@@ -11,8 +11,11 @@
 namespace lattice::math {
 
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// Unqualified tanh/exp/sqrt after `using std::...` pick the float overloads
+// for float on the host (tanhf, not the double tanh) and under nvcc alike.
 template <typename T>
 LATTICE_HD T gelu(T x) {
+  using std::tanh;
   const T k = T(0.7978845608028654);  // sqrt(2 / pi)
   T cube = T(0.044715) * x * x * x;
   return T(0.5) * x * (T(1) + tanh(k * (x + cube)));
@@ -21,6 +24,7 @@ LATTICE_HD T gelu(T x) {
 // d gelu(x) / dx.
 template <typename T>
 LATTICE_HD T gelu_grad(T x) {
+  using std::tanh;
   const T k = T(0.7978845608028654);
   T cube = T(0.044715) * x * x * x;
   T u = k * (x + cube);
@@ -31,6 +35,7 @@ LATTICE_HD T gelu_grad(T x) {
 
 template <typename T>
 LATTICE_HD T sigmoid(T x) {
+  using std::exp;
   return T(1) / (T(1) + exp(-x));
 }
 
@@ -49,6 +54,7 @@ LATTICE_HD T silu_grad(T x) {
 // bc1 = 1 - beta1^t, bc2 = 1 - beta2^t. Returns the new parameter.
 template <typename T>
 LATTICE_HD T adamw_step(T p, T g, T& m, T& v, T lr, T beta1, T beta2, T eps, T wd, T bc1, T bc2) {
+  using std::sqrt;
   m = beta1 * m + (T(1) - beta1) * g;
   v = beta2 * v + (T(1) - beta2) * g * g;
   T mhat = m / bc1;

@@ -14,6 +14,9 @@ namespace {
 // Rows per block: each row block multiplies only the columns j < block end.
 constexpr int64_t kBlk = 128;
 
+// Threads pay off only with several heads and enough arithmetic per call.
+bool worth_threads(const AttentionDims& d) { return d.B * d.NH > 1 && d.B * d.NH * d.T * d.T * d.HS > (1 << 16); }
+
 // Views of one (b, h) pair inside the strided buffers.
 template <typename Real>
 struct HeadView {
@@ -109,7 +112,7 @@ template <typename Real>
 void attention_forward(Real* out, Real* att, const Real* qkv, const RngKey& key, int64_t sample0, float p,
                        const AttentionDims& d) {
   const int64_t C = d.NH * d.HS, TT = d.T * d.T;
-#pragma omp parallel
+#pragma omp parallel if (worth_threads(d))
   {
     std::vector<Real> pd(p > 0.0f ? size_t(TT) : 0);  // this thread's dropped probabilities
 #pragma omp for schedule(static)
@@ -126,7 +129,7 @@ template <typename Real>
 void attention_backward(Real* dqkv, Real* scratch, const Real* dout, const Real* qkv, const Real* att,
                         const RngKey& key, int64_t sample0, float p, const AttentionDims& d) {
   const int64_t C = d.NH * d.HS, TT = d.T * d.T;
-#pragma omp parallel
+#pragma omp parallel if (worth_threads(d))
   {
     std::vector<Real> pd(p > 0.0f ? size_t(TT) : 0);
 #pragma omp for schedule(static)

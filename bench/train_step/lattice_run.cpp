@@ -1,0 +1,138 @@
+#include "train_step/lattice_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "core/param.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "models/gpt2/gpt2.h"
+#include "optim/optimizer.h"
+
+namespace lattice::bench {
+
+namespace {
+
+void fill(Tensor& t, float scale, uint64_t seed) {
+  RngKey k;
+  k.seed = seed;
+  k.purpose = RngPurpose::data;
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = (rng_uniform(k, 0, uint64_t(i)) - 0.5f) * scale;
+}
+
+// c (m, n) = a (m, k) @ b (n, k)^T, best GFLOP/s of `reps` runs after a warm-up.
+double sgemm_gflops(int64_t m, int64_t n, int64_t k, bool trans_b, int reps) {
+  Tensor a = Tensor::empty({m, k}, DType::f32), c = Tensor::zeros({m, n}, DType::f32);
+  Tensor b = trans_b ? Tensor::empty({n, k}, DType::f32) : Tensor::empty({k, n}, DType::f32);
+  fill(a, 1.0f, 1);
+  fill(b, 1.0f, 2);
+  ops::gemm(c, a, b, false, trans_b);
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    Timer t;
+    ops::gemm(c, a, b, false, trans_b);
+    best = std::min(best, t.seconds());
+  }
+  return 2.0 * double(m) * double(n) * double(k) / best / 1e9;
+}
+
+gpt2::Gpt2Config model_config(const BenchConfig& cfg) {
+  gpt2::Gpt2Config m;
+  m.n_layer = cfg.L;
+  m.n_head = cfg.NH;
+  m.d_model = cfg.C;
+  m.vocab_size = cfg.V;
+  m.max_seq_len = cfg.block;
+  m.tie_embeddings = true;
+  m.dropout = 0.0f;
+  return m;
+}
+
+// Uniform random token ids for step s: inputs and next-token targets (B, T).
+void random_batch(Tensor& x, Tensor& y, int V, int64_t step) {
+  RngKey k;
+  k.seed = 1;
+  k.purpose = RngPurpose::data;
+  k.step = uint32_t(step);
+  const int64_t B = x.dim(0), T = x.dim(1);
+  int32_t *xp = x.data<int32_t>(), *yp = y.data<int32_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    auto id = [&](int64_t t) { return std::min<int32_t>(V - 1, int32_t(rng_uniform(k, uint64_t(b), uint64_t(t)) * float(V))); };
+    for (int64_t t = 0; t < T; ++t) {
+      xp[b * T + t] = id(t);
+      yp[b * T + t] = id(t + 1);
+    }
+  }
+}
+
+// N of the FLOP model from the parameter table, checked against the model's own formula.
+int64_t checked_flop_params(const FlatParams& params, const gpt2::Gpt2& model, const BenchConfig& cfg) {
+  int64_t n = 0;
+  for (const ParamEntry& e : params.entries())
+    if (e.spec.name != "wpe.weight") n += e.numel;
+  double expect = 6.0 * double(n) + 12.0 * cfg.L * double(cfg.C) * cfg.T;
+  double got = model.flops_per_token(cfg.T);
+  LATTICE_CHECK(std::fabs(got - expect) <= 1e-9 * expect,
+                "bench: Gpt2::flops_per_token({}) = {}, but 6 N + 12 L C T with N = {} gives {}", cfg.T, got, n,
+                expect);
+  return n;
+}
+
+}  // namespace
+
+SgemmRate measure_sgemm(const BenchConfig& cfg, int reps) {
+  SgemmRate r;
+  r.square = sgemm_gflops(1024, 1024, 1024, false, reps);
+  r.model = sgemm_gflops(int64_t(cfg.B) * cfg.T, 4 * int64_t(cfg.C), cfg.C, true, reps);
+  return r;
+}
+
+LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup,
+                          const std::function<void(const std::string&)>& log) {
+  const gpt2::Gpt2Config mcfg = model_config(cfg);
+  FlatParams params(gpt2::param_specs(mcfg), DType::f32);
+  params.init(1234);
+  gpt2::Gpt2 model(mcfg, params);
+  auto opt = optim::make_optimizer({.name = "adamw", .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1}, params);
+  auto ctx = model.make_context(cfg.B, cfg.T);
+
+  LatticeResult res;
+  res.n_params = params.numel();
+  res.n_flop_params = checked_flop_params(params, model, cfg);
+  res.tokens_per_step = int64_t(cfg.B) * cfg.T;
+  res.flops_per_step = model.flops_per_token(cfg.T) * double(res.tokens_per_step);
+  res.activation_bytes = ctx->bytes();
+
+  Tensor x = Tensor::empty({cfg.B, cfg.T}, DType::i32), y = Tensor::empty({cfg.B, cfg.T}, DType::i32);
+  std::vector<double> step_s, zero_s, fwd_s, bwd_s, opt_s;
+  for (int i = 0; i < warmup + steps; ++i) {
+    random_batch(x, y, cfg.V, i);  // outside the timed region, as in the reference
+    const int64_t step = i + 1;
+    double tz = 0, tf = 0, tb = 0, to = 0, loss = 0;
+    Timer total;
+    { ScopedTimer t(tz); params.zero_grad(); }
+    { ScopedTimer t(tf); loss = model.forward(*ctx, x, y, {1, step, 0, true}) / double(res.tokens_per_step); }
+    { ScopedTimer t(tb); model.backward(*ctx, 1.0f / float(res.tokens_per_step)); }
+    { ScopedTimer t(to); opt->step(params, 3e-4, step, 1.0f); }
+    const double dt = total.seconds();
+    const bool timed = i >= warmup;
+    log(fmt::format("{} {}: loss {:.4f} {:.1f} ms (zero_grad {:.1f}, forward {:.1f}, backward {:.1f}, adamw {:.1f})",
+                    timed ? "step" : "warmup", i, loss, dt * 1e3, tz * 1e3, tf * 1e3, tb * 1e3, to * 1e3));
+    if (i == 0) res.first_loss = loss;
+    res.last_loss = loss;
+    if (!timed) continue;
+    step_s.push_back(dt * 1e3), zero_s.push_back(tz * 1e3), fwd_s.push_back(tf * 1e3);
+    bwd_s.push_back(tb * 1e3), opt_s.push_back(to * 1e3);
+  }
+  res.step_ms = stats_of(step_s);
+  res.zero_ms = stats_of(zero_s), res.fwd_ms = stats_of(fwd_s), res.bwd_ms = stats_of(bwd_s);
+  res.opt_ms = stats_of(opt_s);
+  return res;
+}
+
+}  // namespace lattice::bench

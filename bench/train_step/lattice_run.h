@@ -1,0 +1,45 @@
+// Measuring Lattice on one rank: the sgemm rate of this machine at the current
+// thread count (the MFU denominator) and the GPT-2 training step
+// (zero_grad + forward + backward + AdamW), timed per phase.
+//
+// Both run at the thread count set beforehand with lattice::set_num_threads.
+// FLOP model (the PyTorch reference's): flops/token = 6 N + 12 L C T, N = all
+// parameters except wpe (a tied head counts once); run_lattice checks that
+// Gpt2::flops_per_token agrees with N counted from the parameter table.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "train_step/bench_config.h"
+
+namespace lattice::bench {
+
+// sgemm GFLOP/s, best of `reps` timed products after one warm-up:
+// square = 1024 x 1024 x 1024; model = the MLP c_fc shape (B*T, 4C, C) as
+// linear_forward calls it (inp @ weight^T).
+struct SgemmRate {
+  double square = 0, model = 0;
+  double peak() const { return square > model ? square : model; }
+};
+SgemmRate measure_sgemm(const BenchConfig& cfg, int reps);
+
+struct LatticeResult {
+  int64_t n_params = 0;      // all parameters
+  int64_t n_flop_params = 0; // N of the FLOP model (without wpe)
+  double flops_per_step = 0;
+  int64_t tokens_per_step = 0;
+  Stats step_ms;                            // whole step
+  Stats zero_ms, fwd_ms, bwd_ms, opt_ms;    // per phase
+  double first_loss = 0, last_loss = 0;     // mean token loss
+  int64_t activation_bytes = 0;
+};
+
+// Times `warmup` untimed + `steps` timed training steps on random token ids.
+// `log` receives one line per step.
+LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup,
+                          const std::function<void(const std::string&)>& log);
+
+}  // namespace lattice::bench

@@ -1,0 +1,228 @@
+// bench_train_step: the single-rank GPT-2 training step (zero_grad + forward +
+// backward + AdamW) of Lattice, next to the PyTorch reference on the same
+// shapes, threads and FLOP model. Prints per-step lines while it runs, then a
+// markdown table and raw RESULT lines for BENCHMARKS.md.
+//
+//   bench_train_step [--config small|tiny|all] [--threads N[,N...]] [--steps S]
+//                    [--warmup W] [--torch] [--reference PATH] [--python PATH]
+//                    [--peak GFLOPS] [--breakdown]
+//
+// --peak 0 (default) measures the sgemm rate per thread count in this run and
+// uses it as the MFU denominator; a positive value replaces the measurement.
+// --breakdown adds a per-op time table (op_breakdown.h) for each row.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "core/threads.h"
+#include "train_step/lattice_run.h"
+#include "train_step/op_breakdown.h"
+#include "train_step/torch_ref.h"
+
+using namespace lattice;
+using namespace lattice::bench;
+
+namespace {
+
+struct Options {
+  std::vector<BenchConfig> configs;
+  std::vector<int> threads;
+  int steps = 5, warmup = 2;
+  bool torch = false, breakdown = false;
+  std::string reference = LATTICE_BENCH_REFERENCE, python = "/usr/bin/python3";
+  double peak = 0;
+};
+
+struct Row {
+  BenchConfig cfg;
+  int threads = 0;
+  SgemmRate sgemm;
+  double peak = 0;  // MFU denominator, GFLOP/s
+  std::string load_before;
+  LatticeResult lat;
+  std::optional<TorchResult> torch;
+  std::string torch_error;
+  std::vector<OpTime> ops;
+};
+
+std::vector<int> parse_int_list(const std::string& s) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t end = s.find(',', pos);
+    if (end == std::string::npos) end = s.size();
+    int v = std::stoi(s.substr(pos, end - pos));
+    if (v <= 0) throw std::invalid_argument("thread counts must be positive: " + s);
+    out.push_back(v);
+    pos = end + 1;
+  }
+  return out;
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  std::string config = "all";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--config") config = value();
+    else if (a == "--threads") o.threads = parse_int_list(value());
+    else if (a == "--steps") o.steps = std::stoi(value());
+    else if (a == "--warmup") o.warmup = std::stoi(value());
+    else if (a == "--torch") o.torch = true;
+    else if (a == "--breakdown") o.breakdown = true;
+    else if (a == "--reference") o.reference = value();
+    else if (a == "--python") o.python = value();
+    else if (a == "--peak") o.peak = std::stod(value());
+    else throw std::invalid_argument("unknown option " + a + " (see the header of bench/train_step/main.cpp)");
+  }
+  for (const BenchConfig& c : bench_configs())
+    if (config == "all" || config == c.name) o.configs.push_back(c);
+  if (o.configs.empty()) throw std::invalid_argument("--config " + config + ": expected small, tiny or all");
+  if (o.threads.empty()) o.threads = {int(std::max(1u, std::thread::hardware_concurrency()))};
+  if (o.steps < 1 || o.warmup < 0) throw std::invalid_argument("--steps must be >= 1 and --warmup >= 0");
+  return o;
+}
+
+std::string first_line_with(const char* path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return line;
+  return "";
+}
+
+std::string loadavg() {
+  std::string s = first_line_with("/proc/loadavg", "");
+  return s.substr(0, s.find(' ', s.find(' ', s.find(' ') + 1) + 1));  // the 1, 5, 15 minute averages
+}
+
+void say(const std::string& s) {
+  std::fputs((s + "\n").c_str(), stdout);
+  std::fflush(stdout);
+}
+
+Row measure(const Options& o, const BenchConfig& cfg, int threads) {
+  Row r;
+  r.cfg = cfg;
+  r.threads = threads;
+  set_num_threads(threads);
+  r.load_before = loadavg();
+  const std::string tag = fmt::format("[lattice {} threads={}]", cfg.name, threads);
+  say(fmt::format("{} load average before: {}", tag, r.load_before));
+  r.sgemm = measure_sgemm(cfg, 5);
+  r.peak = o.peak > 0 ? o.peak : r.sgemm.peak();
+  say(fmt::format("{} sgemm GFLOP/s: 1024^3 {:.1f}, c_fc shape ({}, {}, {}) {:.1f}; MFU denominator {:.1f}", tag,
+                  r.sgemm.square, cfg.B * cfg.T, 4 * cfg.C, cfg.C, r.sgemm.model, r.peak));
+  r.lat = run_lattice(cfg, o.steps, o.warmup, [&](const std::string& l) { say(tag + " " + l); });
+  say(fmt::format("{} params {} (N for flops {}), GFLOP/step {:.2f}, activations {:.1f} MiB", tag, r.lat.n_params,
+                  r.lat.n_flop_params, r.lat.flops_per_step / 1e9, double(r.lat.activation_bytes) / (1 << 20)));
+  if (o.breakdown) r.ops = op_breakdown(cfg, 2);
+  if (o.torch) {
+    const std::string ttag = fmt::format("[pytorch {} threads={}]", cfg.name, threads);
+    try {
+      r.torch = run_torch({o.python, o.reference, cfg.name, threads, o.steps, o.warmup, r.peak},
+                          [&](const std::string& l) { say(ttag + " " + l); });
+    } catch (const std::exception& e) {
+      r.torch_error = e.what();
+      say(ttag + " FAILED: " + r.torch_error);
+    }
+  }
+  return r;
+}
+
+double lattice_gflops(const Row& r) { return r.lat.flops_per_step / (r.lat.step_ms.median * 1e-3) / 1e9; }
+double lattice_tokens(const Row& r) { return double(r.lat.tokens_per_step) / (r.lat.step_ms.median * 1e-3); }
+
+void print_tables(const std::vector<Row>& rows) {
+  say("\n| system | config | threads | median ms/step | min | max | tokens/s | GFLOP/s | MFU | sgemm GFLOP/s | "
+      "torch ms / lattice ms |");
+  say("|---|---|---|---|---|---|---|---|---|---|---|");
+  for (const Row& r : rows) {
+    const double g = lattice_gflops(r);
+    std::string ratio = r.torch ? fmt::format("{:.2f}", r.torch->median_ms / r.lat.step_ms.median) : "n/a";
+    say(fmt::format("| lattice | {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.0f} | {:.1f} | {:.1f}% | {:.1f} | {} |",
+                    r.cfg.name, r.threads, r.lat.step_ms.median, r.lat.step_ms.min, r.lat.step_ms.max,
+                    lattice_tokens(r), g, 100 * g / r.peak, r.peak, ratio));
+    if (!r.torch) continue;
+    const auto& f = r.torch->fields;
+    say(fmt::format("| pytorch | {} | {} | {:.1f} | {} | {} | {:.0f} | {:.1f} | {:.1f}% | {:.1f} | |", r.cfg.name,
+                    r.threads, r.torch->median_ms, f.at("min_ms"), f.at("max_ms"), r.torch->tokens_per_s,
+                    r.torch->gflops, 100 * r.torch->gflops / r.peak, r.peak));
+  }
+  say("\nLattice step phases (median ms): \n\n| config | threads | zero_grad | forward | backward | adamw | step |");
+  say("|---|---|---|---|---|---|---|");
+  for (const Row& r : rows)
+    say(fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} |", r.cfg.name, r.threads,
+                    r.lat.zero_ms.median, r.lat.fwd_ms.median, r.lat.bwd_ms.median, r.lat.opt_ms.median,
+                    r.lat.step_ms.median));
+}
+
+void print_breakdown(const Row& r) {
+  double total = 0;
+  for (const OpTime& e : r.ops) total += e.ms;
+  say(fmt::format("\nPer-op time, {} threads={} (forward + backward replay, {:.1f} ms/step in all):\n", r.cfg.name,
+                  r.threads, total));
+  say("| op | calls/step | ms/step | share | GFLOP/s |\n|---|---|---|---|---|");
+  for (const OpTime& e : r.ops) {
+    std::string rate = e.flops > 0 ? fmt::format("{:.1f}", e.flops / (e.ms * 1e-3) / 1e9) : "";
+    say(fmt::format("| {} | {} | {:.1f} | {:.1f}% | {} |", e.kind, e.calls, e.ms, 100 * e.ms / total, rate));
+  }
+}
+
+void print_raw(const std::vector<Row>& rows) {
+  say("");
+  for (const Row& r : rows) {
+    const double g = lattice_gflops(r);
+    std::string torch = r.torch ? fmt::format(" torch_median_ms={:.1f} torch_ms_over_lattice_ms={:.3f}",
+                                              r.torch->median_ms, r.torch->median_ms / r.lat.step_ms.median)
+                                : "";
+    say(fmt::format("RESULT system=lattice config={} threads={} median_ms={:.1f} min_ms={:.1f} max_ms={:.1f} "
+                    "tokens_per_s={:.0f} achieved_GFLOPs={:.1f} MFU={:.1f}% sgemm_GFLOPs={:.1f} "
+                    "sgemm_1024_GFLOPs={:.1f} sgemm_model_GFLOPs={:.1f} zero_grad_ms={:.1f} forward_ms={:.1f} "
+                    "backward_ms={:.1f} adamw_ms={:.1f} load_before={}{}",
+                    r.cfg.name, r.threads, r.lat.step_ms.median, r.lat.step_ms.min, r.lat.step_ms.max,
+                    lattice_tokens(r), g, 100 * g / r.peak, r.peak, r.sgemm.square, r.sgemm.model,
+                    r.lat.zero_ms.median, r.lat.fwd_ms.median, r.lat.bwd_ms.median, r.lat.opt_ms.median,
+                    r.load_before.empty() ? "?" : r.load_before.substr(0, r.load_before.find(' ')), torch));
+    if (r.torch) say(r.torch->result_line);
+    if (!r.torch_error.empty()) say("RESULT system=pytorch config=" + r.cfg.name + " FAILED: " + r.torch_error);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse_options(argc, argv);
+    std::string cmdline = argv[0];
+    for (int i = 1; i < argc; ++i) cmdline += std::string(" ") + argv[i];
+    say("$ " + cmdline);
+    say(fmt::format("cpu: {} | {} | cores online {} | OpenBLAS {}", first_line_with("/proc/cpuinfo", "model name"),
+                    first_line_with("/proc/meminfo", "MemTotal"), std::thread::hardware_concurrency(),
+                    blas_config()));
+    std::vector<Row> rows;
+    for (const BenchConfig& cfg : o.configs)
+      for (int t : o.threads) rows.push_back(measure(o, cfg, t));
+    print_tables(rows);
+    for (const Row& r : rows)
+      if (!r.ops.empty()) print_breakdown(r);
+    print_raw(rows);
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench_train_step: %s\n", e.describe().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_train_step: %s\n", e.what());
+  }
+  return 1;
+}

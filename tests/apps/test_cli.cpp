@@ -1,0 +1,179 @@
+// The lattice binary as a user meets it: bad input gets one line naming the
+// key or file and a non-zero exit; a small job trains end to end and writes
+// the run directory of ARCHITECTURE.md §5.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/test_support.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+std::string bin() {
+  const char* b = std::getenv("LATTICE_BIN");
+  return b ? b : "lattice";
+}
+
+Run run(const std::string& args, const std::string& cwd) {
+  std::string cmd = "cd '" + cwd + "' && '" + bin() + "' " + args + " 2>&1";
+  Run r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+void write(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+// A tiny job over shards under `dir` (bytes tokenizer).
+std::string tiny_config(const std::string& extra = "") {
+  return R"(model: { arch: gpt2, n_layer: 2, n_head: 2, d_model: 32, vocab_size: 260, max_seq_len: 32 }
+train: { steps: 40, global_batch: 8, micro_batch: 4, seq_len: 32, eval_every: 20, eval_steps: 2 }
+optimizer: { name: adamw, lr: 0.01, schedule: { warmup_steps: 5 } }
+data: { train: "d/t_train_*.bin", val: "d/t_val_*.bin", tokenizer: bytes }
+runtime: { seed: 7, threads: 1 }
+)" + extra;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = lattice::test::make_temp_dir("cli");
+    std::string text;
+    for (int i = 0; i < 400; ++i) text += "the quick brown fox jumps over the lazy dog " + std::to_string(i % 7) + "\n";
+    write(dir + "/a.txt", text);
+    write(dir + "/b.txt", text.substr(0, 4000));
+    Run r = run("data prepare --input a.txt b.txt --tokenizer bytes --out d/t --val-tokens 2000", dir);
+    ASSERT_EQ(r.status, 0) << r.out;
+    write(dir + "/tiny.yaml", tiny_config());
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  // Expect a failure with exactly one line that contains every `needle`.
+  void expect_one_line_error(const Run& r, const std::vector<std::string>& needles) {
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_EQ(lines(r.out), 1) << r.out;
+    for (const auto& n : needles) EXPECT_NE(r.out.find(n), std::string::npos) << "missing '" << n << "' in: " << r.out;
+  }
+  std::string dir;
+};
+
+}  // namespace
+
+TEST_F(Cli, MissingConfigFile) { expect_one_line_error(run("train nope.yaml", dir), {"nope.yaml"}); }
+
+TEST_F(Cli, UnknownKeyNamesKeyAndLine) {
+  write(dir + "/bad.yaml", tiny_config("log: { evry: 5 }\n"));
+  expect_one_line_error(run("train bad.yaml", dir), {"bad.yaml:6", "log.evry", "every"});
+}
+
+TEST_F(Cli, WrongTypeNamesKey) {
+  expect_one_line_error(run("train tiny.yaml train.steps=many", dir), {"train.steps", "many"});
+}
+
+TEST_F(Cli, MissingDataFile) {
+  expect_one_line_error(run("train tiny.yaml data.train=d/nothing_*.bin", dir), {"data.train", "d/nothing_*.bin"});
+  EXPECT_FALSE(fs::exists(dir + "/runs/tiny/metrics.jsonl"));
+}
+
+TEST_F(Cli, ShardWithBadMagic) {
+  std::string shard = dir + "/d/t_train_000000.bin";
+  std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+  int32_t bad = 12345;
+  f.write(reinterpret_cast<const char*>(&bad), 4);
+  f.close();
+  expect_one_line_error(run("train tiny.yaml", dir), {"t_train_000000.bin", "magic"});
+}
+
+TEST_F(Cli, TokenIdBeyondVocab) {
+  // Bytes go up to 255 and <|endoftext|> is 256: a vocabulary of 200 cannot hold them.
+  expect_one_line_error(run("train tiny.yaml model.vocab_size=200", dir), {"vocab_size", "200"});
+}
+
+TEST_F(Cli, UnknownCommandAndOption) {
+  expect_one_line_error(run("trian tiny.yaml", dir), {"trian"});
+  expect_one_line_error(run("train tiny.yaml --fast", dir), {"--fast"});
+  expect_one_line_error(run("data prepare --input a.txt --tokenizer klingon --out d/x", dir), {"klingon"});
+  expect_one_line_error(run("data prepare --input missing.txt --tokenizer bytes --out d/x", dir), {"missing.txt"});
+}
+
+TEST_F(Cli, PrintConfigIsTheEffectiveConfig) {
+  Run r = run("train tiny.yaml train.steps=7 --print-config", dir);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("steps: 7"), std::string::npos) << r.out;
+  write(dir + "/again.yaml", r.out);
+  Run r2 = run("train again.yaml --print-config", dir);
+  EXPECT_EQ(r2.out, r.out);
+}
+
+TEST_F(Cli, TrainsAndWritesTheRunDirectory) {
+  Run r = run("train tiny.yaml", dir);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("step 40/40"), std::string::npos) << r.out;
+  const std::string run_dir = dir + "/runs/tiny";
+  ASSERT_TRUE(fs::exists(run_dir + "/config.yaml"));
+  std::ifstream info_file(run_dir + "/run_info.json");
+  auto info = nlohmann::json::parse(info_file);
+  for (const char* k : {"version", "git_commit", "build", "blas", "mpi", "layout"}) EXPECT_TRUE(info.contains(k)) << k;
+
+  std::ifstream m(run_dir + "/metrics.jsonl");
+  std::string line;
+  std::vector<nlohmann::json> train, eval;
+  while (std::getline(m, line)) {
+    auto j = nlohmann::json::parse(line);
+    (j.contains("val_loss") ? eval : train).push_back(j);
+  }
+  ASSERT_EQ(train.size(), 40u);  // log.every defaults to 1
+  for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_ms", "mfu",
+                        "peak_mem_bytes", "skipped"})
+    EXPECT_TRUE(train[0].contains(k)) << k;
+  EXPECT_EQ(train[0]["step"], 1);
+  EXPECT_EQ(train[0]["tokens"], 8 * 32);
+  EXPECT_LT(train.back()["loss"].get<double>(), train[0]["loss"].get<double>() - 1.0);
+  ASSERT_EQ(eval.size(), 2u);  // steps 20 and 40
+  EXPECT_FALSE(eval[0].contains("loss"));
+  EXPECT_LT(eval[1]["val_loss"].get<double>(), eval[0]["val_loss"].get<double>() + 0.5);
+
+  // The same run directory again is refused, and nothing in it is touched.
+  auto size = fs::file_size(run_dir + "/metrics.jsonl");
+  expect_one_line_error(run("train tiny.yaml", dir), {"log.dir", "metrics.jsonl"});
+  EXPECT_EQ(fs::file_size(run_dir + "/metrics.jsonl"), size);
+}
+
+TEST_F(Cli, SameConfigIsBitwiseReproducible) {
+  Run a = run("train tiny.yaml train.steps=5 log.dir=ra", dir);
+  Run b = run("train tiny.yaml train.steps=5 log.dir=rb", dir);
+  ASSERT_EQ(a.status, 0) << a.out;
+  ASSERT_EQ(b.status, 0) << b.out;
+  auto losses = [&](const std::string& d) {
+    std::ifstream m(dir + "/" + d + "/metrics.jsonl");
+    std::string line, out;
+    while (std::getline(m, line)) out += nlohmann::json::parse(line)["loss"].dump() + " ";
+    return out;
+  };
+  EXPECT_EQ(losses("ra"), losses("rb"));
+}

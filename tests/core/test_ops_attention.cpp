@@ -1,0 +1,195 @@
+// Tests of core/kernels/cpu/attention.cpp through ops::attention_*.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+
+#include "core/ops.h"
+#include "ops_test_helpers.h"
+
+using namespace lattice;
+using namespace lattice::test;
+
+namespace {
+
+struct Dims {
+  int64_t B, T, NH, HS;
+  int64_t C() const { return NH * HS; }
+};
+
+ops::Dropout dropout(float p) {
+  ops::Dropout d;
+  d.p = p;
+  d.key.seed = 1234;
+  d.key.layer = 3;
+  d.sample0 = 5;
+  return d;
+}
+
+// Causal attention with dropout on the probabilities, by definition, in double.
+Tensor naive_attention(const Tensor& qkv, const Dims& s, const ops::Dropout& d, int head_offset = 0) {
+  Tensor x = to_f64(qkv), out = Tensor::zeros({s.B, s.T, s.C()}, DType::f64);
+  const double* p = x.data<double>();
+  double* o = out.data<double>();
+  const int64_t C = s.C(), C3 = 3 * C;
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.NH; ++h)
+      for (int64_t i = 0; i < s.T; ++i) {
+        std::vector<double> w(size_t(i + 1));
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dotqk = 0;
+          for (int64_t e = 0; e < s.HS; ++e)
+            dotqk += p[(b * s.T + i) * C3 + h * s.HS + e] * p[(b * s.T + j) * C3 + C + h * s.HS + e];
+          w[size_t(j)] = dotqk / std::sqrt(double(s.HS));
+          mx = std::max(mx, w[size_t(j)]);
+        }
+        for (double& v : w) sum += (v = std::exp(v - mx));
+        for (int64_t j = 0; j <= i; ++j) {
+          uint64_t elem = uint64_t(((head_offset + h) * s.T + i) * s.T + j);
+          bool keep = d.p == 0.0f || rng_keep(d.key, uint64_t(d.sample0 + b), elem, d.p);
+          double pj = keep ? w[size_t(j)] / sum / (1.0 - double(d.p)) : 0.0;
+          for (int64_t e = 0; e < s.HS; ++e)
+            o[(b * s.T + i) * C + h * s.HS + e] += pj * p[(b * s.T + j) * C3 + 2 * C + h * s.HS + e];
+        }
+      }
+  return out;
+}
+
+// out, att, dqkv of one forward + backward with dout = R.
+std::vector<Tensor> run(const Dims& s, DType dt, const ops::Dropout& d) {
+  Tensor qkv = random_tensor({s.B, s.T, 3 * s.C()}, dt, 41, 1.5), R = random_tensor({s.B, s.T, s.C()}, dt, 42);
+  Tensor out = Tensor::zeros({s.B, s.T, s.C()}, dt), att = Tensor::zeros({s.B, s.NH, s.T, s.T}, dt);
+  ops::attention_forward(out, att, qkv, int(s.NH), d);
+  Tensor dqkv = zeros_like(qkv), scratch = zeros_like(att);
+  ops::attention_backward(dqkv, scratch, R, qkv, att, int(s.NH), d);
+  return {out, att, dqkv};
+}
+
+void check_gradients(const Dims& s, float p) {
+  ops::Dropout d = dropout(p);
+  Tensor qkv = random_tensor({s.B, s.T, 3 * s.C()}, DType::f64, 41, 1.5);
+  Tensor R = random_tensor({s.B, s.T, s.C()}, DType::f64, 42);
+  Tensor out = Tensor::zeros({s.B, s.T, s.C()}, DType::f64), att = Tensor::zeros({s.B, s.NH, s.T, s.T}, DType::f64);
+  ops::attention_forward(out, att, qkv, int(s.NH), d);
+  Tensor dqkv = random_tensor(qkv.shape(), DType::f64, 43), scratch = zeros_like(att);  // dirty: overwritten
+  ops::attention_backward(dqkv, scratch, R, qkv, att, int(s.NH), d);
+  auto loss = [&] {
+    ops::attention_forward(out, att, qkv, int(s.NH), d);
+    return dot(out, R);
+  };
+  expect_gradients(loss, {{&qkv, dqkv}});
+}
+
+const Dims kSmall{2, 5, 2, 3};
+const Dims kLong{1, 133, 1, 2};   // crosses the kernel's 128-row block boundary
+const Dims kMedium{2, 64, 4, 8};  // large enough that (b, h) pairs run on several threads
+
+}  // namespace
+
+TEST(OpsAttention, ForwardMatchesDefinition) {
+  for (const Dims& s : {kSmall, kLong, kMedium})
+    for (float p : {0.0f, 0.25f}) {
+      std::vector<Tensor> r = run(s, DType::f64, dropout(p));
+      Tensor qkv = random_tensor({s.B, s.T, 3 * s.C()}, DType::f64, 41, 1.5);
+      EXPECT_TENSOR_NEAR(r[0], naive_attention(qkv, s, dropout(p)), tolerance(DType::f64)) << "T " << s.T << " p " << p;
+      // att holds probabilities before dropout: rows sum to 1, zero above the diagonal.
+      const double* a = r[1].data<double>();
+      for (int64_t bh = 0; bh < s.B * s.NH; ++bh)
+        for (int64_t i = 0; i < s.T; ++i) {
+          double sum = 0;
+          for (int64_t j = 0; j < s.T; ++j) {
+            double v = a[(bh * s.T + i) * s.T + j];
+            if (j > i) {
+              EXPECT_EQ(v, 0.0);
+            }
+            sum += v;
+          }
+          EXPECT_NEAR(sum, 1.0, 1e-12);
+        }
+    }
+}
+
+TEST(OpsAttention, Gradcheck) {
+  check_gradients(kSmall, 0.0f);
+  check_gradients(kLong, 0.0f);
+}
+
+TEST(OpsAttention, GradcheckWithDropout) {
+  check_gradients(kSmall, 0.3f);
+  check_gradients(kLong, 0.2f);
+}
+
+TEST(OpsAttention, F32MatchesF64) {
+  for (const Dims& s : {kSmall, kLong, kMedium})
+    expect_f32_matches_f64(run(s, DType::f32, dropout(0.2f)), run(s, DType::f64, dropout(0.2f)));
+}
+
+TEST(OpsAttention, ResultsDoNotDependOnThreadCount) {
+  int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  std::vector<Tensor> one = run(kMedium, DType::f32, dropout(0.2f));
+  omp_set_num_threads(std::max(2, saved));
+  std::vector<Tensor> many = run(kMedium, DType::f32, dropout(0.2f));
+  omp_set_num_threads(saved);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bitwise_equal(one[i], many[i])) << "result " << i;
+}
+
+TEST(OpsAttention, CausalFutureTokensDoNotChangeEarlierOutputs) {
+  for (const Dims& s : {kSmall, kLong}) {
+    ops::Dropout d = dropout(0.1f);
+    Tensor qkv = random_tensor({s.B, s.T, 3 * s.C()}, DType::f32, 41);
+    Tensor out = Tensor::zeros({s.B, s.T, s.C()}, DType::f32), att = Tensor::zeros({s.B, s.NH, s.T, s.T}, DType::f32);
+    ops::attention_forward(out, att, qkv, int(s.NH), d);
+    const int64_t t = s.T - 3, C = s.C();
+    Tensor changed = qkv.clone();
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t c = C; c < 3 * C; ++c) changed.data<float>()[(b * s.T + t) * 3 * C + c] += 0.75f;  // k and v of t
+    Tensor out2 = zeros_like(out);
+    ops::attention_forward(out2, att, changed, int(s.NH), d);
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t i = 0; i < s.T; ++i) {
+        bool same = true;
+        for (int64_t c = 0; c < C; ++c)
+          same &= out.data<float>()[(b * s.T + i) * C + c] == out2.data<float>()[(b * s.T + i) * C + c];
+        EXPECT_EQ(same, i < t) << "T " << s.T << " sample " << b << " row " << i;
+      }
+  }
+}
+
+TEST(OpsAttention, HeadSplitGivesTheSameMasksAndGradients) {
+  // Two heads in one call versus one head per call with head_offset (tp shards).
+  const Dims full{2, 6, 2, 3};
+  ops::Dropout d = dropout(0.3f);
+  std::vector<Tensor> r = run(full, DType::f64, d);
+  Tensor qkv = random_tensor({2, 6, 18}, DType::f64, 41, 1.5), R = random_tensor({2, 6, 6}, DType::f64, 42);
+  for (int h = 0; h < 2; ++h) {
+    Tensor q1 = Tensor::zeros({2, 6, 9}, DType::f64), R1 = Tensor::zeros({2, 6, 3}, DType::f64);
+    for (int64_t n = 0; n < 12; ++n)
+      for (int64_t e = 0; e < 3; ++e) {
+        for (int part = 0; part < 3; ++part)
+          q1.data<double>()[n * 9 + part * 3 + e] = qkv.data<double>()[n * 18 + part * 6 + h * 3 + e];
+        R1.data<double>()[n * 3 + e] = R.data<double>()[n * 6 + h * 3 + e];
+      }
+    Tensor out = Tensor::zeros({2, 6, 3}, DType::f64), att = Tensor::zeros({2, 1, 6, 6}, DType::f64);
+    ops::attention_forward(out, att, q1, 1, d, h);
+    Tensor dq1 = zeros_like(q1), scratch = zeros_like(att);
+    ops::attention_backward(dq1, scratch, R1, q1, att, 1, d, h);
+    for (int64_t n = 0; n < 12; ++n)
+      for (int64_t e = 0; e < 3; ++e) {
+        EXPECT_NEAR(out.data<double>()[n * 3 + e], r[0].data<double>()[n * 6 + h * 3 + e], 1e-13);
+        for (int part = 0; part < 3; ++part)
+          EXPECT_NEAR(dq1.data<double>()[n * 9 + part * 3 + e], r[2].data<double>()[n * 18 + part * 6 + h * 3 + e],
+                      1e-13);
+      }
+  }
+}
+
+TEST(OpsAttention, RejectsBadShapes) {
+  Tensor qkv = Tensor::zeros({2, 5, 17}, DType::f64), out = Tensor::zeros({2, 5, 6}, DType::f64);
+  Tensor att = Tensor::zeros({2, 2, 5, 5}, DType::f64);
+  EXPECT_THROW(ops::attention_forward(out, att, qkv, 2, dropout(0.0f)), Error);
+  Tensor qkv2 = Tensor::zeros({2, 5, 18}, DType::f64), att_small = Tensor::zeros({2, 2, 5, 4}, DType::f64);
+  EXPECT_THROW(ops::attention_forward(out, att_small, qkv2, 2, dropout(0.0f)), Error);
+  EXPECT_THROW(ops::attention_forward(out, att, qkv2, 2, dropout(1.0f)), Error);
+}

@@ -1,0 +1,85 @@
+// Tests of core/kernels/cpu/loss.cpp (fused softmax cross-entropy) through core/ops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/ops.h"
+#include "ops_test_helpers.h"
+
+using namespace lattice;
+using namespace lattice::test;
+
+namespace {
+constexpr int kIgnore = -100;
+const std::vector<int32_t> kTargets = {3, kIgnore, 0, 6, 2, kIgnore};
+constexpr int64_t kN = 6, kV = 7;
+constexpr float kDloss = 0.37f;
+
+Tensor logits_of(DType dt) { return random_tensor({2, 3, kV}, dt, 61, 4.0); }
+}  // namespace
+
+TEST(OpsLoss, ForwardMatchesDefinitionAndIgnoresRows) {
+  Tensor logits = logits_of(DType::f64), targets = Tensor::from<int32_t>(kTargets, {2, 3});
+  Tensor losses = Tensor::zeros({2, 3}, DType::f64), lse = Tensor::zeros({2, 3}, DType::f64);
+  ops::cross_entropy_forward(losses, lse, logits, targets, kIgnore);
+  const double* x = logits.data<double>();
+  for (int64_t n = 0; n < kN; ++n) {
+    double sum = 0;
+    for (int64_t j = 0; j < kV; ++j) sum += std::exp(x[n * kV + j]);
+    EXPECT_NEAR(lse.data<double>()[n], std::log(sum), 1e-12);
+    double expect = kTargets[size_t(n)] == kIgnore ? 0.0 : std::log(sum) - x[n * kV + kTargets[size_t(n)]];
+    EXPECT_NEAR(losses.data<double>()[n], expect, 1e-12) << "row " << n;
+  }
+}
+
+TEST(OpsLoss, GradcheckAndIgnoredRowsGetZeroGradient) {
+  Tensor logits = logits_of(DType::f64), targets = Tensor::from<int32_t>(kTargets, {kN});
+  Tensor losses = Tensor::zeros({kN}, DType::f64), lse = Tensor::zeros({kN}, DType::f64);
+  ops::cross_entropy_forward(losses, lse, logits, targets, kIgnore);
+  Tensor dlogits = random_tensor(logits.shape(), DType::f64, 62);  // dirty: overwritten
+  ops::cross_entropy_backward(dlogits, logits, lse, targets, kDloss, kIgnore);
+  auto loss = [&] {
+    ops::cross_entropy_forward(losses, lse, logits, targets, kIgnore);
+    double s = 0;
+    for (int64_t n = 0; n < kN; ++n) s += losses.data<double>()[n];
+    return double(kDloss) * s;
+  };
+  expect_gradients(loss, {{&logits, dlogits}});
+  for (int64_t n = 0; n < kN; ++n) {
+    if (kTargets[size_t(n)] != kIgnore) continue;
+    for (int64_t j = 0; j < kV; ++j) EXPECT_EQ(dlogits.data<double>()[n * kV + j], 0.0);
+  }
+}
+
+TEST(OpsLoss, InPlaceBackwardEqualsOutOfPlace) {
+  for (DType dt : {DType::f64, DType::f32}) {
+    Tensor logits = logits_of(dt), targets = Tensor::from<int32_t>(kTargets, {kN});
+    Tensor losses = Tensor::zeros({kN}, dt), lse = Tensor::zeros({kN}, dt);
+    ops::cross_entropy_forward(losses, lse, logits, targets, kIgnore);
+    Tensor separate = zeros_like(logits);
+    ops::cross_entropy_backward(separate, logits, lse, targets, kDloss, kIgnore);
+    ops::cross_entropy_backward(logits, logits, lse, targets, kDloss, kIgnore);
+    EXPECT_TRUE(bitwise_equal(logits, separate)) << dtype_name(dt);
+  }
+}
+
+TEST(OpsLoss, F32MatchesF64) {
+  auto run = [](DType dt) {
+    Tensor logits = logits_of(dt), targets = Tensor::from<int32_t>(kTargets, {kN});
+    Tensor losses = Tensor::zeros({kN}, dt), lse = Tensor::zeros({kN}, dt), d = zeros_like(logits);
+    ops::cross_entropy_forward(losses, lse, logits, targets, kIgnore);
+    ops::cross_entropy_backward(d, logits, lse, targets, kDloss, kIgnore);
+    return std::vector<Tensor>{losses, lse, d};
+  };
+  expect_f32_matches_f64(run(DType::f32), run(DType::f64));
+}
+
+TEST(OpsLoss, RejectsOutOfRangeTargets) {
+  Tensor logits = logits_of(DType::f64), lse = Tensor::zeros({kN}, DType::f64), losses = zeros_like(lse);
+  std::vector<int32_t> bad = kTargets;
+  bad[2] = int32_t(kV);
+  Tensor targets = Tensor::from<int32_t>(bad, {kN});
+  EXPECT_THROW(ops::cross_entropy_forward(losses, lse, logits, targets, kIgnore), Error);
+  Tensor short_targets = Tensor::from<int32_t>({1, 2}, {2});
+  EXPECT_THROW(ops::cross_entropy_forward(losses, lse, logits, short_targets, kIgnore), Error);
+}
