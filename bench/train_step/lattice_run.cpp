@@ -1,9 +1,11 @@
 #include "train_step/lattice_run.h"
 
+#include <cblas.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 
 #include "core/error.h"
 #include "core/ops.h"
@@ -83,7 +85,28 @@ int64_t checked_flop_params(const FlatParams& params, const gpt2::Gpt2& model, c
   return n;
 }
 
+bool cpu_has_avx2() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) return (line + " ").find(" avx2 ") != std::string::npos;
+  return false;
+}
+
 }  // namespace
+
+std::string blas_core() { return openblas_get_corename(); }
+
+std::string blas_core_warning() {
+  const std::string core = blas_core();
+  for (const char* old : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Nano"})
+    if (core == old && cpu_has_avx2())
+      return fmt::format("WARNING: OpenBLAS chose its '{}' kernels on a CPU with AVX2 (it does not know this CPU "
+                         "model); sgemm runs several times below the hardware. Set OPENBLAS_CORETYPE=SkylakeX "
+                         "(AVX-512) or Haswell (AVX2) to override; the PyTorch child inherits it.",
+                         core);
+  return "";
+}
 
 SgemmRate measure_sgemm(const BenchConfig& cfg, int reps) {
   SgemmRate r;

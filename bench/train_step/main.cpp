@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <stdexcept>
@@ -190,10 +191,10 @@ void print_raw(const std::vector<Row>& rows) {
     say(fmt::format("RESULT system=lattice config={} threads={} median_ms={:.1f} min_ms={:.1f} max_ms={:.1f} "
                     "tokens_per_s={:.0f} achieved_GFLOPs={:.1f} MFU={:.1f}% sgemm_GFLOPs={:.1f} "
                     "sgemm_1024_GFLOPs={:.1f} sgemm_model_GFLOPs={:.1f} zero_grad_ms={:.1f} forward_ms={:.1f} "
-                    "backward_ms={:.1f} adamw_ms={:.1f} load_before={}{}",
+                    "backward_ms={:.1f} adamw_ms={:.1f} blas_core={} load_before={}{}",
                     r.cfg.name, r.threads, r.lat.step_ms.median, r.lat.step_ms.min, r.lat.step_ms.max,
                     lattice_tokens(r), g, 100 * g / r.peak, r.peak, r.sgemm.square, r.sgemm.model,
-                    r.lat.zero_ms.median, r.lat.fwd_ms.median, r.lat.bwd_ms.median, r.lat.opt_ms.median,
+                    r.lat.zero_ms.median, r.lat.fwd_ms.median, r.lat.bwd_ms.median, r.lat.opt_ms.median, blas_core(),
                     r.load_before.empty() ? "?" : r.load_before.substr(0, r.load_before.find(' ')), torch));
     if (r.torch) say(r.torch->result_line);
     if (!r.torch_error.empty()) say("RESULT system=pytorch config=" + r.cfg.name + " FAILED: " + r.torch_error);
@@ -208,9 +209,11 @@ int main(int argc, char** argv) {
     std::string cmdline = argv[0];
     for (int i = 1; i < argc; ++i) cmdline += std::string(" ") + argv[i];
     say("$ " + cmdline);
-    say(fmt::format("cpu: {} | {} | cores online {} | OpenBLAS {}", first_line_with("/proc/cpuinfo", "model name"),
-                    first_line_with("/proc/meminfo", "MemTotal"), std::thread::hardware_concurrency(),
-                    blas_config()));
+    say(fmt::format("cpu: {} | {} | cores online {} | OpenBLAS {} | OpenBLAS core {}",
+                    first_line_with("/proc/cpuinfo", "model name"), first_line_with("/proc/meminfo", "MemTotal"),
+                    std::thread::hardware_concurrency(), blas_config(), blas_core()));
+    if (const char* ct = std::getenv("OPENBLAS_CORETYPE")) say(std::string("OPENBLAS_CORETYPE=") + ct);
+    if (std::string w = blas_core_warning(); !w.empty()) say(w);
     std::vector<Row> rows;
     for (const BenchConfig& cfg : o.configs)
       for (int t : o.threads) rows.push_back(measure(o, cfg, t));

@@ -218,10 +218,19 @@ void decode_value(const YAML::Node& n, const std::string& path, const Locator& l
 
 // ---- emitters: numbers in shortest round-trip form, free strings quoted ----
 
+// Shortest text that parses back to the same value; "1.0e-05" rather than
+// "1e-05" so YAML 1.1 readers (PyYAML) also see a float.
+template <class T>
+std::string number_text(T v) {
+  std::string s = fmt::format("{}", v);
+  if (auto e = s.find('e'); e != std::string::npos && s.find('.') == std::string::npos) s.insert(e, ".0");
+  return s;
+}
+
 void emit_value(YAML::Emitter& out, int v) { out << fmt::format("{}", v); }
 void emit_value(YAML::Emitter& out, uint64_t v) { out << fmt::format("{}", v); }
-void emit_value(YAML::Emitter& out, double v) { out << fmt::format("{}", v); }
-void emit_value(YAML::Emitter& out, float v) { out << fmt::format("{}", v); }
+void emit_value(YAML::Emitter& out, double v) { out << number_text(v); }
+void emit_value(YAML::Emitter& out, float v) { out << number_text(v); }
 void emit_value(YAML::Emitter& out, bool v) { out << (v ? "true" : "false"); }
 void emit_value(YAML::Emitter& out, const std::string& v) { out << YAML::DoubleQuoted << v; }
 template <NamedEnum E>
@@ -229,7 +238,7 @@ void emit_value(YAML::Emitter& out, E v) {
   out << std::string(enum_name(v));
 }
 void emit_value(YAML::Emitter& out, const std::array<double, 2>& v) {
-  out << YAML::Flow << YAML::BeginSeq << fmt::format("{}", v[0]) << fmt::format("{}", v[1]) << YAML::EndSeq;
+  out << YAML::Flow << YAML::BeginSeq << number_text(v[0]) << number_text(v[1]) << YAML::EndSeq;
 }
 void emit_value(YAML::Emitter& out, const std::vector<std::string>& v) {
   out << YAML::Flow << YAML::BeginSeq;

@@ -28,7 +28,8 @@ std::string desc(const Tensor& t) {
 }
 
 [[noreturn]] void no_kernel(const char* op, const Tensor& t) {
-  if (t.device().is_cuda()) LATTICE_FAIL("ops::{}: no CUDA kernel yet ({} on {})", op, dtype_name(t.dtype()), t.device().str());
+  if (t.device().is_cuda())
+    LATTICE_FAIL("ops::{}: no CUDA kernel yet ({} on {})", op, dtype_name(t.dtype()), t.device().str());
   LATTICE_FAIL("ops::{}: no CPU kernel for {} (CPU kernels take f32 and f64)", op, dtype_name(t.dtype()));
 }
 
@@ -88,7 +89,8 @@ void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_
   LATTICE_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n,
                 "ops::gemm: op(a) {}{} times op(b) {}{} does not give c {}", shape_str(a.shape()),
                 trans_a ? "^T" : "", shape_str(b.shape()), trans_b ? "^T" : "", shape_str(c.shape()));
-  if (cuda_f32(c)) return cuda_backend().gemm(c.device().index, trans_a, trans_b, m, n, k, alpha, fp(a), fp(b), beta, fp(c));
+  if (cuda_f32(c))
+    return cuda_backend().gemm(c.device().index, trans_a, trans_b, m, n, k, alpha, fp(a), fp(b), beta, fp(c));
   on_cpu("gemm", c, [&](auto t) {
     using T = decltype(t);
     cpu::gemm<T>(trans_a, trans_b, m, n, k, T(alpha), a.data<T>(), b.data<T>(), T(beta), c.data<T>());
@@ -326,7 +328,9 @@ void dropout_apply(const char* op, Tensor& y, const Tensor& x, const Dropout& d)
 }
 }  // namespace
 
-void dropout_forward(Tensor& out, const Tensor& inp, const Dropout& d) { dropout_apply("dropout_forward", out, inp, d); }
+void dropout_forward(Tensor& out, const Tensor& inp, const Dropout& d) {
+  dropout_apply("dropout_forward", out, inp, d);
+}
 void dropout_backward(Tensor& dinp, const Tensor& dout, const Dropout& d) {
   dropout_apply("dropout_backward", dinp, dout, d);
 }

@@ -88,6 +88,10 @@ Shard Shard::open(const std::string& path) {
     ::close(fd);
     LATTICE_FAIL("shard {}: cannot stat: {}", path, std::strerror(err));
   }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    LATTICE_FAIL("shard {}: not a regular file", path);
+  }
   int64_t bytes = st.st_size;
   if (bytes < kShardHeaderBytes) {
     ::close(fd);

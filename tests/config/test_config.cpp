@@ -275,6 +275,27 @@ TEST(Config, ToYamlRoundTripOddValues) {
   EXPECT_EQ(a, b) << to_yaml(a);
   EXPECT_EQ(b.model.dropout, 0.3f);
   EXPECT_EQ(b.optimizer.lr, 0.000123456789012345);
+  // Exponents carry a '.' so YAML 1.1 readers see floats too.
+  EXPECT_HAS(to_yaml(a), "comm_timeout_s: 1.0e-03");
+  EXPECT_HAS(to_yaml(a), "eps: 1.0e-08");
+}
+
+TEST(Config, ConfigFailNamesKeyAndLine) {
+  Config c = parse_config(kMinimal, "t.yaml", {});
+  std::string msg = error_of([&] { config_fail(c, "data.train", "no file matches 'data/tiny_train_*.bin'"); });
+  EXPECT_EQ(msg, fmt::format("t.yaml:{}:3: data.train: no file matches 'data/tiny_train_*.bin'",
+                             line_of(kMinimal, "  train: data")));
+  bool thrown = false;
+  try {
+    config_fail(c, "optimizer.schedule.min_lr", "x");
+  } catch (const ConfigError& e) {
+    thrown = true;
+    EXPECT_EQ(e.key_path(), "optimizer.schedule.min_lr");
+    EXPECT_EQ(std::string(e.what()), fmt::format("t.yaml:{}:1: optimizer.schedule.min_lr: x", line_of(kMinimal, "optimizer:")));
+  }
+  EXPECT_TRUE(thrown);
+  ConfigError e("two\nlines", "k");
+  EXPECT_EQ(std::string(e.what()), "two lines");
 }
 
 TEST(Config, LoadConfigFromFileAndWriteBack) {

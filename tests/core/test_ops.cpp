@@ -33,7 +33,8 @@ TEST(Ops, UnsupportedDtypeNamesOpAndDtype) {
 }
 
 TEST(Ops, MixedDtypesNameBothTensors) {
-  Tensor a = Tensor::zeros({2, 3}, DType::f32), b = Tensor::zeros({2, 3}, DType::f64), c = Tensor::zeros({2, 3}, DType::f32);
+  Tensor a = Tensor::zeros({2, 3}, DType::f32), b = Tensor::zeros({2, 3}, DType::f64);
+  Tensor c = Tensor::zeros({2, 3}, DType::f32);
   std::string msg = error_of([&] { ops::add(c, a, b); });
   EXPECT_NE(msg.find("ops::add"), std::string::npos) << msg;
   EXPECT_NE(msg.find("f64"), std::string::npos) << msg;

@@ -14,7 +14,7 @@ void dropout_row(T* out, const T* inp, const RngKey& key, uint64_t sample, uint6
   for (int64_t i = 0; i < n; ++i) {
     uint64_t e = e0 + uint64_t(i);
     if (i == 0 || (e & 3) == 0) bits = rng_bits(key, sample, e);
-    bool keep = uint_to_unit(bits.v[(e + 1) & 3]) >= p;  // == rng_keep(key, sample, e, p)
+    bool keep = uint_to_unit(bits.v[e & 3]) >= p;  // == rng_keep(key, sample, e, p)
     out[i] = keep ? inp[i] * scale : T(0);
   }
 }
