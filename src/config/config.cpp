@@ -53,8 +53,7 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
 }
 
 // Sets root[a][b]... = value for a key path, creating sections as needed.
-void set_path(YAML::Node root, const std::vector<std::string>& parts, const YAML::Node& value,
-              const Locator& loc) {
+void set_path(YAML::Node& root, const std::vector<std::string>& parts, const YAML::Node& value, const Locator& loc) {
   YAML::Node node = root;
   std::string path;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -80,12 +79,14 @@ void apply_override(YAML::Node& root, const std::string& text, Locator& loc) {
   here.add_override(path, text);
   if (path.empty()) here.fail(path, {}, "empty key — write key.path=value, e.g. train.steps=50");
   if (is_section(path))
-    here.fail(path, {}, fmt::format("is a section — set its keys one at a time, e.g. {}.{}=...", path,
-                                    child_names(path).front()));
+    here.fail(
+        path, {},
+        fmt::format("is a section — set its keys one at a time, e.g. {}.{}=...", path, child_names(path).front()));
   if (!find_field(path)) {
     std::string near = suggest_key(path);
-    here.fail(path, {}, near.empty() ? "unknown key — see docs/config.md for the keys"
-                                     : fmt::format("unknown key — did you mean '{}'?", near));
+    here.fail(path, {},
+              near.empty() ? "unknown key — see docs/config.md for the keys"
+                           : fmt::format("unknown key — did you mean '{}'?", near));
   }
   YAML::Node value;
   try {
@@ -103,8 +104,7 @@ void check_keys(const YAML::Node& map, const std::string& section, const Locator
   std::set<std::string> seen;
   for (const auto& entry : map) {
     YAML::Node key = entry.first, value = entry.second;  // handles, not references into the iterator
-    if (!key.IsScalar())
-      loc.fail(section, key.Mark(), fmt::format("keys must be plain names, got {}", show(key)));
+    if (!key.IsScalar()) loc.fail(section, key.Mark(), fmt::format("keys must be plain names, got {}", show(key)));
     std::string path = join_path(section, key.Scalar());
     if (!seen.insert(key.Scalar()).second)
       loc.fail(path, key.Mark(), "duplicate key — each key may appear once in its section");
@@ -179,17 +179,18 @@ std::string config_name(const std::string& source) {
 }  // namespace
 
 ConfigError::ConfigError(std::string message, std::string key_path)
-    : Error([&] {
-        for (char& c : message)
-          if (c == '\n' || c == '\r') c = ' ';
-        return message;
-      }(),
-            "", nullptr, 0),
+    : Error(
+          [&] {
+            for (char& c : message)
+              if (c == '\n' || c == '\r') c = ' ';
+            return message;
+          }(),
+          "", nullptr, 0),
       key_path_(std::move(key_path)) {}
 
 bool Config::operator==(const Config& o) const {
-  return model == o.model && parallel == o.parallel && train == o.train && optimizer == o.optimizer &&
-         data == o.data && checkpoint == o.checkpoint && log == o.log && runtime == o.runtime;
+  return model == o.model && parallel == o.parallel && train == o.train && optimizer == o.optimizer && data == o.data &&
+         checkpoint == o.checkpoint && log == o.log && runtime == o.runtime;
 }
 
 Config parse_config(const std::string& yaml_text, const std::string& source_name,
@@ -201,14 +202,13 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
   try {
     YAML::Node root = parse_yaml(yaml_text, source_name);
     if (!root.IsNull() && !root.IsMap())
-      loc.fail("", root.Mark(), fmt::format("expected a mapping of sections (model:, train:, ...), got {}",
-                                            show(root)));
+      loc.fail("", root.Mark(),
+               fmt::format("expected a mapping of sections (model:, train:, ...), got {}", show(root)));
     for (const auto& text : overrides) apply_override(root, text, loc);
     if (root.IsMap()) check_keys(root, "", loc, cfg);
     decode_fields(root, loc, cfg);
   } catch (const YAML::Exception& e) {  // anything yaml-cpp raises beyond syntax errors
-    throw ConfigError(fmt::format("{}:{}:{}: config: {}", source_name, e.mark.line + 1, e.mark.column + 1, e.msg),
-                      "");
+    throw ConfigError(fmt::format("{}:{}:{}: config: {}", source_name, e.mark.line + 1, e.mark.column + 1, e.msg), "");
   }
   fill_derived(cfg);
   validate(cfg);
@@ -224,7 +224,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   if (std::filesystem::is_directory(path, ec))
     throw ConfigError(fmt::format("{}: config file '{}' is a directory — pass a .yaml file", path, path), "");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(fmt::format("{}: config file '{}' cannot be read — check its permissions", path, path), "");
+  if (!in)
+    throw ConfigError(fmt::format("{}: config file '{}' cannot be read — check its permissions", path, path), "");
   std::stringstream text;
   text << in.rdbuf();
   return parse_config(text.str(), path, overrides);

@@ -78,7 +78,9 @@ struct EnumNames<DeviceType> {
 };
 
 template <class E>
-concept NamedEnum = requires { EnumNames<E>::names; };
+concept NamedEnum = requires {
+  EnumNames<E>::names;
+};
 
 template <NamedEnum E>
 std::string_view enum_name(E e) {
@@ -129,7 +131,7 @@ struct LayersPerStage {
 struct ParallelConfig {
   int tp = 1;
   int pp = 1;
-  int dp = 0;  // 0 = world / (tp * pp), see resolve_layout
+  int dp = 0;                                           // 0 = world / (tp * pp), see resolve_layout
   std::vector<std::string> order = {"tp", "dp", "pp"};  // fastest-varying first
   PipeSchedule schedule = PipeSchedule::one_f_one_b;
   int microbatches = 0;  // 0 = global_batch / (micro_batch * dp), see resolve_layout
@@ -176,9 +178,9 @@ struct DataConfig {
 };
 
 struct CheckpointConfig {
-  std::string dir;  // "" = <log.dir>/checkpoints (filled in by parse)
-  int every = 0;    // 0 = only at the end of the run and on stop
-  int keep_last = 3;  // 0 = keep all
+  std::string dir;              // "" = <log.dir>/checkpoints (filled in by parse)
+  int every = 0;                // 0 = only at the end of the run and on stop
+  int keep_last = 3;            // 0 = keep all
   std::string resume = "auto";  // auto | never | PATH
   bool operator==(const CheckpointConfig&) const = default;
 };

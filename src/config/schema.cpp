@@ -22,9 +22,9 @@ KeyLocation Locator::locate(const std::string& path, const YAML::Mark& mark) con
 }
 
 void Locator::fail(const std::string& path, const YAML::Mark& mark, const std::string& what) const {
-  throw ConfigError(fmt::format("{}: {}: {}", format_location(source_, locate(path, mark)),
-                                path.empty() ? "config" : path, what),
-                    path);
+  throw ConfigError(
+      fmt::format("{}: {}: {}", format_location(source_, locate(path, mark)), path.empty() ? "config" : path, what),
+      path);
 }
 
 std::string format_location(const std::string& source, const KeyLocation& loc) {
@@ -44,11 +44,16 @@ std::string join_path(const std::string& prefix, const std::string& name) {
 
 std::string show(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Null: return "an empty value";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Scalar: break;
-    default: return "nothing";
+    case YAML::NodeType::Null:
+      return "an empty value";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Scalar:
+      break;
+    default:
+      return "nothing";
   }
   std::string s = "'";
   for (char c : node.Scalar()) {
@@ -268,7 +273,8 @@ Field make_field(std::string path, bool required, Get get) {
 
 constexpr bool required = true, optional = false;
 #define LATTICE_KEY(section, key, presence) \
-  make_field(#section "." #key, presence, [](auto& c) -> auto& { return c.section.key; })
+  make_field(                               \
+      #section "." #key, presence, [](auto& c) -> auto& { return c.section.key; })
 
 std::vector<Field> build_fields() {
   return {
@@ -377,8 +383,8 @@ std::string suggest_key(const std::string& path) {
     if (auto near = closest(name, child_names(section)); !near.empty()) return join_path(section, near);
   // The same name in another section ("train.lr" -> "optimizer.lr").
   for (const auto& f : fields())
-    if (f.path.size() > name.size() && f.path.compare(f.path.size() - name.size() - 1, std::string::npos,
-                                                      "." + name) == 0)
+    if (f.path.size() > name.size() &&
+        f.path.compare(f.path.size() - name.size() - 1, std::string::npos, "." + name) == 0)
       return f.path;
   return "";
 }

@@ -14,8 +14,7 @@ using config_detail::parent_path;
 
 std::string key_location(const Config& cfg, const std::string& key_path) {
   for (std::string p = key_path; !p.empty(); p = parent_path(p))
-    if (auto it = cfg.locations.find(p); it != cfg.locations.end())
-      return format_location(cfg.source, it->second);
+    if (auto it = cfg.locations.find(p); it != cfg.locations.end()) return format_location(cfg.source, it->second);
   return cfg.source;
 }
 
@@ -32,8 +31,7 @@ void require_at(bool ok, const Config& cfg, const std::string& where, const std:
                 fmt::format_string<Args...> f, Args&&... args) {
   if (!ok) [[unlikely]]
     throw ConfigError(
-        fmt::format("{}: {}: {}", key_location(cfg, where), path, fmt::format(f, std::forward<Args>(args)...)),
-        path);
+        fmt::format("{}: {}: {}", key_location(cfg, where), path, fmt::format(f, std::forward<Args>(args)...)), path);
 }
 
 template <class... Args>
@@ -66,8 +64,8 @@ void validate_model(const Config& c) {
   require_positive(c, "model.max_seq_len", m.max_seq_len, "the longest sequence the model supports");
   require_positive(c, "model.n_kv_head", m.n_kv_head, "the key/value heads, or omit it for n_head");
   require_positive(c, "model.d_ff", m.d_ff, "the MLP hidden size, or omit it for 4 * d_model");
-  require(m.d_model % m.n_head == 0, c, "model.d_model", "{} is not divisible by model.n_head ({}) — use d_model = n_head * head_dim",
-          m.d_model, m.n_head);
+  require(m.d_model % m.n_head == 0, c, "model.d_model",
+          "{} is not divisible by model.n_head ({}) — use d_model = n_head * head_dim", m.d_model, m.n_head);
   require(m.n_head % m.n_kv_head == 0, c, "model.n_kv_head",
           "model.n_head ({}) is not divisible by n_kv_head ({}) — each kv head serves a whole group of heads", m.n_head,
           m.n_kv_head);
@@ -111,8 +109,8 @@ void validate_stages(const Config& c) {
     return;
   }
   require(int(lps.counts.size()) == chunks, c, "parallel.layers_per_stage",
-          "has {} entries, but pp ({}) * virtual_stages ({}) = {} — give one count per stage", lps.counts.size(),
-          p.pp, p.virtual_stages, chunks);
+          "has {} entries, but pp ({}) * virtual_stages ({}) = {} — give one count per stage", lps.counts.size(), p.pp,
+          p.virtual_stages, chunks);
   int sum = 0;
   for (size_t i = 0; i < lps.counts.size(); ++i) {
     require(lps.counts[i] > 0, c, fmt::format("parallel.layers_per_stage[{}]", i),
@@ -128,8 +126,7 @@ void validate_parallel(const Config& c) {
   require_positive(c, "parallel.tp", p.tp, "the tensor-parallel degree");
   require_positive(c, "parallel.pp", p.pp, "the number of pipeline stages");
   require_non_negative(c, "parallel.dp", p.dp, "omit it for world / (tp * pp)");
-  require_non_negative(c, "parallel.microbatches", p.microbatches,
-                       "omit it for global_batch / (micro_batch * dp)");
+  require_non_negative(c, "parallel.microbatches", p.microbatches, "omit it for global_batch / (micro_batch * dp)");
   require_positive(c, "parallel.virtual_stages", p.virtual_stages, "1 unless the schedule is interleaved");
   require(p.zero == 0 || p.zero == 1, c, "parallel.zero", "must be 0 or 1 (got {})", p.zero);
   validate_order(c);
@@ -142,8 +139,8 @@ void validate_parallel(const Config& c) {
           p.virtual_stages);
   const ModelConfig& m = c.model;
   require(m.n_head % p.tp == 0, c, "parallel.tp", "model.n_head ({}) is not divisible by tp ({})", m.n_head, p.tp);
-  require(m.n_kv_head % p.tp == 0, c, "parallel.tp", "model.n_kv_head ({}) is not divisible by tp ({})",
-          m.n_kv_head, p.tp);
+  require(m.n_kv_head % p.tp == 0, c, "parallel.tp", "model.n_kv_head ({}) is not divisible by tp ({})", m.n_kv_head,
+          p.tp);
   require(m.d_ff % p.tp == 0, c, "parallel.tp", "model.d_ff ({}) is not divisible by tp ({})", m.d_ff, p.tp);
   validate_stages(c);
 }
@@ -156,15 +153,15 @@ void validate_train(const Config& c) {
   require_positive(c, "train.seq_len", t.seq_len, "the tokens per sequence");
   require(t.stop_at_step >= 0 && t.stop_at_step <= t.steps, c, "train.stop_at_step",
           "must be in [0, train.steps = {}] (got {}) — 0 runs to the end", t.steps, t.stop_at_step);
-  require(t.global_batch % t.micro_batch == 0, c, "train.global_batch",
-          "{} is not divisible by train.micro_batch ({})", t.global_batch, t.micro_batch);
+  require(t.global_batch % t.micro_batch == 0, c, "train.global_batch", "{} is not divisible by train.micro_batch ({})",
+          t.global_batch, t.micro_batch);
   require(t.seq_len <= c.model.max_seq_len, c, "train.seq_len",
           "{} exceeds model.max_seq_len ({}) — lower seq_len or raise max_seq_len", t.seq_len, c.model.max_seq_len);
   require_non_negative(c, "train.eval_every", t.eval_every, "0 turns evaluation off");
   require_non_negative(c, "train.eval_steps", t.eval_steps, "the validation batches per evaluation");
   if (t.eval_every > 0) {
-    require(!c.data.val.empty(), c, "train.eval_every", "is {}, but data.val is not set — set data.val or eval_every: 0",
-            t.eval_every);
+    require(!c.data.val.empty(), c, "train.eval_every",
+            "is {}, but data.val is not set — set data.val or eval_every: 0", t.eval_every);
     require(t.eval_steps > 0, c, "train.eval_steps",
             "must be at least 1 when eval_every is set (got {}) — the batches per evaluation", t.eval_steps);
   }
@@ -232,13 +229,14 @@ Layout resolve_layout(const Config& c, int world) {
   Layout out{p.tp, p.pp, p.dp, p.microbatches};
   if (p.dp == 0) {
     require_at(world % (p.tp * p.pp) == 0, c, p.pp > 1 ? "parallel.pp" : "parallel.tp", "parallel",
-            "the job has {} ranks, not divisible by tp ({}) * pp ({}) = {} — choose tp and pp whose product divides "
-            "the rank count",
-            world, p.tp, p.pp, p.tp * p.pp);
+               "the job has {} ranks, not divisible by tp ({}) * pp ({}) = {} — choose tp and pp whose product divides "
+               "the rank count",
+               world, p.tp, p.pp, p.tp * p.pp);
     out.dp = world / (p.tp * p.pp);
   }
-  require_at(p.tp * p.pp * out.dp == world, c, "parallel.dp", "parallel", "tp ({}) * pp ({}) * dp ({}) = {}, but the job has {} ranks",
-          p.tp, p.pp, out.dp, p.tp * p.pp * out.dp, world);
+  require_at(p.tp * p.pp * out.dp == world, c, "parallel.dp", "parallel",
+             "tp ({}) * pp ({}) * dp ({}) = {}, but the job has {} ranks", p.tp, p.pp, out.dp, p.tp * p.pp * out.dp,
+             world);
   const TrainConfig& t = c.train;
   long long per_micro = (long long)t.micro_batch * out.dp;
   if (p.microbatches == 0) {

@@ -262,10 +262,10 @@ TEST(Config, ToYamlRoundTrip) {
 }
 
 TEST(Config, ToYamlRoundTripOddValues) {
-  std::vector<std::string> o = {"data.train=\"a: #b/'c'\\\"*.bin\"", "data.val=null", "checkpoint.resume=\"yes\"",
-                                "model.dropout=0.3",           "optimizer.lr=0.000123456789012345",
-                                "runtime.seed=0",              "runtime.comm_timeout_s=1e-3",
-                                "parallel.layers_per_stage=balanced"};
+  std::vector<std::string> o = {"data.train=\"a: #b/'c'\\\"*.bin\"", "data.val=null",
+                                "checkpoint.resume=\"yes\"",         "model.dropout=0.3",
+                                "optimizer.lr=0.000123456789012345", "runtime.seed=0",
+                                "runtime.comm_timeout_s=1e-7",       "parallel.layers_per_stage=balanced"};
   Config a = parse_config(kMinimal, "a.yaml", o);
   EXPECT_EQ(a.data.train, "a: #b/'c'\"*.bin");
   EXPECT_EQ(a.data.val, "");
@@ -276,7 +276,7 @@ TEST(Config, ToYamlRoundTripOddValues) {
   EXPECT_EQ(b.model.dropout, 0.3f);
   EXPECT_EQ(b.optimizer.lr, 0.000123456789012345);
   // Exponents carry a '.' so YAML 1.1 readers see floats too.
-  EXPECT_HAS(to_yaml(a), "comm_timeout_s: 1.0e-03");
+  EXPECT_HAS(to_yaml(a), "comm_timeout_s: 1.0e-07");
   EXPECT_HAS(to_yaml(a), "eps: 1.0e-08");
 }
 
@@ -291,7 +291,8 @@ TEST(Config, ConfigFailNamesKeyAndLine) {
   } catch (const ConfigError& e) {
     thrown = true;
     EXPECT_EQ(e.key_path(), "optimizer.schedule.min_lr");
-    EXPECT_EQ(std::string(e.what()), fmt::format("t.yaml:{}:1: optimizer.schedule.min_lr: x", line_of(kMinimal, "optimizer:")));
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("t.yaml:{}:1: optimizer.schedule.min_lr: x", line_of(kMinimal, "optimizer:")));
   }
   EXPECT_TRUE(thrown);
   ConfigError e("two\nlines", "k");
@@ -343,7 +344,8 @@ TEST(Config, WrongTypes) {
   std::string msg = parse_error(y);
   EXPECT_HAS(msg, fmt::format("test.yaml:{}:12: model.n_layer: expected an integer, got 'abc'", line_of(y, "abc")));
   EXPECT_HAS(parse_error(replace(kMinimal, "n_layer: 2", "n_layer: 2.5")), "expected an integer, got '2.5'");
-  EXPECT_HAS(parse_error(replace(kMinimal, "n_layer: 2", "n_layer: [2]")), "model.n_layer: expected an integer, got a list");
+  EXPECT_HAS(parse_error(replace(kMinimal, "n_layer: 2", "n_layer: [2]")),
+             "model.n_layer: expected an integer, got a list");
   EXPECT_HAS(parse_error(replace(kMinimal, "n_layer: 2", "n_layer:")), "expected an integer, got an empty value");
   EXPECT_HAS(parse_error(replace(kMinimal, "n_layer: 2", "n_layer: 99999999999")), "out of range");
   EXPECT_HAS(parse_error(replace(kMinimal, "lr: 1.0e-3", "lr: fast")), "optimizer.lr: expected a number, got 'fast'");
@@ -362,7 +364,8 @@ TEST(Config, NegativeAndZeroSizes) {
   std::string y = replace(kMinimal, "n_layer: 2", "n_layer: -2");
   std::string msg = parse_error(y);
   EXPECT_HAS(msg, fmt::format("test.yaml:{}:3: model.n_layer: must be at least 1 (got -2)", line_of(y, "n_layer")));
-  EXPECT_HAS(parse_error(replace(kMinimal, "micro_batch: 2", "micro_batch: 0")), "train.micro_batch: must be at least 1 (got 0)");
+  EXPECT_HAS(parse_error(replace(kMinimal, "micro_batch: 2", "micro_batch: 0")),
+             "train.micro_batch: must be at least 1 (got 0)");
   EXPECT_HAS(parse_error(kMinimal, {"parallel.tp=0"}), "override 'parallel.tp=0': parallel.tp: must be at least 1");
   EXPECT_HAS(parse_error(kMinimal, {"checkpoint.every=-5"}), "checkpoint.every: must not be negative (got -5)");
 }
@@ -402,10 +405,10 @@ TEST(Config, DuplicateKey) {
 }
 
 TEST(Config, Overrides) {
-  Config c = parse_config(kMinimal, "t.yaml",
-                          {"train.steps=50", "optimizer.betas=[0.9,0.99]", "parallel.pp=2",
-                           "parallel.layers_per_stage=[1, 1]", "optimizer.schedule.warmup_steps=5",
-                           " log.tensorboard = true", "train.steps=60"});
+  Config c =
+      parse_config(kMinimal, "t.yaml",
+                   {"train.steps=50", "optimizer.betas=[0.9,0.99]", "parallel.pp=2", "parallel.layers_per_stage=[1, 1]",
+                    "optimizer.schedule.warmup_steps=5", " log.tensorboard = true", "train.steps=60"});
   EXPECT_EQ(c.train.steps, 60);  // later overrides win
   EXPECT_EQ(c.optimizer.betas, (std::array<double, 2>{0.9, 0.99}));
   EXPECT_EQ(c.parallel.layers_per_stage.counts, (std::vector<int>{1, 1}));
@@ -421,7 +424,8 @@ TEST(Config, Overrides) {
   msg = parse_error(kMinimal, {"train.steps=abc"});
   EXPECT_EQ(msg, "override 'train.steps=abc': train.steps: expected an integer, got 'abc'");
   EXPECT_HAS(parse_error(kMinimal, {"optimizer.schedule=1"}), "optimizer.schedule: is a section");
-  EXPECT_HAS(parse_error(kMinimal, {"model.n_layer=[1,"}), "override 'model.n_layer=[1,': model.n_layer: malformed value");
+  EXPECT_HAS(parse_error(kMinimal, {"model.n_layer=[1,"}),
+             "override 'model.n_layer=[1,': model.n_layer: malformed value");
   EXPECT_HAS(parse_error(kMinimal, {"bogus=1"}), "override 'bogus=1': bogus: unknown key");
   // A validation error on an overridden key points at the override.
   EXPECT_HAS(parse_error(kMinimal, {"train.seq_len=4096"}),
@@ -445,12 +449,14 @@ TEST(Config, LayersPerStage) {
              "parallel.layers_per_stage: has 1 entries, but pp (2) * virtual_stages (1) = 2");
   EXPECT_HAS(parse_error(kMinimal, {"parallel.pp=2", "parallel.layers_per_stage=[2, 0]"}),
              "parallel.layers_per_stage[1]: must be at least 1 (got 0)");
-  EXPECT_HAS(parse_error(kMinimal, {"parallel.layers_per_stage=even"}),
-             "parallel.layers_per_stage: expected uniform, balanced or a list of layer counts like [3, 5, 5, 3], got 'even'");
+  EXPECT_HAS(
+      parse_error(kMinimal, {"parallel.layers_per_stage=even"}),
+      "parallel.layers_per_stage: expected uniform, balanced or a list of layer counts like [3, 5, 5, 3], got 'even'");
   EXPECT_HAS(parse_error(kMinimal, {"parallel.layers_per_stage=[]"}), "got an empty list");
   EXPECT_HAS(parse_error(kMinimal, {"parallel.layers_per_stage=[1, a]"}),
              "parallel.layers_per_stage[1]: expected an integer, got 'a'");
-  EXPECT_HAS(parse_error(kMinimal, {"parallel.pp=4"}), "model.n_layer: 2 layers cannot fill pp (4) * virtual_stages (1) = 4 stages");
+  EXPECT_HAS(parse_error(kMinimal, {"parallel.pp=4"}),
+             "model.n_layer: 2 layers cannot fill pp (4) * virtual_stages (1) = 4 stages");
 }
 
 TEST(Config, ValidateChecks) {
@@ -460,7 +466,8 @@ TEST(Config, ValidateChecks) {
   };
   std::vector<Case> cases = {
       {{"model.d_model=66"}, "model.d_model: 66 is not divisible by model.n_head (4)"},
-      {{"model.arch=llama", "model.n_kv_head=3"}, "model.n_kv_head: model.n_head (4) is not divisible by n_kv_head (3)"},
+      {{"model.arch=llama", "model.n_kv_head=3"},
+       "model.n_kv_head: model.n_head (4) is not divisible by n_kv_head (3)"},
       {{"model.n_kv_head=2"}, "model.n_kv_head: gpt2 has no grouped-query attention"},
       {{"model.vocab_size=0"}, "model.vocab_size: must be at least 1 (got 0)"},
       {{"model.vocab_size=256"}, "model.vocab_size: 256 is smaller than the bytes tokenizer (257 ids for gpt2)"},
@@ -470,7 +477,8 @@ TEST(Config, ValidateChecks) {
       {{"model.dropout=1"}, "model.dropout: must be in [0, 1) (got 1)"},
       {{"model.dropout=-0.1"}, "model.dropout: must be in [0, 1)"},
       {{"model.rope_theta=10000"}, "model.rope_theta: gpt2 uses learned positions"},
-      {{"model.arch=gpt3"}, "model.arch: unknown value 'gpt3' — expected one of gpt2|llama|bert (did you mean 'gpt2'?)"},
+      {{"model.arch=gpt3"},
+       "model.arch: unknown value 'gpt3' — expected one of gpt2|llama|bert (did you mean 'gpt2'?)"},
       {{"optimizer.name=adam"}, "optimizer.name: unknown value 'adam' — expected one of adamw|sgd"},
       {{"optimizer.schedule.decay=cos"}, "optimizer.schedule.decay: unknown value 'cos'"},
       {{"parallel.schedule=zb"}, "parallel.schedule: unknown value 'zb' — expected one of gpipe|1f1b|interleaved"},
@@ -482,7 +490,8 @@ TEST(Config, ValidateChecks) {
       {{"train.eval_every=10", "data.val=v*.bin"}, "train.eval_steps: must be at least 1 when eval_every is set"},
       {{"train.stop_at_step=21"}, "train.stop_at_step: must be in [0, train.steps = 20] (got 21)"},
       {{"train.global_batch=7"}, "train.global_batch: 7 is not divisible by train.micro_batch (2)"},
-      {{"optimizer.schedule.warmup_steps=21"}, "optimizer.schedule.warmup_steps: must be in [0, train.steps = 20] (got 21)"},
+      {{"optimizer.schedule.warmup_steps=21"},
+       "optimizer.schedule.warmup_steps: must be in [0, train.steps = 20] (got 21)"},
       {{"optimizer.schedule.min_lr=0.1"}, "optimizer.schedule.min_lr: must be in [0, optimizer.lr = 0.001] (got 0.1)"},
       {{"optimizer.lr=0"}, "optimizer.lr: must be positive (got 0)"},
       {{"optimizer.betas=[0.9, 1.0]"}, "optimizer.betas[1]: must be in [0, 1) (got 1)"},
@@ -542,8 +551,9 @@ TEST(Config, ResolveLayoutArithmeticErrors) {
   EXPECT_HAS(msg, "train.global_batch: 12 is not divisible by micro_batch (2) * dp (4) = 8");
   c = parse_config(kMinimal, "job.yaml", {"train.global_batch=64", "parallel.microbatches=8"});
   msg = error_of([&] { resolve_layout(c, 2); });
-  EXPECT_HAS(msg, "override 'train.global_batch=64': train.global_batch: 64 != micro_batch (2) * microbatches (8) * "
-                  "dp (2) = 32");
+  EXPECT_HAS(msg,
+             "override 'train.global_batch=64': train.global_batch: 64 != micro_batch (2) * microbatches (8) * "
+             "dp (2) = 32");
   c = parse_config(kFull, "full.yaml", {"train.global_batch=24", "parallel.microbatches=0"});
   msg = error_of([&] { resolve_layout(c, 8); });
   EXPECT_HAS(msg, "parallel.microbatches: the interleaved schedule needs microbatches (3) divisible by pp (2)");
@@ -558,13 +568,15 @@ TEST(Config, ResolveLayoutChecksOrder) {
   c.parallel.order = {"pp", "dp", "pp"};
   EXPECT_HAS(error_of([&] { resolve_layout(c, 1); }), "parallel.order: axis 'pp' appears twice");
   std::string y = std::string(kMinimal) + "parallel:\n  order: [dp, dp, tp]\n";
-  EXPECT_HAS(parse_error(y), fmt::format("test.yaml:{}:3: parallel.order: axis 'dp' appears twice", line_of(y, "order")));
+  EXPECT_HAS(parse_error(y),
+             fmt::format("test.yaml:{}:3: parallel.order: axis 'dp' appears twice", line_of(y, "order")));
 }
 
 TEST(Config, ExpressesTinyAndGpt2Small) {
   Config tiny = parse_config(kMinimal, "tiny.yaml", {"model.n_layer=4", "model.d_model=128"});
   EXPECT_EQ(tiny.model.vocab_size, 257);
-  const char* small = R"(model: {arch: gpt2, n_layer: 12, n_head: 12, d_model: 768, vocab_size: 50257, max_seq_len: 1024}
+  const char* small =
+      R"(model: {arch: gpt2, n_layer: 12, n_head: 12, d_model: 768, vocab_size: 50257, max_seq_len: 1024}
 train: {steps: 10, global_batch: 8, micro_batch: 4, seq_len: 1024}
 optimizer: {lr: 6.0e-4}
 data: {train: "data/fineweb_train_*.bin", tokenizer: gpt2}

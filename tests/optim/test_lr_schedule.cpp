@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "core/error.h"
+
 using namespace lattice::optim;
 
 TEST(LrSchedule, WarmupThenCosineToMinLr) {
