@@ -29,7 +29,6 @@ model: { arch: gpt2, n_layer: 2, n_head: 2, d_model: 32, vocab_size: 257, max_se
 train: { steps: 10, global_batch: 8, micro_batch: )" + std::to_string(micro_batch) + R"(, seq_len: 16 }
 optimizer: { lr: 0.001 }
 data: { train: ")" + train_glob + R"(", tokenizer: bytes }
-runtime: { seed: 11 }
 )" + extra);
 }
 
@@ -74,4 +73,7 @@ TEST(HybridParallelPlugin, RefusesLayoutsItCannotRunWithOneLine) {
     EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
   }
   EXPECT_THROW(HybridParallelPlugin(config(glob, 4), 3), ConfigError);  // world 3, dp would be 3
+  for (const char* extra : {"log: { tensorboard: true }\n", "log: { trace: true }\n", "checkpoint: { every: 5 }\n",
+                            "runtime: { device: cuda }\n"})
+    EXPECT_THROW(HybridParallelPlugin(config(glob, 4, extra), 1), ConfigError) << extra;
 }
