@@ -9,74 +9,16 @@
 #include <initializer_list>
 
 #include "core/backend.h"
+#include "core/ops_internal.h"
 #include "core/kernels/cpu/activation.h"
-#include "core/kernels/cpu/attention.h"
-#include "core/kernels/cpu/dropout.h"
 #include "core/kernels/cpu/elementwise.h"
-#include "core/kernels/cpu/embedding.h"
-#include "core/kernels/cpu/loss.h"
 #include "core/kernels/cpu/matmul.h"
 #include "core/kernels/cpu/norm.h"
 #include "core/kernels/cpu/optimizer.h"
 
 namespace lattice::ops {
 
-namespace {
-
-std::string desc(const Tensor& t) {
-  return fmt::format("{} {} on {}", shape_str(t.shape()), dtype_name(t.dtype()), t.device().str());
-}
-
-[[noreturn]] void no_kernel(const char* op, const Tensor& t) {
-  if (t.device().is_cuda())
-    LATTICE_FAIL("ops::{}: no CUDA kernel yet ({} on {})", op, dtype_name(t.dtype()), t.device().str());
-  LATTICE_FAIL("ops::{}: no CPU kernel for {} (CPU kernels take f32 and f64)", op, dtype_name(t.dtype()));
-}
-
-// Every tensor is defined and shares the dtype and device of the first.
-void check_same(const char* op, std::initializer_list<const Tensor*> ts) {
-  const Tensor* first = *ts.begin();
-  for (const Tensor* t : ts) {
-    LATTICE_CHECK(t->defined(), "ops::{}: an argument tensor is undefined", op);
-    LATTICE_CHECK(t->dtype() == first->dtype() && t->device() == first->device(),
-                  "ops::{}: mixed tensors {} and {}", op, desc(*first), desc(*t));
-  }
-}
-
-void check_ids(const char* op, const Tensor& ids, const Tensor& like) {
-  LATTICE_CHECK(ids.defined() && ids.dtype() == DType::i32, "ops::{}: ids/targets must be i32, got {}", op,
-                ids.defined() ? desc(ids) : "undefined");
-  LATTICE_CHECK(ids.device() == like.device(), "ops::{}: ids on {} but data on {}", op, ids.device().str(),
-                like.device().str());
-}
-
-// Rows and columns of the (N, C) folding of t (C = the last dim).
-struct Rows {
-  int64_t n, c;
-};
-Rows rows_of(const Tensor& t) {
-  int64_t c = t.ndim() ? t.dim(-1) : 1;
-  return {c ? t.numel() / c : 0, c};
-}
-
-// Calls f(T{}) with T = float or double for a CPU tensor; otherwise fails.
-template <typename F>
-auto on_cpu(const char* op, const Tensor& t, F&& f) -> decltype(f(float{})) {
-  if (t.device().is_cpu()) {
-    if (t.dtype() == DType::f32) return f(float{});
-    if (t.dtype() == DType::f64) return f(double{});
-  }
-  no_kernel(op, t);
-}
-
-bool cuda_f32(const Tensor& t) { return t.device().is_cuda() && t.dtype() == DType::f32; }
-float* fp(const Tensor& t) { return static_cast<float*>(t.raw()); }
-template <typename T>
-T* ptr(const Tensor* t) {
-  return t ? t->data<T>() : nullptr;
-}
-
-}  // namespace
+using namespace detail;
 
 // ---- matmul -------------------------------------------------------------
 
@@ -308,150 +250,6 @@ void softmax_backward(Tensor& dinp, const Tensor& dout, const Tensor& out) {
   on_cpu("softmax_backward", dinp, [&](auto t) {
     using T = decltype(t);
     cpu::softmax_backward<T>(dinp.data<T>(), dout.data<T>(), out.data<T>(), r.n, r.c);
-  });
-}
-
-// ---- dropout ------------------------------------------------------------
-
-namespace {
-// The shared map of forward (inp -> out) and backward (dout -> dinp).
-void dropout_apply(const char* op, Tensor& y, const Tensor& x, const Dropout& d) {
-  check_same(op, {&y, &x});
-  LATTICE_CHECK(y.numel() == x.numel(), "ops::{}: {} and {} differ in size", op, shape_str(y.shape()),
-                shape_str(x.shape()));
-  LATTICE_CHECK(d.p >= 0.0f && d.p < 1.0f, "ops::{}: p = {} must lie in [0, 1)", op, d.p);
-  int64_t B = x.ndim() ? x.dim(0) : 1, S = B ? x.numel() / B : 0;
-  on_cpu(op, y, [&](auto t) {
-    using T = decltype(t);
-    cpu::dropout_forward<T>(y.data<T>(), x.data<T>(), d.key, d.sample0, d.p, B, S);
-  });
-}
-}  // namespace
-
-void dropout_forward(Tensor& out, const Tensor& inp, const Dropout& d) {
-  dropout_apply("dropout_forward", out, inp, d);
-}
-void dropout_backward(Tensor& dinp, const Tensor& dout, const Dropout& d) {
-  dropout_apply("dropout_backward", dinp, dout, d);
-}
-
-// ---- attention ----------------------------------------------------------
-
-namespace {
-cpu::AttentionDims attention_dims(const char* op, const Tensor& y, const Tensor& att, const Tensor& qkv, int n_head,
-                                  const Dropout& d, int head_offset) {
-  LATTICE_CHECK(qkv.ndim() == 3 && n_head > 0 && qkv.dim(2) % (3 * int64_t(n_head)) == 0,
-                "ops::{}: qkv {} must be (B, T, 3 * NH * HS) with NH = {}", op, shape_str(qkv.shape()), n_head);
-  int64_t B = qkv.dim(0), T = qkv.dim(1), HS = qkv.dim(2) / (3 * n_head);
-  LATTICE_CHECK(y.numel() == B * T * n_head * HS && att.numel() == B * n_head * T * T,
-                "ops::{}: qkv {} needs (B, T, C) = ({}, {}, {}) and att (B, NH, T, T), got {} and {}", op,
-                shape_str(qkv.shape()), B, T, n_head * HS, shape_str(y.shape()), shape_str(att.shape()));
-  LATTICE_CHECK(d.p >= 0.0f && d.p < 1.0f && head_offset >= 0, "ops::{}: p = {} must lie in [0, 1), head_offset {}",
-                op, d.p, head_offset);
-  LATTICE_CHECK(std::max(T, 3 * n_head * HS) <= INT_MAX, "ops::{}: qkv {} exceeds the BLAS int range", op,
-                shape_str(qkv.shape()));
-  return {B, T, n_head, HS, head_offset};
-}
-}  // namespace
-
-void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset) {
-  check_same("attention_forward", {&out, &att, &qkv});
-  cpu::AttentionDims ad = attention_dims("attention_forward", out, att, qkv, n_head, d, head_offset);
-  on_cpu("attention_forward", out, [&](auto t) {
-    using T = decltype(t);
-    cpu::attention_forward<T>(out.data<T>(), att.data<T>(), qkv.data<T>(), d.key, d.sample0, d.p, ad);
-  });
-}
-
-void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,
-                        int n_head, const Dropout& d, int head_offset) {
-  check_same("attention_backward", {&dqkv, &scratch, &dout, &qkv, &att});
-  cpu::AttentionDims ad = attention_dims("attention_backward", dout, att, qkv, n_head, d, head_offset);
-  LATTICE_CHECK(dqkv.numel() == qkv.numel() && scratch.numel() == att.numel(),
-                "ops::attention_backward: dqkv {} scratch {} for qkv {} att {}", shape_str(dqkv.shape()),
-                shape_str(scratch.shape()), shape_str(qkv.shape()), shape_str(att.shape()));
-  on_cpu("attention_backward", dqkv, [&](auto t) {
-    using T = decltype(t);
-    cpu::attention_backward<T>(dqkv.data<T>(), scratch.data<T>(), dout.data<T>(), qkv.data<T>(), att.data<T>(), d.key,
-                               d.sample0, d.p, ad);
-  });
-}
-
-// ---- embedding ----------------------------------------------------------
-
-namespace {
-Rows embedding_dims(const char* op, const Tensor& rows, const Tensor& ids, const Tensor& weight) {
-  check_ids(op, ids, weight);
-  LATTICE_CHECK(weight.ndim() == 2 && rows.numel() == ids.numel() * weight.dim(1),
-                "ops::{}: weight {} must be (V, C) and rows {} (N, C) for ids {}", op, shape_str(weight.shape()),
-                shape_str(rows.shape()), shape_str(ids.shape()));
-  return {ids.numel(), weight.dim(1)};
-}
-}  // namespace
-
-void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& weight, int64_t vocab_start) {
-  check_same("embedding_forward", {&out, &weight});
-  Rows r = embedding_dims("embedding_forward", out, ids, weight);
-  on_cpu("embedding_forward", out, [&](auto t) {
-    using T = decltype(t);
-    cpu::embedding_forward<T>(out.data<T>(), ids.data<int32_t>(), weight.data<T>(), vocab_start, r.n,
-                              weight.dim(0), r.c);
-  });
-}
-
-void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids, int64_t vocab_start) {
-  check_same("embedding_backward", {&dweight, &dout});
-  Rows r = embedding_dims("embedding_backward", dout, ids, dweight);
-  on_cpu("embedding_backward", dweight, [&](auto t) {
-    using T = decltype(t);
-    cpu::embedding_backward<T>(dweight.data<T>(), dout.data<T>(), ids.data<int32_t>(), vocab_start, r.n,
-                               dweight.dim(0), r.c);
-  });
-}
-
-// ---- loss ---------------------------------------------------------------
-
-namespace {
-Rows cross_entropy_dims(const char* op, const Tensor& logits, const Tensor& targets, int ignore_index) {
-  check_ids(op, targets, logits);
-  Rows r = rows_of(logits);
-  LATTICE_CHECK(targets.numel() == r.n, "ops::{}: targets {} for logits {} (N, V)", op, shape_str(targets.shape()),
-                shape_str(logits.shape()));
-  if (targets.device().is_cpu()) {
-    const int32_t* t = targets.data<int32_t>();
-    for (int64_t n = 0; n < r.n; ++n)
-      LATTICE_CHECK(t[n] == ignore_index || (t[n] >= 0 && t[n] < r.c),
-                    "ops::{}: target {} of row {} is outside [0, {}) and not ignore_index ({})", op, t[n], n, r.c,
-                    ignore_index);
-  }
-  return r;
-}
-}  // namespace
-
-void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets,
-                           int ignore_index) {
-  check_same("cross_entropy_forward", {&losses, &lse, &logits});
-  Rows r = cross_entropy_dims("cross_entropy_forward", logits, targets, ignore_index);
-  LATTICE_CHECK(losses.numel() == r.n && lse.numel() == r.n, "ops::cross_entropy_forward: losses {} lse {} for N = {}",
-                shape_str(losses.shape()), shape_str(lse.shape()), r.n);
-  on_cpu("cross_entropy_forward", logits, [&](auto t) {
-    using T = decltype(t);
-    cpu::cross_entropy_forward<T>(losses.data<T>(), lse.data<T>(), logits.data<T>(), targets.data<int32_t>(),
-                                  ignore_index, r.n, r.c);
-  });
-}
-
-void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
-                            float dloss, int ignore_index) {
-  check_same("cross_entropy_backward", {&dlogits, &logits, &lse});
-  Rows r = cross_entropy_dims("cross_entropy_backward", logits, targets, ignore_index);
-  LATTICE_CHECK(dlogits.numel() == logits.numel() && lse.numel() == r.n,
-                "ops::cross_entropy_backward: dlogits {} lse {} for logits {}", shape_str(dlogits.shape()),
-                shape_str(lse.shape()), shape_str(logits.shape()));
-  on_cpu("cross_entropy_backward", logits, [&](auto t) {
-    using T = decltype(t);
-    cpu::cross_entropy_backward<T>(dlogits.data<T>(), logits.data<T>(), lse.data<T>(), targets.data<int32_t>(),
-                                   T(dloss), ignore_index, r.n, r.c);
   });
 }
 

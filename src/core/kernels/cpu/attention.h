@@ -15,6 +15,9 @@
 // diagonal. The dropout mask of element (i, j) of head h is rng_keep(key,
 // sample0 + b, ((head_offset + h) * T + i) * T + j, p): it does not depend on
 // how heads are split over tp ranks. dqkv is OVERWRITTEN.
+// Memory saved for backward: B * NH * T * T elements, i.e. 4 * B * NH * T^2
+// bytes in f32 per layer (GPT-2 small at B = 4, T = 256: 12.6 MB per layer,
+// 151 MB for its 12 layers), plus the qkv input the caller keeps.
 #pragma once
 
 #include <cstdint>
