@@ -1,5 +1,7 @@
 #include "core/param.h"
 
+#include <cmath>
+
 #include "core/rng.h"
 
 namespace lattice {
@@ -14,11 +16,69 @@ std::string_view placement_name(Placement p) {
   return "?";
 }
 
-FlatParams::FlatParams(const std::vector<ParamSpec>& specs, DType dtype, Device device) {
+int64_t padded_vocab(int64_t vocab, const TpShard& shard) {
+  int64_t m = int64_t(shard.size) * std::max<int64_t>(1, shard.vocab_multiple);
+  return (vocab + m - 1) / m * m;
+}
+
+void check_shardable(const ParamSpec& s, const TpShard& shard) {
+  const int tp = shard.size;
+  LATTICE_CHECK(tp >= 1 && shard.rank >= 0 && shard.rank < tp, "tp shard rank {} of {}", shard.rank, tp);
+  if (tp == 1 || s.placement == Placement::replicated || s.placement == Placement::vocab) return;
+  LATTICE_CHECK(!s.shape.empty(), "parameter '{}' is a scalar and cannot be split", s.name);
+  if (s.placement == Placement::column) {
+    int64_t rows = s.shape[0];
+    LATTICE_CHECK(s.n_fused >= 1 && rows % s.n_fused == 0 && (rows / s.n_fused) % tp == 0,
+                  "parameter '{}' {}: {} fused part(s) of {} rows cannot be split over tp = {}", s.name,
+                  shape_str(s.shape), s.n_fused, rows / std::max(1, s.n_fused), tp);
+  } else {
+    LATTICE_CHECK(s.shape.back() % tp == 0, "parameter '{}' {}: last dim {} cannot be split over tp = {}", s.name,
+                  shape_str(s.shape), s.shape.back(), tp);
+  }
+}
+
+Shape local_shape(const ParamSpec& s, const TpShard& shard) {
+  check_shardable(s, shard);
+  Shape out = s.shape;
+  switch (s.placement) {
+    case Placement::replicated: break;
+    case Placement::column: out[0] /= shard.size; break;
+    case Placement::row: out.back() /= shard.size; break;
+    case Placement::vocab: out[0] = padded_vocab(s.shape[0], shard) / shard.size; break;
+  }
+  return out;
+}
+
+int64_t local_to_logical(const ParamSpec& s, const TpShard& shard, int64_t local) {
+  if (s.placement == Placement::replicated || (shard.size == 1 && s.placement != Placement::vocab)) return local;
+  const Shape ls = local_shape(s, shard);
+  const int64_t inner = ls[0] ? shape_numel(ls) / ls[0] : 0;  // elements per dim-0 row (local)
+  switch (s.placement) {
+    case Placement::column: {
+      const int64_t part = s.shape[0] / s.n_fused, local_part = part / shard.size;
+      const int64_t row = local / inner, f = row / local_part, r = row % local_part;
+      return (f * part + shard.rank * local_part + r) * inner + local % inner;
+    }
+    case Placement::row: {
+      const int64_t cols = s.shape.back(), local_cols = cols / shard.size;
+      return (local / local_cols) * cols + shard.rank * local_cols + local % local_cols;
+    }
+    case Placement::vocab: {
+      const int64_t row = shard.rank * ls[0] + local / inner;
+      return row < s.shape[0] ? row * inner + local % inner : -1;
+    }
+    case Placement::replicated: break;
+  }
+  return local;
+}
+
+FlatParams::FlatParams(const std::vector<ParamSpec>& specs, DType dtype, Device device, const TpShard& shard)
+    : shard_(shard) {
   int64_t offset = 0;
   for (const ParamSpec& s : specs) {
     LATTICE_CHECK(!has(s.name), "parameter '{}' listed twice", s.name);
-    ParamEntry e{s, s.shape, offset, shape_numel(s.shape)};
+    ParamEntry e{s, local_shape(s, shard), offset, 0};
+    e.numel = shape_numel(e.local_shape);
     offset += e.numel;
     entries_.push_back(std::move(e));
   }
@@ -43,22 +103,33 @@ Tensor FlatParams::grad(const std::string& name) const { return grad(entry(name)
 
 namespace {
 
+// The initial value of logical element e of `spec` (see InitKind).
+double init_value(const ParamSpec& s, const RngKey& key, int64_t e) {
+  const double fan_out = s.shape.empty() ? 1.0 : double(s.shape.front());
+  const double fan_in = s.shape.size() < 2 ? fan_out : double(s.shape.back());
+  auto uniform = [&](double a) { return a * (2.0 * rng_uniform(key, 0, uint64_t(e)) - 1.0); };
+  auto normal = [&](double std) { return std * rng_normal(key, 0, uint64_t(e)); };
+  switch (s.init) {
+    case InitKind::zeros: return 0.0;
+    case InitKind::ones: return 1.0;
+    case InitKind::normal:
+    case InitKind::scaled_normal: return normal(s.init_std);
+    case InitKind::uniform: return uniform(s.init_std);
+    case InitKind::xavier_uniform: return uniform(std::sqrt(6.0 / (fan_in + fan_out)));
+    case InitKind::xavier_normal: return normal(std::sqrt(2.0 / (fan_in + fan_out)));
+    case InitKind::kaiming_uniform: return uniform(std::sqrt(3.0 / fan_in));
+    case InitKind::kaiming_normal: return normal(std::sqrt(1.0 / fan_in));
+  }
+  return 0.0;
+}
+
 template <typename T>
-void init_entry(T* p, const ParamEntry& e, uint64_t seed) {
-  switch (e.spec.init) {
-    case InitKind::zeros:
-      for (int64_t i = 0; i < e.numel; ++i) p[i] = T(0);
-      return;
-    case InitKind::ones:
-      for (int64_t i = 0; i < e.numel; ++i) p[i] = T(1);
-      return;
-    case InitKind::normal: {
-      RngKey key = init_key(seed, e.spec.name);
-      float std = e.spec.init_std;
+void init_entry(T* p, const ParamEntry& e, const TpShard& shard, uint64_t seed) {
+  const RngKey key = init_key(seed, e.spec.name);
 #pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < e.numel; ++i) p[i] = T(rng_normal(key, 0, uint64_t(i)) * std);
-      return;
-    }
+  for (int64_t i = 0; i < e.numel; ++i) {
+    int64_t logical = local_to_logical(e.spec, shard, i);
+    p[i] = logical < 0 ? T(0) : T(init_value(e.spec, key, logical));
   }
 }
 
@@ -67,12 +138,10 @@ void init_entry(T* p, const ParamEntry& e, uint64_t seed) {
 void FlatParams::init(uint64_t seed) {
   Tensor host = values_.device().is_cpu() ? values_ : Tensor::empty(values_.shape(), values_.dtype());
   for (const ParamEntry& e : entries_) {
-    LATTICE_CHECK(e.local_shape == e.spec.shape, "init of sharded parameter '{}' needs its logical coordinates",
-                  e.spec.name);
     if (host.dtype() == DType::f64)
-      init_entry(host.data<double>() + e.offset, e, seed);
+      init_entry(host.data<double>() + e.offset, e, shard_, seed);
     else
-      init_entry(host.data<float>() + e.offset, e, seed);
+      init_entry(host.data<float>() + e.offset, e, shard_, seed);
   }
   if (!values_.device().is_cpu()) values_.copy_from(host);
 }

@@ -28,7 +28,22 @@ namespace lattice {
 enum class Placement : uint8_t { replicated, column, row, vocab };
 std::string_view placement_name(Placement p);
 
-enum class InitKind : uint8_t { normal, zeros, ones };
+// Initial-value rules, applied to the LOGICAL tensor (then sliced), so values
+// never depend on tp. fan_in / fan_out are the logical dims (last, first) of a
+// 2-D weight. scaled_normal is normal(init_std) already scaled by the model
+// (GPT-2's residual projections use std / sqrt(2 L)); it is kept distinct so
+// tables say what they mean.
+enum class InitKind : uint8_t {
+  zeros,
+  ones,
+  normal,           // N(0, init_std^2)
+  scaled_normal,    // N(0, init_std^2), init_std scaled for residual projections
+  uniform,          // U(-init_std, init_std)
+  xavier_uniform,   // U(-a, a), a = sqrt(6 / (fan_in + fan_out))
+  xavier_normal,    // N(0, 2 / (fan_in + fan_out))
+  kaiming_uniform,  // U(-a, a), a = sqrt(3 / fan_in)  (gain 1)
+  kaiming_normal,   // N(0, 1 / fan_in)
+};
 
 // Owning pipeline layer: the embedding is layer kEmbeddingLayer, block i is
 // layer i, the final norm and head are layer n_layer (kHeadLayer resolves to it).
@@ -46,6 +61,30 @@ struct ParamSpec {
   float init_std = 0.0f;  // for InitKind::normal
 };
 
+// This rank's place in the tensor-parallel group, for slicing logical tensors.
+// Vocabulary-split tensors are padded to a multiple of size * vocab_multiple
+// rows (Megatron's make-vocab-size-divisible-by); padded rows are zero, never
+// win a softmax and never receive gradient.
+struct TpShard {
+  int rank = 0;
+  int size = 1;
+  int64_t vocab_multiple = 1;  // the plugin sets model.vocab_multiple (64 by default)
+};
+
+int64_t padded_vocab(int64_t vocab, const TpShard& shard);
+
+// How a placement slices the logical tensor (shapes of ParamSpec):
+//   column  dim 0 = n_fused parts of P rows; rank r keeps rows
+//           [f P + r P/tp, f P + (r+1) P/tp) of every part f, in part order
+//   row     last dim split evenly, rank r keeps block r
+//   vocab   dim 0 padded to padded_vocab(), rank r keeps block r
+//   replicated  everything
+Shape local_shape(const ParamSpec& spec, const TpShard& shard);
+// The logical element index of local element `local`, or -1 for a padding row.
+int64_t local_to_logical(const ParamSpec& spec, const TpShard& shard, int64_t local);
+// Throws a one-line Error when the placement cannot split `spec` over shard.size.
+void check_shardable(const ParamSpec& spec, const TpShard& shard);
+
 struct ParamEntry {
   ParamSpec spec;
   Shape local_shape;  // this rank's shard (the logical shape when unsharded)
@@ -56,8 +95,9 @@ struct ParamEntry {
 class FlatParams {
  public:
   FlatParams() = default;
-  // Lays out `specs` in order (unsharded) in two flat buffers of `dtype`.
-  FlatParams(const std::vector<ParamSpec>& specs, DType dtype, Device device = Device::cpu());
+  // Lays out this rank's shard of each spec, in order, in two flat buffers.
+  FlatParams(const std::vector<ParamSpec>& specs, DType dtype, Device device = Device::cpu(),
+             const TpShard& shard = {});
 
   const std::vector<ParamEntry>& entries() const { return entries_; }
   const ParamEntry& entry(const std::string& name) const;
@@ -73,15 +113,17 @@ class FlatParams {
   const Tensor& grads() const { return grads_; }
   int64_t numel() const { return values_.numel(); }
   DType dtype() const { return values_.dtype(); }
+  const TpShard& shard() const { return shard_; }
 
   // Initial values from the logical coordinates: element e of parameter
-  // `name` is rng_normal(init_key(seed, name), 0, e) * init_std, so the values
-  // do not depend on the layout.
+  // `name` is drawn from rng_*(init_key(seed, name), 0, e) by its InitKind,
+  // so the values do not depend on the layout (padding rows are 0).
   void init(uint64_t seed);
   void zero_grad() { grads_.zero_(); }
 
  private:
   std::vector<ParamEntry> entries_;
+  TpShard shard_;
   Tensor values_, grads_;
 };
 

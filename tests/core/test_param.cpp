@@ -44,3 +44,66 @@ TEST(FlatParams, InitDependsOnNameSeedAndElementOnly) {
   for (int i = 0; i < 64; ++i) sum2 += std::pow(a.value("x").data<float>()[i], 2);
   EXPECT_NEAR(std::sqrt(sum2 / 64), 0.5, 0.15);
 }
+
+TEST(TpShard, EveryLogicalElementLivesOnExactlyOneRank) {
+  ParamSpec qkv{.name = "qkv", .shape = {3 * 8, 5}, .placement = Placement::column, .n_fused = 3};
+  ParamSpec row{.name = "proj", .shape = {6, 8}, .placement = Placement::row};
+  ParamSpec vocab{.name = "wte", .shape = {50, 4}, .placement = Placement::vocab};
+  ParamSpec bias{.name = "b", .shape = {3 * 8}, .placement = Placement::column, .n_fused = 3};
+  for (const ParamSpec& s : {qkv, row, vocab, bias}) {
+    for (int tp : {1, 2, 4}) {
+      std::vector<int> seen(size_t(shape_numel(s.shape)), 0);
+      int64_t padding = 0;
+      for (int r = 0; r < tp; ++r) {
+        TpShard shard{.rank = r, .size = tp, .vocab_multiple = 8};
+        Shape ls = local_shape(s, shard);
+        for (int64_t i = 0; i < shape_numel(ls); ++i) {
+          int64_t g = local_to_logical(s, shard, i);
+          if (g < 0) {
+            ++padding;
+            continue;
+          }
+          ASSERT_LT(g, int64_t(seen.size()));
+          seen[size_t(g)]++;
+        }
+      }
+      for (int c : seen) ASSERT_EQ(c, 1) << s.name << " tp=" << tp;
+      if (s.placement == Placement::vocab) EXPECT_EQ(padding, (padded_vocab(50, {0, tp, 8}) - 50) * 4);
+    }
+  }
+}
+
+TEST(TpShard, FusedColumnKeepsEachPartsRowsTogether) {
+  // QKV with 8 rows per part at tp = 2: rank 1 holds rows 4..7 of q, then of k, then of v.
+  ParamSpec qkv{.name = "qkv", .shape = {24, 1}, .placement = Placement::column, .n_fused = 3};
+  TpShard r1{.rank = 1, .size = 2};
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < 12; ++i) rows.push_back(local_to_logical(qkv, r1, i));
+  EXPECT_EQ(rows, (std::vector<int64_t>{4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23}));
+  ParamSpec odd{.name = "w", .shape = {9, 2}, .placement = Placement::column, .n_fused = 3};
+  EXPECT_THROW(local_shape(odd, r1), Error);  // 3 rows per part do not split over 2
+}
+
+TEST(FlatParams, ShardedInitIsTheSliceOfTheLogicalInit) {
+  std::vector<ParamSpec> specs = {
+      ParamSpec{.name = "w", .shape = {8, 6}, .placement = Placement::column, .n_fused = 2,
+                .init = InitKind::xavier_uniform},
+      ParamSpec{.name = "e", .shape = {10, 3}, .placement = Placement::vocab, .init = InitKind::normal,
+                .init_std = 0.1f},
+      ParamSpec{.name = "p", .shape = {4, 6}, .placement = Placement::row, .init = InitKind::kaiming_normal}};
+  FlatParams full(specs, DType::f32);
+  full.init(3);
+  for (int r = 0; r < 2; ++r) {
+    TpShard shard{.rank = r, .size = 2, .vocab_multiple = 4};
+    FlatParams part(specs, DType::f32, Device::cpu(), shard);
+    part.init(3);
+    for (const ParamEntry& e : part.entries()) {
+      const float* local = part.value(e).data<float>();
+      const float* logical = full.value(e.spec.name).data<float>();
+      for (int64_t i = 0; i < e.numel; ++i) {
+        int64_t g = local_to_logical(e.spec, shard, i);
+        ASSERT_EQ(local[i], g < 0 ? 0.0f : logical[g]) << e.spec.name << " rank " << r << " elem " << i;
+      }
+    }
+  }
+}

@@ -49,12 +49,14 @@ std::vector<ParamSpec> param_specs(const Gpt2Config& cfg) {
     t.push_back(weight(h + "attn.c_attn.weight", {3 * C, C}, Placement::column, i, std, 3));
     t.push_back(vec(h + "attn.c_attn.bias", 3 * C, Placement::column, i, InitKind::zeros, 3));
     t.push_back(weight(h + "attn.c_proj.weight", {C, C}, Placement::row, i, proj_std));
+    t.back().init = InitKind::scaled_normal;
     t.push_back(vec(h + "attn.c_proj.bias", C, Placement::replicated, i, InitKind::zeros));
     t.push_back(vec(h + "ln_2.weight", C, Placement::replicated, i, InitKind::ones));
     t.push_back(vec(h + "ln_2.bias", C, Placement::replicated, i, InitKind::zeros));
     t.push_back(weight(h + "mlp.c_fc.weight", {F, C}, Placement::column, i, std));
     t.push_back(vec(h + "mlp.c_fc.bias", F, Placement::column, i, InitKind::zeros));
     t.push_back(weight(h + "mlp.c_proj.weight", {C, F}, Placement::row, i, proj_std));
+    t.back().init = InitKind::scaled_normal;
     t.push_back(vec(h + "mlp.c_proj.bias", C, Placement::replicated, i, InitKind::zeros));
   }
   t.push_back(vec("ln_f.weight", C, Placement::replicated, int(L), InitKind::ones));
