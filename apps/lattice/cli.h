@@ -10,7 +10,9 @@ namespace lattice::cli {
 
 using Args = std::vector<std::string>;
 
-int train(const Args& args);         // lattice train CONFIG [key=value ...] [--print-config]
+// lattice train CONFIG [key=value ...] [--print-config]: initialises MPI and
+// reports its own errors (one line, then the whole job ends).
+int train(int* argc, char*** argv, const Args& args);
 int data(const Args& args);          // lattice data prepare ...
 std::string usage();
 

@@ -1,54 +1,115 @@
 // lattice train CONFIG [key=value ...] [--print-config]
+// One process per rank under mpirun (or srun); a single process without it.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "booster/booster.h"
 #include "booster/hybrid_parallel_plugin.h"
 #include "booster/run_dir.h"
 #include "cli.h"
+#include "comm/mpi_communicator.h"
+#include "comm/mpi_runtime.h"
 #include "core/threads.h"
+#include "mesh/process_group_mesh.h"
 
 namespace lattice::cli {
 
-int train(const Args& args) {
+namespace {
+
+struct TrainArgs {
   std::string path;
   std::vector<std::string> overrides;
   bool print_config = false;
+};
+
+TrainArgs parse_train_args(const Args& args) {
+  TrainArgs t;
   for (const std::string& a : args) {
     if (a == "--print-config") {
-      print_config = true;
+      t.print_config = true;
     } else if (a.rfind("--", 0) == 0) {
       LATTICE_FAIL("train: unknown option '{}' (usage: lattice train CONFIG [key=value ...] [--print-config])", a);
-    } else if (path.empty()) {
-      path = a;
+    } else if (t.path.empty()) {
+      t.path = a;
     } else {
-      overrides.push_back(a);
+      t.overrides.push_back(a);
     }
   }
-  if (path.empty()) LATTICE_FAIL("train: no config file given (usage: lattice train CONFIG [key=value ...])");
-  Config cfg = load_config(path, overrides);
-  if (print_config) {
-    std::fputs(to_yaml(cfg).c_str(), stdout);
+  if (t.path.empty()) LATTICE_FAIL("train: no config file given (usage: lattice train CONFIG [key=value ...])");
+  return t;
+}
+
+void print_line(const std::string& line) {
+  std::fputs((line + "\n").c_str(), stdout);
+  std::fflush(stdout);
+}
+
+int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
+  const bool logger = mpi.world_rank() == 0;
+  Config cfg = load_config(a.path, a.overrides);
+  if (a.print_config) {
+    if (logger) std::fputs(to_yaml(cfg).c_str(), stdout);
     return 0;
   }
   set_num_threads(cfg.runtime.threads);
-  auto print = [](const std::string& line) {
-    std::fputs((line + "\n").c_str(), stdout);
-    std::fflush(stdout);
-  };
+  const Layout layout = resolve_layout(cfg, mpi.world_size());
+  std::vector<mesh::Axis> order;
+  for (const std::string& axis : cfg.parallel.order) order.push_back(mesh::axis_from_name(axis));
+  auto mesh = mesh::ProcessGroupMesh::create(comm::Group(comm::make_world_communicator(cfg.runtime.comm_timeout_s)),
+                                             {layout.tp, layout.pp, layout.dp}, order);
   // The plugin opens and checks the data before the run directory is written.
-  auto plugin = std::make_unique<HybridParallelPlugin>(cfg, 1);
-  RunInfo info;
-  info.threads = num_threads();
-  RunDir run = prepare_run_dir(cfg, info);
-  print(fmt::format("lattice train {} | {} | {} threads | run dir {}", cfg.source, plugin->describe(),
-                    info.threads, run.dir));
-  Booster booster(cfg, std::move(plugin), print);
-  TrainSummary s = booster.train(run.metrics_path);
-  print(fmt::format("done: {} steps, final loss {:.6f}{}", s.steps_done, s.final_loss,
-                    s.last_val_loss >= 0 ? fmt::format(", val_loss {:.6f}", s.last_val_loss) : ""));
+  auto plugin = std::make_unique<HybridParallelPlugin>(cfg, mesh);
+  std::string rank_map = mesh::format_rank_map(mesh, "cpu");  // collective
+  std::string metrics_path;
+  if (logger) {
+    RunInfo info{.world_size = mpi.world_size(), .tp = layout.tp, .pp = layout.pp, .dp = layout.dp,
+                 .threads = num_threads()};
+    RunDir run = prepare_run_dir(cfg, info);
+    metrics_path = run.metrics_path;
+    print_line(fmt::format("lattice train {} | {} | {} rank(s) x {} thread(s) | run dir {}", cfg.source,
+                           plugin->describe(), mpi.world_size(), info.threads, run.dir));
+    if (mpi.world_size() > 1) std::fputs(rank_map.c_str(), stdout);
+  }
+  Booster booster(cfg, std::move(plugin), print_line);
+  TrainSummary s = booster.train(metrics_path);
+  if (logger)
+    print_line(fmt::format("done: {} steps, final loss {:.6f}{}", s.steps_done, s.final_loss,
+                           s.last_val_loss >= 0 ? fmt::format(", val_loss {:.6f}", s.last_val_loss) : ""));
   return 0;
+}
+
+// One line for the failing rank, then the whole job ends. Every rank usually
+// fails alike (a bad config): rank 0 reports at once and ends the job; other
+// ranks wait a moment first, so the same line is not printed once per rank,
+// but a failure on one rank alone is still reported within seconds.
+[[noreturn]] void fail_job(const std::string& line, const comm::MpiRuntime& mpi) {
+  if (mpi.world_rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+  std::fprintf(stderr, "lattice: error: %s\n", line.c_str());
+  std::fflush(stderr);
+  comm::MpiRuntime::abort_job(1);
+}
+
+}  // namespace
+
+int train(int* argc, char*** argv, const Args& args) {
+  TrainArgs a = parse_train_args(args);  // command-line errors need no MPI
+  comm::MpiRuntime mpi(argc, argv);
+  std::string line;
+  try {
+    return run(a, mpi);
+  } catch (const ConfigError& e) {
+    line = e.message();
+  } catch (const Error& e) {
+    line = e.describe();
+  } catch (const std::exception& e) {
+    line = e.what();
+  }
+  if (mpi.world_size() > 1) fail_job(line, mpi);
+  std::fprintf(stderr, "lattice: error: %s\n", line.c_str());
+  return 1;
 }
 
 }  // namespace lattice::cli

@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
     }
     const std::string cmd = args[0];
     cli::Args rest(args.begin() + 1, args.end());
-    if (cmd == "train") return cli::train(rest);
+    if (cmd == "train") return cli::train(&argc, &argv, rest);
     if (cmd == "data") return cli::data(rest);
     fmt::print(stderr, "lattice: unknown command '{}' (expected train or data; see lattice --help)\n", cmd);
     return 2;

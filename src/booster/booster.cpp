@@ -31,13 +31,15 @@ bool Booster::eval_due(int64_t step, int64_t last) const {
 }
 
 TrainSummary Booster::train(const std::string& metrics_path) {
-  MetricsWriter metrics(metrics_path);
+  // Every rank runs the loop; only the logging rank (a non-empty path) writes and prints.
+  std::unique_ptr<MetricsWriter> metrics;
+  if (!metrics_path.empty()) metrics = std::make_unique<MetricsWriter>(metrics_path);
   const optim::LrSchedule schedule = lr_schedule(cfg_);
   const int64_t last = cfg_.train.stop_at_step > 0 ? cfg_.train.stop_at_step : cfg_.train.steps;
   double peak = cfg_.runtime.peak_flops;
   if (peak <= 0) {
     peak = measure_sgemm_flops();
-    print_(fmt::format("peak: {:.1f} GFLOP/s measured (sgemm 1024^3); mfu is relative to it", peak / 1e9));
+    if (metrics) print_(fmt::format("peak: {:.1f} GFLOP/s per rank measured (sgemm 1024^3); mfu is relative to it", peak / 1e9));
   }
   TrainSummary sum;
   int64_t skipped = 0;
@@ -47,7 +49,7 @@ TrainSummary Booster::train(const std::string& metrics_path) {
     const double lr = optim::learning_rate(schedule, step);
     StepStats s = plugin_->execute_pipeline(step);
     UpdateStats u = plugin_->optimizer_step(step, lr);
-    const double dt = timer.seconds();
+    const double dt = plugin_->max_over_ranks(timer.seconds());  // the slowest rank's step
     elapsed += dt;
     skipped += u.skipped ? 1 : 0;
 
@@ -60,18 +62,20 @@ TrainSummary Booster::train(const std::string& metrics_path) {
     r.tokens_per_s = double(s.tokens) / dt;
     r.step_ms = dt * 1e3;
     r.mfu = plugin_->flops_per_token() * double(s.tokens) / dt / peak;
-    r.peak_mem_bytes = plugin_->peak_mem_bytes();
+    r.peak_mem_bytes = plugin_->peak_mem_bytes();  // collective: every rank calls it
     r.skipped = skipped;
     sum.steps_done = step;
     sum.final_loss = r.loss;
-    if (step % cfg_.log.every == 0 || step == 1 || step == last) {
-      metrics.log_train(r);
+    if (metrics && (step % cfg_.log.every == 0 || step == 1 || step == last)) {
+      metrics->log_train(r);
       print_(progress_line(r, last, elapsed / double(step) * double(last - step)));
     }
     if (eval_due(step, last)) {
-      double val = plugin_->evaluate(cfg_.train.eval_steps);
-      metrics.log_eval(step, val);
-      print_(fmt::format("step {}/{} | val_loss {:.6f}", step, last, val));
+      double val = plugin_->evaluate(cfg_.train.eval_steps);  // collective
+      if (metrics) {
+        metrics->log_eval(step, val);
+        print_(fmt::format("step {}/{} | val_loss {:.6f}", step, last, val));
+      }
       sum.last_val_loss = val;
     }
   }

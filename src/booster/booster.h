@@ -30,7 +30,9 @@ class Booster {
  public:
   using Print = std::function<void(const std::string&)>;
   Booster(const Config& cfg, std::unique_ptr<Plugin> plugin, Print print);
-  // Runs steps 1 .. (stop_at_step or steps), writing metrics to `metrics_path`.
+  // Runs steps 1 .. (stop_at_step or steps) on every rank of the job; the
+  // logging rank passes `metrics_path` (others "") and is the only one that
+  // writes metrics and prints.
   TrainSummary train(const std::string& metrics_path);
   Plugin& plugin() { return *plugin_; }
 

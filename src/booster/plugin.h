@@ -41,8 +41,10 @@ class Plugin {
   virtual double evaluate(int64_t batches) = 0;
   virtual bool has_validation() const = 0;
   virtual int64_t param_count() const = 0;
-  virtual double flops_per_token() const = 0;  // training FLOPs per token
-  virtual int64_t peak_mem_bytes() const = 0;  // allocator peak of this rank's device
+  virtual double flops_per_token() const = 0;  // training FLOPs per token, per rank (model FLOPs / world)
+  // Collective over the job (every rank calls them, in the same order):
+  virtual int64_t peak_mem_bytes() = 0;         // allocator peak, largest rank
+  virtual double max_over_ranks(double v) = 0;  // e.g. the slowest rank's step time
 };
 
 }  // namespace lattice

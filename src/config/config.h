@@ -119,6 +119,7 @@ struct ModelConfig {
   double norm_eps = 1e-5;
   double rope_theta = 0.0;  // 0 = unset; llama fills in 10000, gpt2/bert must leave it 0
   double init_std = 0.02;
+  int vocab_multiple = 64;  // the vocabulary is padded to a multiple of tp * vocab_multiple
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -291,6 +291,7 @@ std::vector<Field> build_fields() {
       LATTICE_KEY(model, norm_eps, optional),
       LATTICE_KEY(model, rope_theta, optional),
       LATTICE_KEY(model, init_std, optional),
+      LATTICE_KEY(model, vocab_multiple, optional),
       LATTICE_KEY(parallel, tp, optional),
       LATTICE_KEY(parallel, pp, optional),
       LATTICE_KEY(parallel, dp, optional),

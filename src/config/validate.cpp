@@ -75,6 +75,7 @@ void validate_model(const Config& c) {
   require(m.dropout >= 0 && m.dropout < 1, c, "model.dropout", "must be in [0, 1) (got {})", m.dropout);
   require(m.norm_eps > 0, c, "model.norm_eps", "must be positive (got {})", m.norm_eps);
   require(m.init_std > 0, c, "model.init_std", "must be positive (got {})", m.init_std);
+  require(m.vocab_multiple >= 1, c, "model.vocab_multiple", "must be at least 1 (got {})", m.vocab_multiple);
   require_non_negative(c, "model.rope_theta", m.rope_theta, "omit it for the default");
   require(m.arch == ModelArch::llama || m.rope_theta == 0, c, "model.rope_theta",
           "{} uses learned positions, not RoPE (got {}) — remove rope_theta", enum_name(m.arch), m.rope_theta);

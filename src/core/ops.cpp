@@ -109,6 +109,34 @@ void linear_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor&
   });
 }
 
+namespace {
+Rows bias_dims(const char* op, const Tensor& rows, const Tensor& bias) {
+  check_same(op, {&rows, &bias});
+  Rows r = rows_of(rows);
+  LATTICE_CHECK(bias.numel() == r.c, "ops::{}: bias {} for rows {} (N, OC)", op, shape_str(bias.shape()),
+                shape_str(rows.shape()));
+  return r;
+}
+}  // namespace
+
+void add_bias_forward(Tensor& out, const Tensor& bias) {
+  Rows r = bias_dims("add_bias_forward", out, bias);
+  if (cuda_f32(out)) return cuda_backend().add_bias(out.device().index, fp(out), fp(bias), r.n, r.c);
+  on_cpu("add_bias_forward", out, [&](auto t) {
+    using T = decltype(t);
+    cpu::add_bias<T>(out.data<T>(), bias.data<T>(), r.n, r.c);
+  });
+}
+
+void add_bias_backward(Tensor& dbias, const Tensor& dout) {
+  Rows r = bias_dims("add_bias_backward", dout, dbias);
+  if (cuda_f32(dout)) return cuda_backend().bias_backward(dout.device().index, fp(dbias), fp(dout), r.n, r.c);
+  on_cpu("add_bias_backward", dout, [&](auto t) {
+    using T = decltype(t);
+    cpu::bias_backward<T>(dbias.data<T>(), dout.data<T>(), r.n, r.c);
+  });
+}
+
 // ---- normalisation ------------------------------------------------------
 
 namespace {

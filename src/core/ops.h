@@ -35,6 +35,12 @@ void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const 
 void linear_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
                      const Tensor& weight);
 
+// out (N, OC) += bias (OC) broadcast over rows: a bias added on its own, e.g.
+// once after a tp reduce (tp/linear.h RowParallelLinear).
+void add_bias_forward(Tensor& out, const Tensor& bias);
+// dbias (OC) += column sums of dout (N, OC).
+void add_bias_backward(Tensor& dbias, const Tensor& dout);
+
 // ---- normalisation ------------------------------------------------------
 // out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N).
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
@@ -105,6 +111,26 @@ void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, co
 // ignored targets 0. dlogits may be the same tensor as logits (in place).
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
                             float dloss, int ignore_index);
+
+// Cross-entropy over a column shard of the logits (the vocab-parallel loss of
+// tp/cross_entropy.h reduces these per-row statistics over tp in between).
+// logits (N, K) hold global columns [col_start, col_start + K); local columns
+// j >= n_valid are padding: never in a max or a sum, zero gradient. Targets
+// are global ids; a target outside the shard (or ignore_index) picks nothing.
+// row_max (N) = max over the valid columns (-inf when there are none).
+void shard_row_max(Tensor& row_max, const Tensor& logits, int64_t n_valid);
+// sums (2, N): sums[0] = sum of exp(logits - row_max) over the valid columns;
+// sums[1] = the target's logit when this shard holds it, else 0.
+void shard_softmax_partials(Tensor& sums, const Tensor& logits, const Tensor& row_max, const Tensor& targets,
+                            int64_t col_start, int64_t n_valid);
+// From the reduced statistics: lse (N) = row_max + log(sums[0]);
+// losses (N) = lse - sums[1], 0 where target == ignore_index.
+void cross_entropy_from_partials(Tensor& losses, Tensor& lse, const Tensor& row_max, const Tensor& sums,
+                                 const Tensor& targets, int ignore_index);
+// dlogits (N, K) = (softmax - onehot(target)) * dloss on the valid columns, 0 on
+// padding columns and ignored rows; dlogits may be the same tensor as logits.
+void shard_cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                                  float dloss, int64_t col_start, int64_t n_valid, int ignore_index);
 
 // ---- element-wise and reductions --------------------------------------------
 void add(Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b (residual)

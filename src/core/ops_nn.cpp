@@ -6,6 +6,7 @@
 #include "core/kernels/cpu/dropout.h"
 #include "core/kernels/cpu/embedding.h"
 #include "core/kernels/cpu/loss.h"
+#include "core/kernels/cpu/loss_shard.h"
 #include "core/ops.h"
 #include "core/ops_internal.h"
 
@@ -154,6 +155,74 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
     using T = decltype(t);
     cpu::cross_entropy_backward<T>(dlogits.data<T>(), logits.data<T>(), lse.data<T>(), targets.data<int32_t>(),
                                    T(dloss), ignore_index, r.n, r.c);
+  });
+}
+
+// ---- cross-entropy over a column shard ----------------------------------
+
+namespace {
+// Checks logits (N, K), i32 targets (N) and the per-row tensors; returns (N, K).
+Rows shard_loss_dims(const char* op, const Tensor& logits, const Tensor& targets,
+                     std::initializer_list<std::pair<const Tensor*, int64_t>> per_row) {
+  check_ids(op, targets, logits);
+  Rows r = rows_of(logits);
+  LATTICE_CHECK(targets.numel() == r.n, "ops::{}: targets {} for logits {} (N, K)", op, shape_str(targets.shape()),
+                shape_str(logits.shape()));
+  for (auto [t, rows] : per_row)
+    LATTICE_CHECK(t->numel() == rows * r.n, "ops::{}: a per-row tensor is {}, expected {} x N = {} elements", op,
+                  shape_str(t->shape()), rows, rows * r.n);
+  return r;
+}
+}  // namespace
+
+void shard_row_max(Tensor& row_max, const Tensor& logits, int64_t n_valid) {
+  check_same("shard_row_max", {&row_max, &logits});
+  Rows r = rows_of(logits);
+  LATTICE_CHECK(row_max.numel() == r.n, "ops::shard_row_max: row_max {} for logits {}", shape_str(row_max.shape()),
+                shape_str(logits.shape()));
+  on_cpu("shard_row_max", logits, [&](auto t) {
+    using T = decltype(t);
+    cpu::shard_row_max<T>(row_max.data<T>(), logits.data<T>(), n_valid, r.n, r.c);
+  });
+}
+
+void shard_softmax_partials(Tensor& sums, const Tensor& logits, const Tensor& row_max, const Tensor& targets,
+                            int64_t col_start, int64_t n_valid) {
+  check_same("shard_softmax_partials", {&sums, &logits, &row_max});
+  Rows r = shard_loss_dims("shard_softmax_partials", logits, targets, {{&sums, 2}, {&row_max, 1}});
+  on_cpu("shard_softmax_partials", logits, [&](auto t) {
+    using T = decltype(t);
+    cpu::shard_softmax_partials<T>(sums.data<T>(), logits.data<T>(), row_max.data<T>(), targets.data<int32_t>(),
+                                   col_start, n_valid, r.n, r.c);
+  });
+}
+
+void cross_entropy_from_partials(Tensor& losses, Tensor& lse, const Tensor& row_max, const Tensor& sums,
+                                 const Tensor& targets, int ignore_index) {
+  check_same("cross_entropy_from_partials", {&losses, &lse, &row_max, &sums});
+  check_ids("cross_entropy_from_partials", targets, losses);
+  const int64_t N = targets.numel();
+  LATTICE_CHECK(losses.numel() == N && lse.numel() == N && row_max.numel() == N && sums.numel() == 2 * N,
+                "ops::cross_entropy_from_partials: losses {} lse {} row_max {} sums {} for targets {} (N)",
+                shape_str(losses.shape()), shape_str(lse.shape()), shape_str(row_max.shape()), shape_str(sums.shape()),
+                shape_str(targets.shape()));
+  on_cpu("cross_entropy_from_partials", losses, [&](auto t) {
+    using T = decltype(t);
+    cpu::cross_entropy_from_partials<T>(losses.data<T>(), lse.data<T>(), row_max.data<T>(), sums.data<T>(),
+                                        targets.data<int32_t>(), ignore_index, N);
+  });
+}
+
+void shard_cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                                  float dloss, int64_t col_start, int64_t n_valid, int ignore_index) {
+  check_same("shard_cross_entropy_backward", {&dlogits, &logits, &lse});
+  Rows r = shard_loss_dims("shard_cross_entropy_backward", logits, targets, {{&lse, 1}});
+  LATTICE_CHECK(dlogits.numel() == logits.numel(), "ops::shard_cross_entropy_backward: dlogits {} for logits {}",
+                shape_str(dlogits.shape()), shape_str(logits.shape()));
+  on_cpu("shard_cross_entropy_backward", logits, [&](auto t) {
+    using T = decltype(t);
+    cpu::shard_cross_entropy_backward<T>(dlogits.data<T>(), logits.data<T>(), lse.data<T>(), targets.data<int32_t>(),
+                                         T(dloss), col_start, n_valid, ignore_index, r.n, r.c);
   });
 }
 

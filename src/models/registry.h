@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "config/config.h"
 #include "core/param.h"
 #include "models/model.h"
@@ -14,8 +15,9 @@
 namespace lattice {
 
 std::vector<ParamSpec> model_param_specs(const ModelConfig& cfg);
-// `params` must have been laid out from model_param_specs(cfg).
-std::unique_ptr<LanguageModel> build_model(const ModelConfig& cfg, FlatParams& params);
+// `params` must have been laid out from model_param_specs(cfg) with this
+// rank's shard of `tp` (a group of one rank for the unsharded model).
+std::unique_ptr<LanguageModel> build_model(const ModelConfig& cfg, FlatParams& params, comm::Group& tp);
 std::vector<std::string> registered_archs();
 
 }  // namespace lattice

@@ -10,8 +10,16 @@
 
 namespace lattice::optim {
 
-// Sum of squared gradients over the entries this rank counts.
+// Sum of squared gradients over the whole flat buffer (one rank's view).
 double grad_sum_squares(const FlatParams& params);
+
+// The same split by placement: under tp, sharded entries hold different
+// pieces on each rank (sum them over the tp group), replicated entries hold
+// the same values everywhere (count them once).
+struct GradSquares {
+  double sharded = 0, replicated = 0;
+};
+GradSquares grad_squares_by_placement(const FlatParams& params);
 // Factor to multiply gradients by so that their norm is at most max_norm
 // (1 when max_norm <= 0 or the norm is already below it).
 float clip_factor(double norm, double max_norm);

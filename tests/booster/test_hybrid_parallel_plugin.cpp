@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "comm/self_communicator.h"
 #include "core/rng.h"
 #include "data/shard.h"
 #include "support/test_support.h"
@@ -32,12 +33,15 @@ data: { train: ")" + train_glob + R"(", tokenizer: bytes }
 )" + extra);
 }
 
+mesh::ProcessGroupMesh one_rank() { return mesh::ProcessGroupMesh::create(comm::self_group("world"), {1, 1, 1}); }
+
 }  // namespace
 
 TEST(HybridParallelPlugin, MicrobatchesAccumulateToTheFullBatchStep) {
   std::string dir = test::make_temp_dir("plugin");
   std::string glob = make_shards(dir);
-  HybridParallelPlugin one(config(glob, 8), 1), four(config(glob, 2), 1);
+  auto m1 = one_rank(), m2 = one_rank();
+  HybridParallelPlugin one(config(glob, 8), m1), four(config(glob, 2), m2);
   for (int64_t step = 1; step <= 6; ++step) {
     StepStats a = one.execute_pipeline(step), b = four.execute_pipeline(step);
     EXPECT_EQ(a.valid_tokens, 8 * 16);
@@ -56,24 +60,25 @@ TEST(HybridParallelPlugin, MicrobatchesAccumulateToTheFullBatchStep) {
 TEST(HybridParallelPlugin, StepDataDependsOnlyOnSeedAndStep) {
   std::string dir = test::make_temp_dir("plugin");
   std::string glob = make_shards(dir);
-  HybridParallelPlugin a(config(glob, 4), 1), b(config(glob, 4), 1);
+  auto m1 = one_rank(), m2 = one_rank();
+  HybridParallelPlugin a(config(glob, 4), m1), b(config(glob, 4), m2);
   // b skips step 1: step 2's batch (and so its loss before any update) is the same.
   a.execute_pipeline(1);
   EXPECT_EQ(a.execute_pipeline(2).loss_sum, b.execute_pipeline(2).loss_sum);
 }
 
-TEST(HybridParallelPlugin, RefusesLayoutsItCannotRunWithOneLine) {
+TEST(HybridParallelPlugin, RefusesWhatItCannotRunWithOneLine) {
   std::string dir = test::make_temp_dir("plugin");
   std::string glob = make_shards(dir);
+  auto m = one_rank();
   try {
-    HybridParallelPlugin p(config(glob, 4, "parallel: { tp: 2 }\n"), 2);
-    FAIL() << "tp=2 accepted";
+    HybridParallelPlugin p(config(glob, 4, "parallel: { tp: 2 }\n"), m);
+    FAIL() << "tp=2 accepted on one rank";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("parallel"), std::string::npos) << e.what();
     EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
   }
-  EXPECT_THROW(HybridParallelPlugin(config(glob, 4), 3), ConfigError);  // world 3, dp would be 3
   for (const char* extra : {"log: { tensorboard: true }\n", "log: { trace: true }\n", "checkpoint: { every: 5 }\n",
-                            "runtime: { device: cuda }\n"})
-    EXPECT_THROW(HybridParallelPlugin(config(glob, 4, extra), 1), ConfigError) << extra;
+                            "runtime: { device: cuda }\n", "parallel: { zero: 1 }\n"})
+    EXPECT_THROW(HybridParallelPlugin(config(glob, 4, extra), m), ConfigError) << extra;
 }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "comm/self_communicator.h"
 #include "core/ops.h"
 #include "optim/optimizer.h"
 #include "support/test_support.h"
@@ -38,11 +39,13 @@ Tensor tokens(int64_t B, int64_t T, int vocab, uint64_t seed) {
 
 struct Fixture {
   Gpt2Config cfg;
+  comm::Group tp = comm::self_group("tp");
   FlatParams params;
   std::unique_ptr<Gpt2> model;
-  Fixture(const Gpt2Config& c, DType dt) : cfg(c), params(param_specs(c), dt) {
+  Fixture(const Gpt2Config& c, DType dt, int64_t vocab_multiple = 1)
+      : cfg(c), params(param_specs(c), dt, Device::cpu(), TpShard{.vocab_multiple = vocab_multiple}) {
     params.init(7);
-    model = std::make_unique<Gpt2>(cfg, params);
+    model = std::make_unique<Gpt2>(cfg, params, tp);
   }
 };
 

@@ -17,3 +17,14 @@ TEST(GradClip, NormOverAllEntriesAndFactor) {
   EXPECT_FLOAT_EQ(optim::clip_factor(norm, 10.0), 1.0f);
   EXPECT_FLOAT_EQ(optim::clip_factor(norm, 0.0), 1.0f);
 }
+
+TEST(GradClip, SplitsShardedFromReplicated) {
+  ParamSpec w{.name = "w", .shape = {2}, .placement = Placement::column};
+  ParamSpec b{.name = "b", .shape = {1}};
+  FlatParams p({w, b}, DType::f64);
+  double* g = p.grads().data<double>();
+  g[0] = 1, g[1] = 2, g[2] = 3;
+  optim::GradSquares s = optim::grad_squares_by_placement(p);
+  EXPECT_DOUBLE_EQ(s.sharded, 5.0);
+  EXPECT_DOUBLE_EQ(s.replicated, 9.0);
+}

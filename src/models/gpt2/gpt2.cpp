@@ -5,6 +5,7 @@
 #include "models/gpt2/gpt2.h"
 
 #include "core/ops.h"
+#include "tp/cross_entropy.h"
 
 namespace lattice::gpt2 {
 
@@ -30,12 +31,12 @@ ops::Dropout dropout_at(const StepCoords& c, float p, int layer, uint32_t site) 
 // Saved activations of one block, all (B, T, ...) of the model dtype.
 struct Gpt2::BlockActs {
   Tensor ln1, ln1_mean, ln1_rstd;  // (B, T, C), (B, T), (B, T)
-  Tensor qkv;                      // (B, T, 3C)
-  Tensor att;                      // (B, NH, T, T) probabilities before dropout
-  Tensor atty;                     // (B, T, C) attention output before c_proj
+  Tensor qkv;                      // (B, T, 3 C_l): this rank's heads of q, k, v
+  Tensor att;                      // (B, NH_l, T, T) probabilities before dropout
+  Tensor atty;                     // (B, T, C_l) attention output before c_proj
   Tensor res1;                     // (B, T, C) residual after attention
   Tensor ln2, ln2_mean, ln2_rstd;  // (B, T, C), (B, T), (B, T)
-  Tensor fch, fch_gelu;            // (B, T, F)
+  Tensor fch, fch_gelu;            // (B, T, F_l)
   Tensor out;                      // (B, T, C) block output
 };
 
@@ -46,7 +47,7 @@ struct Gpt2::Context final : ModelContext {
   Tensor emb;                      // (B, T, C) embedding output (after dropout)
   std::vector<BlockActs> blocks;   // L
   Tensor lnf, lnf_mean, lnf_rstd;  // (B, T, C), (B, T), (B, T)
-  Tensor logits;                   // (B, T, V); backward overwrites it with dlogits
+  Tensor logits;                   // (B, T, V_l); backward overwrites it with dlogits
   Tensor losses, lse;              // (B, T)
   // Backward workspace (not saved state; shared by all blocks).
   Tensor c1, c2, c3, f1, f2, qkv_grad, att_grad, dbuf[2];
@@ -62,15 +63,23 @@ struct Gpt2::Context final : ModelContext {
   }
 };
 
-Gpt2::Gpt2(const Gpt2Config& cfg, FlatParams& params) : cfg_(cfg) {
+Gpt2::Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp)
+    : cfg_(cfg), tp_(tp), embed_(tp), qkv_({.bias = true}, tp), fc_({.bias = true}, tp), head_({.bias = false}, tp),
+      attn_proj_({.bias = true}, tp), mlp_proj_({.bias = true}, tp) {
   LATTICE_CHECK(cfg.d_model % cfg.n_head == 0, "gpt2: d_model {} is not divisible by n_head {}", cfg.d_model,
                 cfg.n_head);
+  LATTICE_CHECK(cfg.n_head % tp.size() == 0, "gpt2: n_head {} is not divisible by tp {}", cfg.n_head, tp.size());
+  LATTICE_CHECK(params.shard().size == tp.size() && params.shard().rank == tp.rank(),
+                "gpt2: parameters sharded for tp rank {} of {}, group '{}' is rank {} of {}", params.shard().rank,
+                params.shard().size, tp.name(), tp.rank(), tp.size());
+  heads_l_ = cfg.n_head / tp.size();
   auto bind = [&](const std::string& name) { return P{params.value(name), params.grad(name)}; };
   wte_ = bind("wte.weight");
   wpe_ = bind("wpe.weight");
   ln_f_w_ = bind("ln_f.weight");
   ln_f_b_ = bind("ln_f.bias");
   lm_head_ = cfg.tie_embeddings ? wte_ : bind("lm_head.weight");
+  vocab_start_ = int64_t(tp.rank()) * wte_.w.dim(0);
   for (int i = 0; i < cfg.n_layer; ++i) {
     std::string h = "h." + std::to_string(i) + ".";
     layers_.push_back(LayerView{bind(h + "ln_1.weight"), bind(h + "ln_1.bias"), bind(h + "attn.c_attn.weight"),
@@ -83,7 +92,7 @@ Gpt2::Gpt2(const Gpt2Config& cfg, FlatParams& params) : cfg_(cfg) {
 
 std::unique_ptr<ModelContext> Gpt2::make_context(int64_t B, int64_t T) const {
   LATTICE_CHECK(T <= cfg_.max_seq_len, "gpt2: sequence length {} exceeds max_seq_len {}", T, cfg_.max_seq_len);
-  const int64_t C = cfg_.d_model, F = 4 * C, NH = cfg_.n_head, V = cfg_.vocab_size;
+  const int64_t C = cfg_.d_model, NH = heads_l_, Cl = C / tp_.size(), Fl = 4 * Cl, V = lm_head_.w.dim(0);
   const DType dt = wte_.w.dtype();
   const Device dev = wte_.w.device();
   auto make = [&](Shape s) { return Tensor::empty(std::move(s), dt, dev); };
@@ -94,18 +103,18 @@ std::unique_ptr<ModelContext> Gpt2::make_context(int64_t B, int64_t T) const {
   for (int i = 0; i < cfg_.n_layer; ++i) {
     BlockActs a;
     a.ln1 = make({B, T, C}), a.ln1_mean = make({B, T}), a.ln1_rstd = make({B, T});
-    a.qkv = make({B, T, 3 * C}), a.att = make({B, NH, T, T}), a.atty = make({B, T, C});
+    a.qkv = make({B, T, 3 * Cl}), a.att = make({B, NH, T, T}), a.atty = make({B, T, Cl});
     a.res1 = make({B, T, C});
     a.ln2 = make({B, T, C}), a.ln2_mean = make({B, T}), a.ln2_rstd = make({B, T});
-    a.fch = make({B, T, F}), a.fch_gelu = make({B, T, F}), a.out = make({B, T, C});
+    a.fch = make({B, T, Fl}), a.fch_gelu = make({B, T, Fl}), a.out = make({B, T, C});
     ctx->blocks.push_back(std::move(a));
   }
   ctx->lnf = make({B, T, C}), ctx->lnf_mean = make({B, T}), ctx->lnf_rstd = make({B, T});
   ctx->logits = make({B, T, V});
   ctx->losses = make({B, T}), ctx->lse = make({B, T});
   ctx->c1 = make({B, T, C}), ctx->c2 = make({B, T, C}), ctx->c3 = make({B, T, C});
-  ctx->f1 = make({B, T, F}), ctx->f2 = make({B, T, F});
-  ctx->qkv_grad = make({B, T, 3 * C}), ctx->att_grad = make({B, NH, T, T});
+  ctx->f1 = make({B, T, Fl}), ctx->f2 = make({B, T, Fl});
+  ctx->qkv_grad = make({B, T, 3 * Cl}), ctx->att_grad = make({B, NH, T, T});
   ctx->dbuf[0] = make({B, T, C}), ctx->dbuf[1] = make({B, T, C});
   return ctx;
 }
@@ -114,15 +123,16 @@ void Gpt2::block_forward(BlockActs& a, const Tensor& x, LayerView& p, Context& c
   const StepCoords& c = ctx.coords;
   Tensor& tmp = ctx.c1;  // (B, T, C)
   ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln_1_w.w, p.ln_1_b.w, cfg_.norm_eps);
-  ops::linear_forward(a.qkv, a.ln1, p.c_attn_w.w, &p.c_attn_b.w);
-  ops::attention_forward(a.atty, a.att, a.qkv, cfg_.n_head, dropout_at(c, cfg_.dropout, layer, kAttnProbs));
-  ops::linear_forward(tmp, a.atty, p.attn_proj_w.w, &p.attn_proj_b.w);
+  qkv_.forward(a.qkv, a.ln1, p.c_attn_w.w, &p.c_attn_b.w);
+  ops::attention_forward(a.atty, a.att, a.qkv, int(heads_l_), dropout_at(c, cfg_.dropout, layer, kAttnProbs),
+                         head_offset());
+  attn_proj_.forward(tmp, a.atty, p.attn_proj_w.w, &p.attn_proj_b.w);
   ops::dropout_forward(tmp, tmp, dropout_at(c, cfg_.dropout, layer, kAttnResid));
   ops::add(a.res1, x, tmp);
   ops::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, p.ln_2_w.w, p.ln_2_b.w, cfg_.norm_eps);
-  ops::linear_forward(a.fch, a.ln2, p.c_fc_w.w, &p.c_fc_b.w);
+  fc_.forward(a.fch, a.ln2, p.c_fc_w.w, &p.c_fc_b.w);
   ops::gelu_forward(a.fch_gelu, a.fch);
-  ops::linear_forward(tmp, a.fch_gelu, p.mlp_proj_w.w, &p.mlp_proj_b.w);
+  mlp_proj_.forward(tmp, a.fch_gelu, p.mlp_proj_w.w, &p.mlp_proj_b.w);
   ops::dropout_forward(tmp, tmp, dropout_at(c, cfg_.dropout, layer, kMlpResid));
   ops::add(a.out, a.res1, tmp);
 }
@@ -133,16 +143,17 @@ void Gpt2::block_backward(Tensor& dx, Tensor& dout, BlockActs& a, const Tensor& 
   const StepCoords& c = ctx.coords;
   Tensor &c1 = ctx.c1, &dres1 = ctx.c2, &c3 = ctx.c3;
   ops::dropout_backward(c1, dout, dropout_at(c, cfg_.dropout, layer, kMlpResid));
-  ops::linear_backward(&ctx.f1, &p.mlp_proj_w.g, &p.mlp_proj_b.g, c1, a.fch_gelu, p.mlp_proj_w.w);
+  mlp_proj_.backward(&ctx.f1, &p.mlp_proj_w.g, &p.mlp_proj_b.g, c1, a.fch_gelu, p.mlp_proj_w.w);
   ops::gelu_backward(ctx.f2, ctx.f1, a.fch);
-  ops::linear_backward(&c1, &p.c_fc_w.g, &p.c_fc_b.g, ctx.f2, a.ln2, p.c_fc_w.w);
+  fc_.backward(&c1, &p.c_fc_w.g, &p.c_fc_b.g, ctx.f2, a.ln2, p.c_fc_w.w);
   ops::layernorm_backward(dres1, p.ln_2_w.g, p.ln_2_b.g, c1, a.res1, p.ln_2_w.w, a.ln2_mean, a.ln2_rstd);
   ops::add_inplace(dres1, dout);
   ops::dropout_backward(c1, dres1, dropout_at(c, cfg_.dropout, layer, kAttnResid));
-  ops::linear_backward(&c3, &p.attn_proj_w.g, &p.attn_proj_b.g, c1, a.atty, p.attn_proj_w.w);
-  ops::attention_backward(ctx.qkv_grad, ctx.att_grad, c3, a.qkv, a.att, cfg_.n_head,
-                          dropout_at(c, cfg_.dropout, layer, kAttnProbs));
-  ops::linear_backward(&c1, &p.c_attn_w.g, &p.c_attn_b.g, ctx.qkv_grad, a.ln1, p.c_attn_w.w);
+  Tensor datty = c3.view(0, a.atty.shape());  // (B, T, C_l)
+  attn_proj_.backward(&datty, &p.attn_proj_w.g, &p.attn_proj_b.g, c1, a.atty, p.attn_proj_w.w);
+  ops::attention_backward(ctx.qkv_grad, ctx.att_grad, datty, a.qkv, a.att, int(heads_l_),
+                          dropout_at(c, cfg_.dropout, layer, kAttnProbs), head_offset());
+  qkv_.backward(&c1, &p.c_attn_w.g, &p.c_attn_b.g, ctx.qkv_grad, a.ln1, p.c_attn_w.w);
   ops::layernorm_backward(dx, p.ln_1_w.g, p.ln_1_b.g, c1, x, p.ln_1_w.w, a.ln1_mean, a.ln1_rstd);
   ops::add_inplace(dx, dres1);
 }
@@ -157,7 +168,7 @@ double Gpt2::forward(ModelContext& base, const Tensor& inputs, const Tensor& tar
   ctx.inputs = inputs;
   ctx.targets = targets;
   // Token plus position embedding; positions 0..T-1 are the first T rows of wpe.
-  ops::embedding_forward(ctx.emb, inputs, wte_.w);
+  embed_.forward(ctx.emb, inputs, wte_.w);
   Tensor pos = wpe_.w.view(0, {T, C});
   for (int64_t b = 0; b < B; ++b) {
     Tensor row = ctx.emb.view(b * T * C, {T, C});
@@ -171,8 +182,9 @@ double Gpt2::forward(ModelContext& base, const Tensor& inputs, const Tensor& tar
     x = &ctx.blocks[size_t(i)].out;
   }
   ops::layernorm_forward(ctx.lnf, ctx.lnf_mean, ctx.lnf_rstd, *x, ln_f_w_.w, ln_f_b_.w, cfg_.norm_eps);
-  ops::linear_forward(ctx.logits, ctx.lnf, lm_head_.w, nullptr);
-  ops::cross_entropy_forward(ctx.losses, ctx.lse, ctx.logits, targets, kIgnoreIndex);
+  head_.forward(ctx.logits, ctx.lnf, lm_head_.w, nullptr);
+  tp::vocab_parallel_cross_entropy_forward(ctx.losses, ctx.lse, ctx.logits, targets, vocab_start_, cfg_.vocab_size,
+                                           kIgnoreIndex, tp_);
   Tensor host = ctx.losses.device().is_cpu() ? ctx.losses : ctx.losses.to(Device::cpu());
   double sum = 0;
   if (host.dtype() == DType::f64) {
@@ -187,8 +199,9 @@ void Gpt2::backward(ModelContext& base, float dloss) {
   auto& ctx = static_cast<Context&>(base);
   const int64_t B = ctx.B, T = ctx.T, C = cfg_.d_model;
   const int L = cfg_.n_layer;
-  ops::cross_entropy_backward(ctx.logits, ctx.logits, ctx.lse, ctx.targets, dloss, kIgnoreIndex);
-  ops::linear_backward(&ctx.c1, &lm_head_.g, nullptr, ctx.logits, ctx.lnf, lm_head_.w);
+  tp::vocab_parallel_cross_entropy_backward(ctx.logits, ctx.logits, ctx.lse, ctx.targets, dloss, vocab_start_,
+                                            cfg_.vocab_size, kIgnoreIndex);
+  head_.backward(&ctx.c1, &lm_head_.g, nullptr, ctx.logits, ctx.lnf, lm_head_.w);
   const Tensor& xL = L > 0 ? ctx.blocks.back().out : ctx.emb;
   Tensor* dout = &ctx.dbuf[0];
   Tensor* dx = &ctx.dbuf[1];
@@ -200,7 +213,7 @@ void Gpt2::backward(ModelContext& base, float dloss) {
   }
   // *dout is now the gradient of the embedding output.
   ops::dropout_backward(*dx, *dout, dropout_at(ctx.coords, cfg_.dropout, 0, kEmbed));
-  ops::embedding_backward(wte_.g, *dx, ctx.inputs);
+  embed_.backward(wte_.g, *dx, ctx.inputs);
   Tensor dpos = wpe_.g.view(0, {T, C});
   for (int64_t b = 0; b < B; ++b) ops::add_inplace(dpos, dx->view(b * T * C, {T, C}));
 }

@@ -5,14 +5,25 @@
 // `h.0.attn.c_attn.weight`, ...); linear weights are stored (OC, C) — HF's
 // Conv1D stores (C, OC), so HF interop transposes them.
 //
-// Shapes: B, T, C, NH, V, L as in core/shapes.h; F = 4C.
+// Tensor parallelism (Megatron): the sharding policy is the placement column
+// of the parameter table — QKV and fc are column-parallel (whole heads per
+// rank), the two output projections row-parallel, the token embedding and LM
+// head vocab-parallel (vocabulary padded, loss on the sharded logits), norms,
+// biases after a reduce and the position embedding replicated. With a tp group
+// of one rank this is the plain single-rank model.
+//
+// Shapes: B, T, C, NH, V, L as in core/shapes.h; F = 4C; a "_l" suffix is
+// this rank's share (NH_l = NH / tp, F_l = F / tp, V_l = padded V / tp).
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/param.h"
 #include "models/model.h"
+#include "tp/embedding.h"
+#include "tp/linear.h"
 
 namespace lattice::gpt2 {
 
@@ -29,8 +40,9 @@ std::vector<ParamSpec> param_specs(const Gpt2Config& cfg);
 
 class Gpt2 final : public LanguageModel {
  public:
-  // Binds views into `params`, which must have been built from param_specs(cfg).
-  Gpt2(const Gpt2Config& cfg, FlatParams& params);
+  // Binds views into `params`, which must have been built from param_specs(cfg)
+  // with this rank's TpShard of `tp` (FlatParams::shard()).
+  Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp);
 
   std::string arch() const override { return "gpt2"; }
   std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const override;
@@ -53,13 +65,19 @@ class Gpt2 final : public LanguageModel {
   struct Context;
   struct BlockActs;
 
+  int head_offset() const { return int(heads_l_) * tp_.rank(); }
   void block_forward(BlockActs& a, const Tensor& x, LayerView& p, Context& ctx, int layer);
   void block_backward(Tensor& dx, Tensor& dres, BlockActs& a, const Tensor& x, LayerView& p,
                       Context& ctx, int layer);
 
   Gpt2Config cfg_;
+  comm::Group& tp_;
+  int64_t heads_l_, vocab_start_;  // this rank's heads; its first (padded) vocabulary row
   P wte_, wpe_, ln_f_w_, ln_f_b_, lm_head_;
   std::vector<LayerView> layers_;
+  tp::VocabParallelEmbedding embed_;
+  tp::ColumnParallelLinear qkv_, fc_, head_;  // head: logits on the local vocabulary rows
+  tp::RowParallelLinear attn_proj_, mlp_proj_;
 };
 
 }  // namespace lattice::gpt2

@@ -1,0 +1,27 @@
+// Text for communicator errors, shared by the MPI and NCCL backends so every
+// timeout reads the same: "recv from rank 1 (world rank 3) of group pp (world
+// ranks 1,3) timed out after 0.5 s".
+#pragma once
+
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+namespace lattice::comm {
+
+// "group tp (world ranks 0,1)"; long lists are cut after 16 ranks.
+inline std::string describe_group(const std::string& name, const std::vector<int>& world_ranks) {
+  std::string list;
+  for (size_t i = 0; i < world_ranks.size() && i < 16; ++i) list += fmt::format("{}{}", i ? "," : "", world_ranks[i]);
+  if (world_ranks.size() > 16) list += fmt::format(",... ({} ranks)", world_ranks.size());
+  return fmt::format("group {} (world ranks {})", name, list);
+}
+
+// "send to rank 1 (world rank 3)" / "recv from rank 1 (world rank 3)".
+inline std::string describe_p2p(bool is_send, int peer, const std::vector<int>& world_ranks) {
+  int world = peer >= 0 && size_t(peer) < world_ranks.size() ? world_ranks[size_t(peer)] : -1;
+  return fmt::format("{} rank {} (world rank {})", is_send ? "send to" : "recv from", peer, world);
+}
+
+}  // namespace lattice::comm

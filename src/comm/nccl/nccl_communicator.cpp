@@ -1,0 +1,293 @@
+// NcclCommunicator: the Communicator over NCCL for device tensors, exported
+// as lattice_nccl_communicator_create (comm/nccl_communicator.h has the
+// contract). Every call enqueues on the communicator's stream and records a
+// CUDA event; Work polls the event (and NCCL's async error) until the deadline.
+#include "comm/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <climits>
+#include <cstring>
+
+#include "comm/communicator.h"
+#include "comm/describe.h"
+#include "comm/nccl/nccl_check.h"
+#include "comm/poll.h"
+
+namespace lattice::comm {
+
+namespace {
+
+// Element type and count multiplier: u16 moves as bytes (NCCL has no 16-bit integer).
+struct NcclType {
+  ncclDataType_t type;
+  size_t scale;
+  bool reduces;
+};
+
+NcclType nccl_type(DType t) {
+  switch (t) {
+    case DType::f64:
+      return {ncclFloat64, 1, true};
+    case DType::f32:
+      return {ncclFloat32, 1, true};
+    case DType::i32:
+      return {ncclInt32, 1, true};
+    case DType::bf16:
+      return {ncclBfloat16, 1, true};
+    case DType::f16:
+      return {ncclFloat16, 1, true};
+    case DType::u16:
+      return {ncclUint8, 2, false};
+  }
+  LATTICE_FAIL("no NCCL type for dtype {}", int(t));
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : op == ReduceOp::max ? ncclMax : ncclMin; }
+
+std::vector<int> world_ranks_of(MPI_Comm comm, int size) {
+  MPI_Group g, world;
+  MPI_Comm_group(comm, &g);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> in(static_cast<size_t>(size)), out(static_cast<size_t>(size));
+  for (int i = 0; i < size; ++i) in[size_t(i)] = i;
+  MPI_Group_translate_ranks(g, size, in.data(), world, out.data());
+  MPI_Group_free(&g);
+  MPI_Group_free(&world);
+  return out;
+}
+
+class NcclCommunicator;
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(NcclCommunicator& comm, std::string what, double timeout_s, std::vector<Tensor> keep);
+  ~NcclWork() override;
+  bool test() override;
+  void wait() override;
+
+ private:
+  NcclCommunicator* comm_;
+  std::string what_;  // "all_reduce", "send to rank 1 (world rank 3)", ...
+  double timeout_s_;
+  std::vector<Tensor> keep_;
+  cudaEvent_t event_ = nullptr;
+  bool done_ = false;
+  std::string error_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Owns `comm` (an MPI duplicate of the group).
+  NcclCommunicator(MPI_Comm comm, std::string name, int local_rank, double timeout_s)
+      : mpi_(comm), name_(std::move(name)), local_rank_(local_rank), timeout_s_(timeout_s) {
+    MPI_Comm_rank(mpi_, &rank_);
+    MPI_Comm_size(mpi_, &size_);
+    world_ranks_ = world_ranks_of(mpi_, size_);
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    LATTICE_CHECK(e == cudaSuccess && count > 0, "NCCL communicator '{}': no CUDA device is visible ({})", name_,
+                  e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
+    device_ = local_rank_ % count;
+    CUDA_CHECK(cudaSetDevice(device_));
+    ncclUniqueId id;
+    if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    LATTICE_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_) == MPI_SUCCESS,
+                  "NCCL communicator '{}': broadcasting the NCCL id over MPI failed", name_);
+    NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
+    CUDA_CHECK(cudaStreamCreate(&stream_));  // blocking: orders with the legacy default stream
+    CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(int)));
+  }
+
+  ~NcclCommunicator() override {
+    cudaSetDevice(device_);
+    if (broken_) {
+      ncclCommAbort(nccl_);
+    } else {
+      cudaStreamSynchronize(stream_);
+      ncclCommDestroy(nccl_);
+    }
+    cudaFree(barrier_buf_);
+    cudaStreamDestroy(stream_);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&mpi_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  const std::vector<int>& world_ranks() const override { return world_ranks_; }
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  void mark_broken() { broken_ = true; }
+  void check_async_error() {
+    ncclResult_t async = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(nccl_, &async));
+    NCCL_CHECK(async);
+  }
+
+  WorkPtr all_reduce(Tensor& t, const CollectiveOptions& o) override {
+    NcclType ty = checked(t, "all_reduce", /*reduce=*/true);
+    NCCL_CHECK(ncclAllReduce(t.raw(), t.raw(), count(t, ty), ty.type, nccl_op(o.op), nccl_, stream_));
+    return started("all_reduce", o.timeout_s, {t});
+  }
+
+  WorkPtr all_gather(Tensor& out, const Tensor& in, const CollectiveOptions& o) override {
+    NcclType ty = checked(in, "all_gather", false);
+    checked(out, "all_gather", false);
+    LATTICE_CHECK(in.dtype() == out.dtype() && out.numel() == in.numel() * size_,
+                  "all_gather on {}: out ({} {}) must hold {} x in ({} {})", group(), out.numel(),
+                  dtype_name(out.dtype()), size_, in.numel(), dtype_name(in.dtype()));
+    NCCL_CHECK(ncclAllGather(in.raw(), out.raw(), count(in, ty), ty.type, nccl_, stream_));
+    return started("all_gather", o.timeout_s, {in, out});
+  }
+
+  WorkPtr reduce_scatter(Tensor& out, const Tensor& in, const CollectiveOptions& o) override {
+    NcclType ty = checked(in, "reduce_scatter", true);
+    checked(out, "reduce_scatter", true);
+    LATTICE_CHECK(in.dtype() == out.dtype() && in.numel() == out.numel() * size_,
+                  "reduce_scatter on {}: in ({} {}) must hold {} x out ({} {})", group(), in.numel(),
+                  dtype_name(in.dtype()), size_, out.numel(), dtype_name(out.dtype()));
+    NCCL_CHECK(ncclReduceScatter(in.raw(), out.raw(), count(out, ty), ty.type, nccl_op(o.op), nccl_, stream_));
+    return started("reduce_scatter", o.timeout_s, {in, out});
+  }
+
+  WorkPtr broadcast(Tensor& t, int root, const CollectiveOptions& o) override {
+    NcclType ty = checked(t, "broadcast", false);
+    check_peer(root, "broadcast");
+    NCCL_CHECK(ncclBroadcast(t.raw(), t.raw(), count(t, ty), ty.type, root, nccl_, stream_));
+    return started("broadcast", o.timeout_s, {t});
+  }
+
+  WorkPtr send(const Tensor& t, int peer, const P2POptions& o) override {
+    return batch_send_recv({P2POp{P2POp::Kind::send, t, peer, o.tag}}, o.timeout_s);
+  }
+
+  WorkPtr recv(Tensor& t, int peer, const P2POptions& o) override {
+    return batch_send_recv({P2POp{P2POp::Kind::recv, t, peer, o.tag}}, o.timeout_s);
+  }
+
+  WorkPtr batch_send_recv(const std::vector<P2POp>& ops, double timeout_s) override {
+    std::string what;
+    std::vector<Tensor> keep;
+    for (const P2POp& p : ops) {
+      const bool is_send = p.kind == P2POp::Kind::send;
+      checked(p.tensor, is_send ? "send" : "recv", false);
+      check_peer(p.peer, is_send ? "send" : "recv");
+      what += fmt::format("{}{}", what.empty() ? "" : ", ", describe_p2p(is_send, p.peer, world_ranks_));
+      keep.push_back(p.tensor);
+    }
+    NCCL_CHECK(ncclGroupStart());
+    for (const P2POp& p : ops) {
+      NcclType ty = nccl_type(p.tensor.dtype());
+      size_t n = count(p.tensor, ty);
+      if (p.kind == P2POp::Kind::send) {
+        NCCL_CHECK(ncclSend(p.tensor.raw(), n, ty.type, p.peer, nccl_, stream_));
+      } else {
+        NCCL_CHECK(ncclRecv(p.tensor.raw(), n, ty.type, p.peer, nccl_, stream_));
+      }
+    }
+    NCCL_CHECK(ncclGroupEnd());
+    return started(ops.size() == 1 ? what : "batch_send_recv (" + what + ")", timeout_s, std::move(keep));
+  }
+
+  WorkPtr barrier(const CollectiveOptions& o) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    NCCL_CHECK(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclInt32, ncclSum, nccl_, stream_));
+    return started("barrier", o.timeout_s, {});
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
+    LATTICE_CHECK(color >= 0, "split of {} into '{}': color {} must be >= 0", group(), name, color);
+    MPI_Comm sub = MPI_COMM_NULL;
+    LATTICE_CHECK(MPI_Comm_split(mpi_, color, key, &sub) == MPI_SUCCESS, "split of {}: MPI_Comm_split failed", group());
+    return std::make_unique<NcclCommunicator>(sub, name, local_rank_, timeout_s_);
+  }
+
+  std::string group() const { return describe_group(name_, world_ranks_); }
+
+ private:
+  NcclType checked(const Tensor& t, const char* op, bool reduce) {
+    LATTICE_CHECK(t.defined() && t.device().is_cuda() && t.device().index == device_,
+                  "{} on {}: NcclCommunicator moves memory of cuda:{}, the tensor is on {}", op, group(), device_,
+                  t.defined() ? t.device().str() : "nothing (undefined)");
+    NcclType ty = nccl_type(t.dtype());
+    LATTICE_CHECK(!reduce || ty.reduces, "{} on {}: NCCL does not reduce dtype {}", op, group(), dtype_name(t.dtype()));
+    CUDA_CHECK(cudaSetDevice(device_));
+    return ty;
+  }
+
+  static size_t count(const Tensor& t, NcclType ty) { return size_t(t.numel()) * ty.scale; }
+
+  void check_peer(int peer, const char* op) const {
+    LATTICE_CHECK(peer >= 0 && peer < size_, "{}: peer {} is outside {} of size {}", op, peer, group(), size_);
+  }
+
+  WorkPtr started(std::string what, double timeout_s, std::vector<Tensor> keep) {
+    return std::make_unique<NcclWork>(*this, std::move(what), timeout_s > 0 ? timeout_s : timeout_s_, std::move(keep));
+  }
+
+  MPI_Comm mpi_;
+  std::string name_;
+  int local_rank_;
+  double timeout_s_;
+  int rank_ = 0, size_ = 1, device_ = 0;
+  std::vector<int> world_ranks_;
+  ncclComm_t nccl_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  void* barrier_buf_ = nullptr;
+  bool broken_ = false;
+};
+
+NcclWork::NcclWork(NcclCommunicator& comm, std::string what, double timeout_s, std::vector<Tensor> keep)
+    : comm_(&comm), what_(std::move(what)), timeout_s_(timeout_s), keep_(std::move(keep)) {
+  CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(event_, comm.stream()));
+}
+
+NcclWork::~NcclWork() {
+  // An unfinished operation still owns its buffers: keep them alive for good.
+  if (!done_ && error_.empty()) new std::vector<Tensor>(std::move(keep_));
+  cudaEventDestroy(event_);
+}
+
+bool NcclWork::test() {
+  if (!error_.empty()) return false;  // timed out: it never completes
+  if (done_) return true;
+  cudaError_t e = cudaEventQuery(event_);
+  if (e == cudaSuccess) {
+    done_ = true;
+    keep_.clear();
+    return true;
+  }
+  if (e != cudaErrorNotReady) CUDA_CHECK(e);
+  comm_->check_async_error();
+  return false;
+}
+
+void NcclWork::wait() {
+  LATTICE_CHECK(error_.empty(), "{}", error_);
+  if (done_) return;
+  if (poll_until([&] { return test(); }, deadline_after(timeout_s_))) return;
+  const bool p2p = what_.rfind("send", 0) == 0 || what_.rfind("recv", 0) == 0;
+  error_ = fmt::format("{} {} {} timed out after {} s", what_, p2p ? "of" : "on", comm_->group(), timeout_s_);
+  comm_->mark_broken();  // the communicator is aborted, not destroyed, when it goes
+  new std::vector<Tensor>(std::move(keep_));
+  LATTICE_FAIL("{}", error_);
+}
+
+}  // namespace
+
+}  // namespace lattice::comm
+
+extern "C" __attribute__((visibility("default"))) lattice::comm::Communicator* lattice_nccl_communicator_create(
+    void* mpi_comm, const char* name, int local_rank, double timeout_s) {
+  MPI_Comm parent;
+  std::memcpy(&parent, &mpi_comm, sizeof(MPI_Comm));
+  MPI_Comm dup = MPI_COMM_NULL;
+  LATTICE_CHECK(MPI_Comm_dup(parent, &dup) == MPI_SUCCESS, "NCCL communicator '{}': MPI_Comm_dup failed", name);
+  return new lattice::comm::NcclCommunicator(dup, name, local_rank, timeout_s);
+}

@@ -1,0 +1,39 @@
+// The NCCL communicator (device memory), reached through a factory so that
+// lattice_comm never links CUDA or NCCL.
+//
+// NcclCommunicator itself is built into liblattice_nccl.so (src/comm/nccl/,
+// CUDA builds with NCCL only) and opened with dlopen on first use, looked for
+// in $LATTICE_NCCL_LIB, then next to the running binary (../lib), then on the
+// loader path. Its semantics are the Communicator contract with these
+// specifics:
+//   - it spans the same ranks as `over`, whose MPI communicator bootstraps it
+//     (ncclGetUniqueId on group rank 0, MPI_Bcast) and carries split();
+//   - the GPU is local_rank % (visible devices); tensors must be on it;
+//   - one CUDA stream per communicator, created blocking, so it orders with
+//     the legacy default stream the compute kernels run on; a Work is a CUDA
+//     event on that stream, polled until the deadline;
+//   - NCCL has no tags: P2POptions::tag and P2POp::tag are ignored, so
+//     transfers between two ranks match in the order they are started;
+//   - batch_send_recv is one ncclGroupStart/ncclGroupEnd;
+//   - u16 moves but does not reduce.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace lattice::comm {
+
+// A device-memory communicator over the ranks of `over` (an MpiCommunicator),
+// named like it; collective over `over`. timeout_s <= 0: over's default.
+// Throws lattice::Error with the reason when liblattice_nccl.so cannot be
+// loaded (not built, or CUDA libraries missing) or no GPU is visible.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& over, int local_rank, double timeout_s = 0);
+
+}  // namespace lattice::comm
+
+// The one symbol liblattice_nccl.so exports. `comm` is an MPI_Comm (passed as
+// a pointer-sized handle so this header needs no mpi.h); it is duplicated.
+extern "C" lattice::comm::Communicator* lattice_nccl_communicator_create(void* mpi_comm, const char* name,
+                                                                         int local_rank, double timeout_s);

@@ -1,0 +1,43 @@
+// CPU pieces of softmax cross-entropy over a column shard of the logits.
+//
+// Vocabulary-parallel cross-entropy (tp/cross_entropy.h) holds columns
+// [col_start, col_start + K) of the (padded) vocabulary on each rank and never
+// gathers the logits: each rank reduces its own columns, the caller all-reduces
+// the per-row statistics over tp, and the loss is finished from them. Columns
+// j >= n_valid of a shard are padding (global column >= the logical vocab
+// size): they never enter a max or a sum and get zero gradient, whatever they
+// hold. Targets are global column ids; ignore_index (or any id outside this
+// shard) simply picks nothing here.
+//
+// Shapes: N rows, K local columns; stats are (N) per row.
+#pragma once
+
+#include <cstdint>
+
+namespace lattice::cpu {
+
+// row_max (N) = max over columns [0, n_valid) of logits (N, K); -inf when n_valid <= 0.
+template <typename T>
+void shard_row_max(T* row_max, const T* logits, int64_t n_valid, int64_t N, int64_t K);
+
+// sums (2, N): sums[n] = sum_{j < n_valid} exp(logits[n, j] - row_max[n]);
+// sums[N + n] = logits[n, targets[n] - col_start] when that column lies in
+// [0, n_valid), else 0.
+template <typename T>
+void shard_softmax_partials(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t col_start,
+                            int64_t n_valid, int64_t N, int64_t K);
+
+// From the tp-reduced statistics: lse (N) = row_max + log(sums[0]);
+// losses (N) = lse - sums[1], 0 where targets == ignore_index.
+template <typename T>
+void cross_entropy_from_partials(T* losses, T* lse, const T* row_max, const T* sums, const int32_t* targets,
+                                 int ignore_index, int64_t N);
+
+// dlogits (N, K) = (exp(logits - lse) - [col_start + j == target]) * dloss on
+// columns j < n_valid; 0 on padding columns and on rows with ignored targets.
+// dlogits may be the same memory as logits.
+template <typename T>
+void shard_cross_entropy_backward(T* dlogits, const T* logits, const T* lse, const int32_t* targets, T dloss,
+                                  int64_t col_start, int64_t n_valid, int ignore_index, int64_t N, int64_t K);
+
+}  // namespace lattice::cpu

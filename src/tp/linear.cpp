@@ -1,0 +1,85 @@
+#include "tp/linear.h"
+
+#include "core/ops.h"
+#include "tp/mappings.h"
+
+namespace lattice::tp {
+
+namespace {
+
+void check_bias(const char* layer, bool has_bias, const Tensor* bias) {
+  LATTICE_CHECK(has_bias == (bias != nullptr), "tp::{}: built with bias = {} but given {}", layer, has_bias,
+                bias ? "a bias" : "no bias");
+}
+
+int64_t rows_of(const Tensor& t) { return t.ndim() && t.dim(-1) ? t.numel() / t.dim(-1) : 0; }
+
+// A temporary like `like` with the last dim replaced.
+Tensor with_last_dim(const Tensor& like, int64_t last) {
+  return Tensor::empty({rows_of(like), last}, like.dtype(), like.device());
+}
+
+}  // namespace
+
+// ---- ColumnParallelLinear -------------------------------------------------
+
+ColumnParallelLinear::ColumnParallelLinear(Options o, comm::Group& tp) : opts_(o), tp_(tp) {
+  LATTICE_CHECK(o.n_fused >= 1, "tp::ColumnParallelLinear: n_fused = {}", o.n_fused);
+}
+
+void ColumnParallelLinear::forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias) {
+  check_bias("ColumnParallelLinear", opts_.bias, bias);
+  Tensor x = inp;  // replicated input: entering the region is the identity
+  copy_to_tp_region_forward(x, tp_);
+  if (!opts_.gather_output) return ops::linear_forward(out, x, weight, bias);
+  Tensor local = with_last_dim(out, weight.dim(0));  // (N, OC/p)
+  ops::linear_forward(local, x, weight, bias);
+  gather_from_tp_region_forward(out, local, tp_, opts_.n_fused);
+}
+
+void ColumnParallelLinear::backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
+                                    const Tensor& weight) {
+  check_bias("ColumnParallelLinear", opts_.bias, dbias);
+  Tensor dlocal = dout;
+  if (opts_.gather_output) {
+    dlocal = with_last_dim(dout, weight.dim(0));
+    gather_from_tp_region_backward(dlocal, dout, tp_, opts_.n_fused);
+  }
+  ops::linear_backward(dinp, dweight, dbias, dlocal, inp, weight);
+  if (dinp) copy_to_tp_region_backward(*dinp, tp_);
+}
+
+// ---- RowParallelLinear ----------------------------------------------------
+
+RowParallelLinear::RowParallelLinear(Options o, comm::Group& tp) : opts_(o), tp_(tp) {}
+
+void RowParallelLinear::forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias) {
+  check_bias("RowParallelLinear", opts_.bias, bias);
+  Tensor x = inp;
+  if (!opts_.input_is_parallel) {
+    x = with_last_dim(inp, weight.dim(-1));  // (N, C/p)
+    scatter_to_tp_region_forward(x, inp, tp_);
+  }
+  ops::linear_forward(out, x, weight, nullptr);
+  reduce_from_tp_region_forward(out, tp_);
+  if (bias) ops::add_bias_forward(out, *bias);
+}
+
+void RowParallelLinear::backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
+                                 const Tensor& weight) {
+  check_bias("RowParallelLinear", opts_.bias, dbias);
+  Tensor d = dout;  // leaving the region backward is the identity
+  reduce_from_tp_region_backward(d, tp_);
+  if (dbias) ops::add_bias_backward(*dbias, d);
+  Tensor x = inp;
+  if (!opts_.input_is_parallel) {
+    x = with_last_dim(inp, weight.dim(-1));
+    scatter_to_tp_region_forward(x, inp, tp_);  // the local input of forward, sliced again
+  }
+  if (opts_.input_is_parallel || !dinp) return ops::linear_backward(dinp, dweight, nullptr, d, x, weight);
+  Tensor dlocal = with_last_dim(inp, weight.dim(-1));
+  ops::linear_backward(&dlocal, dweight, nullptr, d, x, weight);
+  scatter_to_tp_region_backward(*dinp, dlocal, tp_);
+}
+
+}  // namespace lattice::tp

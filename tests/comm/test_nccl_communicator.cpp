@@ -1,0 +1,73 @@
+// make_nccl_communicator under mpirun. Without a GPU (or without
+// liblattice_nccl.so) the factory must refuse with one clear reason; with
+// GPUs it must move device memory exactly like the MPI communicator.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "comm/mpi_communicator.h"
+#include "comm/mpi_runtime.h"
+#include "comm/nccl_communicator.h"
+#include "core/backend.h"
+
+namespace lattice::comm {
+namespace {
+
+std::string exe_dir() { return std::filesystem::read_symlink("/proc/self/exe").parent_path().string(); }
+
+int node_local_rank(MpiCommunicator& world) {
+  MPI_Comm node;
+  MPI_Comm_split_type(world.mpi_comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node);
+  int r = 0;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r;
+}
+
+TEST(NcclCommunicator, RefusesClearlyWithoutAGpuOrLibrary) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is visible: the device test below covers this machine";
+  auto world = make_world_communicator(60);
+  try {
+    make_nccl_communicator(*world, node_local_rank(*world));
+    FAIL() << "make_nccl_communicator succeeded without a GPU";
+  } catch (const Error& e) {
+    // Built (CUDA build, or $LATTICE_NCCL_LIB): the library loads and finds no device.
+    // Not built: the loader names the missing library.
+    const std::string m = e.message();
+    const char* env = std::getenv("LATTICE_NCCL_LIB");
+    const std::string built = env ? env : exe_dir() + "/../lib/liblattice_nccl.so";
+    if (std::filesystem::exists(built)) {
+      EXPECT_NE(m.find("no CUDA device is visible"), std::string::npos) << m;
+    } else {
+      EXPECT_NE(m.find("NCCL communicators need liblattice_nccl.so"), std::string::npos) << m;
+    }
+    std::printf("make_nccl_communicator refused: %s\n", m.c_str());
+  }
+}
+
+TEST(NcclCommunicator, AllReduceAndRingOnDeviceMemory) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: covered by RefusesClearlyWithoutAGpuOrLibrary";
+  auto world = make_world_communicator(60);
+  const int local = node_local_rank(*world);
+  auto nccl = make_nccl_communicator(*world, local);
+  const int p = nccl->size(), r = nccl->rank();
+  Device dev = Device::cuda(local % cuda_backend().device_count(nullptr));  // the factory's choice
+  std::vector<float> host(17);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = float((r + 1) * (int(i) % 3 + 1));
+  Tensor t = Tensor::from<float>(host, {17}).to(dev);
+  nccl->all_reduce(t, {})->wait();
+  Tensor back = t.to(Device::cpu());
+  for (int64_t i = 0; i < 17; ++i) ASSERT_EQ(back.data<float>()[i], float((i % 3 + 1) * p * (p + 1) / 2));
+
+  Tensor send = Tensor::from<float>(std::vector<float>(5, float(r)), {5}).to(dev);
+  Tensor recv = Tensor::zeros({5}, DType::f32, dev);
+  nccl->batch_send_recv({{P2POp::Kind::send, send, (r + 1) % p}, {P2POp::Kind::recv, recv, (r + p - 1) % p}}, 0)
+      ->wait();
+  Tensor got = recv.to(Device::cpu());
+  for (int64_t i = 0; i < 5; ++i) ASSERT_EQ(got.data<float>()[i], float((r + p - 1) % p));
+}
+
+}  // namespace
+}  // namespace lattice::comm
