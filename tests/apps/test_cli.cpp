@@ -28,8 +28,12 @@ std::string bin() {
   return b ? b : "lattice";
 }
 
-CmdResult run(const std::string& args, const std::string& cwd) {
-  std::string cmd = "cd '" + cwd + "' && '" + bin() + "' " + args + " 2>&1";
+CmdResult run(const std::string& args, const std::string& cwd, int ranks = 0) {
+  // ranks > 0: under mpirun; -q keeps Open MPI's own abort banner out of the output.
+  std::string launcher = ranks > 0 ? std::string(LATTICE_MPIEXEC) + " -q --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -np " +
+                                         std::to_string(ranks) + " "
+                                   : "";
+  std::string cmd = "cd '" + cwd + "' && " + launcher + "'" + bin() + "' " + args + " 2>&1";
   CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   char buf[4096];
@@ -177,4 +181,37 @@ TEST_F(Cli, SameConfigIsBitwiseReproducible) {
     return out;
   };
   EXPECT_EQ(losses("ra"), losses("rb"));
+}
+
+// Under mpirun: the layout errors of the tensor-parallel issue, one line each.
+TEST_F(Cli, LayoutErrorsUnderMpirun) {
+  expect_one_line_error(run("train tiny.yaml parallel.tp=2 model.n_head=1", dir, 2), {"n_head", "tp"});
+  expect_one_line_error(run("train tiny.yaml parallel.tp=2", dir, 3), {"3 ranks", "tp (2)"});
+  expect_one_line_error(run("train tiny.yaml parallel.order=[tp,xp,pp]", dir, 2), {"parallel.order", "xp"});
+  expect_one_line_error(run("train tiny.yaml parallel.order=[tp,tp,pp]", dir, 2), {"parallel.order", "tp"});
+}
+
+TEST_F(Cli, TensorParallelRunMatchesOneRank) {
+  CmdResult one = run("train tiny.yaml train.steps=6 log.dir=r1", dir);
+  CmdResult two = run("train tiny.yaml train.steps=6 log.dir=r2 parallel.tp=2 runtime.threads=1", dir, 2);
+  ASSERT_EQ(one.status, 0) << one.out;
+  ASSERT_EQ(two.status, 0) << two.out;
+  auto losses = [&](const std::string& d) {
+    std::ifstream m(dir + "/" + d + "/metrics.jsonl");
+    std::string line;
+    std::vector<double> out;
+    while (std::getline(m, line)) {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("loss")) out.push_back(j["loss"].get<double>());
+    }
+    return out;
+  };
+  std::vector<double> a = losses("r1"), b = losses("r2");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << "step " << i + 1;
+  std::ifstream info_file(dir + "/r2/run_info.json");
+  auto info = nlohmann::json::parse(info_file);
+  EXPECT_EQ(info["layout"]["tp"], 2);
+  EXPECT_EQ(info["layout"]["world"], 2);
 }
