@@ -2,7 +2,11 @@
 #   lattice_add_test(NAME SOURCES s... LIBS l... [LABELS quick|full])
 #       a GoogleTest binary run as one CTest test.
 #   add_mpi_test(NAME NP SOURCES s... LIBS l... [LABELS ...])
-#       the same binary launched through mpirun with NP ranks, one thread each.
+#       a binary launched through mpirun with NP ranks, one thread each; it
+#       brings its own main (usually lattice_mpi_test_main).
+#   lattice_add_mpi_test(NAME NPS n... SOURCES s... LIBS l... [LABELS ...])
+#       a GoogleTest binary with the MPI-aware main
+#       (tests/support/mpi_test_main.cpp), run as NAME_np<n> for every n.
 # Tests find ../shared through LATTICE_SHARED_DIR (they skip when it is absent).
 find_package(GTest REQUIRED)
 get_filename_component(LATTICE_SHARED_DIR ${CMAKE_SOURCE_DIR}/../shared ABSOLUTE)
@@ -26,11 +30,31 @@ function(add_mpi_test name np)
     set(T_LABELS full)
   endif()
   add_executable(${name} ${T_SOURCES})
-  target_link_libraries(${name} PRIVATE ${T_LIBS} lattice_test_support GTest::gtest GTest::gtest_main)
+  target_link_libraries(${name} PRIVATE ${T_LIBS} lattice_test_support GTest::gtest)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   add_test(NAME ${name}_np${np}
     COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe --bind-to none
             -x OMP_NUM_THREADS=1 $<TARGET_FILE:${name}>)
   set_tests_properties(${name}_np${np} PROPERTIES LABELS "${T_LABELS}" TIMEOUT 600
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;LATTICE_SHARED_DIR=${LATTICE_SHARED_DIR};LATTICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+endfunction()
+
+
+function(lattice_add_mpi_test name)
+  cmake_parse_arguments(T "" "" "NPS;SOURCES;LIBS;LABELS" ${ARGN})
+  list(POP_FRONT T_NPS first_np)
+  set(labels)
+  if(T_LABELS)
+    set(labels LABELS ${T_LABELS})
+  endif()
+  add_mpi_test(${name} ${first_np} SOURCES ${T_SOURCES} LIBS lattice_mpi_test_main ${T_LIBS} ${labels})
+  get_test_property(${name}_np${first_np} LABELS test_labels)
+  get_test_property(${name}_np${first_np} ENVIRONMENT test_env)
+  foreach(np IN LISTS T_NPS)
+    add_test(NAME ${name}_np${np}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe --bind-to none
+              -x OMP_NUM_THREADS=1 $<TARGET_FILE:${name}>)
+    set_tests_properties(${name}_np${np} PROPERTIES LABELS "${test_labels}" TIMEOUT 600
+      ENVIRONMENT "${test_env}")
+  endforeach()
 endfunction()

@@ -81,8 +81,8 @@ class Communicator {
 };
 
 // A move-only owner of one communicator: what the mesh hands out and what
-// layers take by reference. The calls forward to the communicator; the
-// blocking helpers start and wait.
+// layers take by reference. The calls forward to the communicator
+// (`g.all_reduce(t)->wait()` to block).
 class Group {
  public:
   Group() = default;
