@@ -48,6 +48,7 @@ enum class InitKind : uint8_t {
 // Owning pipeline layer: the embedding is layer kEmbeddingLayer, block i is
 // layer i, the final norm and head are layer n_layer (kHeadLayer resolves to it).
 inline constexpr int kEmbeddingLayer = -1;
+inline constexpr int kNoLayer = -1000;
 
 struct ParamSpec {
   std::string name;  // logical name, e.g. "h.0.attn.c_attn.weight"
@@ -56,6 +57,8 @@ struct ParamSpec {
   int n_fused = 1;   // logical matrices fused along the split dim (QKV = 3, gate-up = 2)
   int layer = kEmbeddingLayer;
   std::string tie_group;  // non-empty: one logical parameter with a replica per owning stage
+  int tie_layer = kNoLayer;  // a tied parameter also lives with this layer (GPT-2's LM head uses wte)
+  bool tie_replica = false;  // set by stage selection: held here only as the replica for tie_layer
   bool weight_decay = false;
   InitKind init = InitKind::zeros;
   float init_std = 0.0f;  // for InitKind::normal

@@ -1,11 +1,15 @@
 // The interface every model in the zoo implements, and what the training loop
-// (src/booster) drives.
+// (src/booster) and the pipeline callbacks drive.
 //
-// A model owns no parameters: it binds named views into a FlatParams built
-// from its own table (param_specs()). Forward runs one microbatch through the
-// loss and saves what backward needs in a ModelContext, one per in-flight
-// microbatch, so the activation memory a schedule holds is countable.
-// backward() accumulates (+=) into the parameter gradients.
+// A model object runs one pipeline chunk (StageSpan): blocks [first_layer,
+// end_layer), plus the embedding when it is the first chunk and the final
+// norm, head and loss when it is the last. The whole model is one span with
+// both. A model owns no parameters: it binds named views into a FlatParams
+// laid out from its table (select_stage_params picks a chunk's entries).
+// Forward runs one microbatch and saves what backward needs in a ModelContext,
+// one per in-flight microbatch, so the activation memory a schedule holds is
+// countable. backward() accumulates (+=) into the parameter gradients and
+// overwrites the input-activation gradient.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +30,21 @@ struct StepCoords {
   bool train = true;    // false: dropout off (evaluation)
 };
 
+// The part of the model one object runs.
+struct StageSpan {
+  int first_layer = 0;
+  int end_layer = -1;     // one past the last block; -1: n_layer
+  bool embedding = true;  // holds the token/position embedding (reads token ids)
+  bool head = true;       // holds the final norm, LM head and loss
+};
+
+// The parameter entries a rank needs for its chunks: each spec whose owning
+// layer is in a chunk (kEmbeddingLayer with the embedding, n_layer with the
+// head), plus tied parameters whose tie_layer is (marked tie_replica when the
+// rank does not also own them).
+std::vector<ParamSpec> select_stage_params(const std::vector<ParamSpec>& all, const std::vector<StageSpan>& chunks,
+                                           int n_layer);
+
 // Activations saved by forward for backward; model-specific.
 class ModelContext {
  public:
@@ -38,14 +57,20 @@ class LanguageModel {
   virtual ~LanguageModel() = default;
   virtual std::string arch() const = 0;
   virtual std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const = 0;
-  // inputs, targets: (B, T) i32 on the model's device. Returns the SUM of the
-  // token losses over valid (target != ignore) tokens.
-  virtual double forward(ModelContext& ctx, const Tensor& inputs, const Tensor& targets,
-                         const StepCoords& coords) = 0;
-  // Backward from the loss scaled per token by dloss (1 / global valid tokens).
-  virtual void backward(ModelContext& ctx, float dloss) = 0;
-  // Training FLOPs per token at sequence length T: 6 N + the attention term
-  // 12 L C T (score and value matmuls, forward and backward, no causal discount).
+  // input: token ids (B, T) i32 for a chunk with the embedding, otherwise the
+  //   previous chunk's activation (B, T, C), which must stay alive until backward;
+  // targets: (B, T) i32, read by the chunk with the head;
+  // output: this chunk's activation (B, T, C) for the next chunk (unused with the head).
+  // Returns the SUM of the token losses over valid tokens (0 without the head).
+  virtual double forward(ModelContext& ctx, const Tensor& input, const Tensor& targets, const StepCoords& coords,
+                         Tensor* output = nullptr) = 0;
+  // With the head: starts from the loss, each valid token weighted by dloss
+  // (1 / global valid tokens); otherwise from doutput (B, T, C). Writes dinput
+  // (B, T, C) unless the chunk holds the embedding.
+  virtual void backward(ModelContext& ctx, float dloss, const Tensor* doutput = nullptr, Tensor* dinput = nullptr) = 0;
+  // Training FLOPs per token of the WHOLE model at sequence length T: 6 N + the
+  // attention term 12 L C T (score and value matmuls, forward and backward, no
+  // causal discount).
   virtual double flops_per_token(int64_t T) const = 0;
 };
 

@@ -39,8 +39,9 @@ std::vector<ParamSpec> model_param_specs(const ModelConfig& cfg) {
   unsupported(cfg);
 }
 
-std::unique_ptr<LanguageModel> build_model(const ModelConfig& cfg, FlatParams& params, comm::Group& tp) {
-  if (cfg.arch == ModelArch::gpt2) return std::make_unique<gpt2::Gpt2>(to_gpt2(cfg), params, tp);
+std::unique_ptr<LanguageModel> build_model(const ModelConfig& cfg, FlatParams& params, comm::Group& tp,
+                                           StageSpan span) {
+  if (cfg.arch == ModelArch::gpt2) return std::make_unique<gpt2::Gpt2>(to_gpt2(cfg), params, tp, span);
   unsupported(cfg);
 }
 

@@ -15,9 +15,12 @@
 namespace lattice {
 
 std::vector<ParamSpec> model_param_specs(const ModelConfig& cfg);
-// `params` must have been laid out from model_param_specs(cfg) with this
-// rank's shard of `tp` (a group of one rank for the unsharded model).
-std::unique_ptr<LanguageModel> build_model(const ModelConfig& cfg, FlatParams& params, comm::Group& tp);
+// The model object for pipeline chunk `span` (the whole model by default).
+// `params` must hold the chunk's entries (select_stage_params of
+// model_param_specs(cfg)) sharded for this rank of `tp` (a group of one rank
+// for the unsharded model).
+std::unique_ptr<LanguageModel> build_model(const ModelConfig& cfg, FlatParams& params, comm::Group& tp,
+                                           StageSpan span = {});
 std::vector<std::string> registered_archs();
 
 }  // namespace lattice

@@ -43,14 +43,13 @@ struct Gpt2::BlockActs {
 struct Gpt2::Context final : ModelContext {
   int64_t B = 0, T = 0;
   StepCoords coords;
-  Tensor inputs, targets;          // (B, T) i32
-  Tensor emb;                      // (B, T, C) embedding output (after dropout)
-  std::vector<BlockActs> blocks;   // L
-  Tensor lnf, lnf_mean, lnf_rstd;  // (B, T, C), (B, T), (B, T)
+  Tensor inputs, targets;          // (B, T) i32 (inputs: with the embedding)
+  Tensor emb;                      // (B, T, C) embedding output, or the chunk's input activation
+  std::vector<BlockActs> blocks;   // this chunk's blocks
+  Tensor lnf, lnf_mean, lnf_rstd;  // (B, T, C), (B, T), (B, T)   (with the head)
   Tensor logits;                   // (B, T, V_l); backward overwrites it with dlogits
   Tensor losses, lse;              // (B, T)
-  // Backward workspace (not saved state; shared by all blocks).
-  Tensor c1, c2, c3, f1, f2, qkv_grad, att_grad, dbuf[2];
+  Workspace* ws = nullptr;
 
   int64_t bytes() const override {
     int64_t n = int64_t(emb.nbytes() + lnf.nbytes() + lnf_mean.nbytes() + lnf_rstd.nbytes() + logits.nbytes() +
@@ -63,8 +62,8 @@ struct Gpt2::Context final : ModelContext {
   }
 };
 
-Gpt2::Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp)
-    : cfg_(cfg), tp_(tp), embed_(tp), qkv_({.bias = true}, tp), fc_({.bias = true}, tp), head_({.bias = false}, tp),
+Gpt2::Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp, StageSpan span)
+    : cfg_(cfg), span_(span), tp_(tp), embed_(tp), qkv_({.bias = true}, tp), fc_({.bias = true}, tp), head_({.bias = false}, tp),
       attn_proj_({.bias = true}, tp), mlp_proj_({.bias = true}, tp) {
   LATTICE_CHECK(cfg.d_model % cfg.n_head == 0, "gpt2: d_model {} is not divisible by n_head {}", cfg.d_model,
                 cfg.n_head);
@@ -73,14 +72,23 @@ Gpt2::Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp)
                 "gpt2: parameters sharded for tp rank {} of {}, group '{}' is rank {} of {}", params.shard().rank,
                 params.shard().size, tp.name(), tp.rank(), tp.size());
   heads_l_ = cfg.n_head / tp.size();
+  dtype_ = params.dtype();
+  device_ = params.values().device();
+  if (span_.end_layer < 0) span_.end_layer = cfg.n_layer;
+  LATTICE_CHECK(0 <= span_.first_layer && span_.first_layer <= span_.end_layer && span_.end_layer <= cfg.n_layer,
+                "gpt2: chunk layers [{}, {}) outside the model's {}", span_.first_layer, span_.end_layer, cfg.n_layer);
   auto bind = [&](const std::string& name) { return P{params.value(name), params.grad(name)}; };
-  wte_ = bind("wte.weight");
-  wpe_ = bind("wpe.weight");
-  ln_f_w_ = bind("ln_f.weight");
-  ln_f_b_ = bind("ln_f.bias");
-  lm_head_ = cfg.tie_embeddings ? wte_ : bind("lm_head.weight");
-  vocab_start_ = int64_t(tp.rank()) * wte_.w.dim(0);
-  for (int i = 0; i < cfg.n_layer; ++i) {
+  if (span_.embedding) {
+    wte_ = bind("wte.weight");
+    wpe_ = bind("wpe.weight");
+  }
+  if (span_.head) {
+    ln_f_w_ = bind("ln_f.weight");
+    ln_f_b_ = bind("ln_f.bias");
+    lm_head_ = bind(cfg.tie_embeddings ? "wte.weight" : "lm_head.weight");
+    vocab_start_ = int64_t(tp.rank()) * lm_head_.w.dim(0);
+  }
+  for (int i = span_.first_layer; i < span_.end_layer; ++i) {
     std::string h = "h." + std::to_string(i) + ".";
     layers_.push_back(LayerView{bind(h + "ln_1.weight"), bind(h + "ln_1.bias"), bind(h + "attn.c_attn.weight"),
                                 bind(h + "attn.c_attn.bias"), bind(h + "attn.c_proj.weight"),
@@ -90,17 +98,30 @@ Gpt2::Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp)
   }
 }
 
+Gpt2::Workspace& Gpt2::workspace(int64_t B, int64_t T) {
+  if (ws_.B == B && ws_.T == T) return ws_;
+  const int64_t C = cfg_.d_model, NH = heads_l_, Cl = C / tp_.size(), Fl = 4 * Cl;
+  const DType dt = dtype_;
+  auto make = [&](Shape s) { return Tensor::empty(std::move(s), dt, device_); };
+  ws_.B = B, ws_.T = T;
+  ws_.c1 = make({B, T, C}), ws_.c2 = make({B, T, C}), ws_.c3 = make({B, T, C});
+  ws_.f1 = make({B, T, Fl}), ws_.f2 = make({B, T, Fl});
+  ws_.qkv_grad = make({B, T, 3 * Cl}), ws_.att_grad = make({B, NH, T, T});
+  ws_.dbuf[0] = make({B, T, C}), ws_.dbuf[1] = make({B, T, C});
+  return ws_;
+}
+
 std::unique_ptr<ModelContext> Gpt2::make_context(int64_t B, int64_t T) const {
   LATTICE_CHECK(T <= cfg_.max_seq_len, "gpt2: sequence length {} exceeds max_seq_len {}", T, cfg_.max_seq_len);
-  const int64_t C = cfg_.d_model, NH = heads_l_, Cl = C / tp_.size(), Fl = 4 * Cl, V = lm_head_.w.dim(0);
-  const DType dt = wte_.w.dtype();
-  const Device dev = wte_.w.device();
+  const int64_t C = cfg_.d_model, NH = heads_l_, Cl = C / tp_.size(), Fl = 4 * Cl;
+  const DType dt = dtype_;
+  const Device dev = device_;
   auto make = [&](Shape s) { return Tensor::empty(std::move(s), dt, dev); };
   auto ctx = std::make_unique<Context>();
   ctx->B = B;
   ctx->T = T;
-  ctx->emb = make({B, T, C});
-  for (int i = 0; i < cfg_.n_layer; ++i) {
+  if (span_.embedding) ctx->emb = make({B, T, C});
+  for (int i = span_.first_layer; i < span_.end_layer; ++i) {
     BlockActs a;
     a.ln1 = make({B, T, C}), a.ln1_mean = make({B, T}), a.ln1_rstd = make({B, T});
     a.qkv = make({B, T, 3 * Cl}), a.att = make({B, NH, T, T}), a.atty = make({B, T, Cl});
@@ -109,19 +130,17 @@ std::unique_ptr<ModelContext> Gpt2::make_context(int64_t B, int64_t T) const {
     a.fch = make({B, T, Fl}), a.fch_gelu = make({B, T, Fl}), a.out = make({B, T, C});
     ctx->blocks.push_back(std::move(a));
   }
-  ctx->lnf = make({B, T, C}), ctx->lnf_mean = make({B, T}), ctx->lnf_rstd = make({B, T});
-  ctx->logits = make({B, T, V});
-  ctx->losses = make({B, T}), ctx->lse = make({B, T});
-  ctx->c1 = make({B, T, C}), ctx->c2 = make({B, T, C}), ctx->c3 = make({B, T, C});
-  ctx->f1 = make({B, T, Fl}), ctx->f2 = make({B, T, Fl});
-  ctx->qkv_grad = make({B, T, 3 * Cl}), ctx->att_grad = make({B, NH, T, T});
-  ctx->dbuf[0] = make({B, T, C}), ctx->dbuf[1] = make({B, T, C});
+  if (span_.head) {
+    ctx->lnf = make({B, T, C}), ctx->lnf_mean = make({B, T}), ctx->lnf_rstd = make({B, T});
+    ctx->logits = make({B, T, lm_head_.w.dim(0)});
+    ctx->losses = make({B, T}), ctx->lse = make({B, T});
+  }
   return ctx;
 }
 
 void Gpt2::block_forward(BlockActs& a, const Tensor& x, LayerView& p, Context& ctx, int layer) {
   const StepCoords& c = ctx.coords;
-  Tensor& tmp = ctx.c1;  // (B, T, C)
+  Tensor& tmp = ctx.ws->c1;  // (B, T, C)
   ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln_1_w.w, p.ln_1_b.w, cfg_.norm_eps);
   qkv_.forward(a.qkv, a.ln1, p.c_attn_w.w, &p.c_attn_b.w);
   ops::attention_forward(a.atty, a.att, a.qkv, int(heads_l_), dropout_at(c, cfg_.dropout, layer, kAttnProbs),
@@ -141,77 +160,105 @@ void Gpt2::block_forward(BlockActs& a, const Tensor& x, LayerView& p, Context& c
 void Gpt2::block_backward(Tensor& dx, Tensor& dout, BlockActs& a, const Tensor& x, LayerView& p,
                           Context& ctx, int layer) {
   const StepCoords& c = ctx.coords;
-  Tensor &c1 = ctx.c1, &dres1 = ctx.c2, &c3 = ctx.c3;
+  Workspace& w = *ctx.ws;
+  Tensor &c1 = w.c1, &dres1 = w.c2, &c3 = w.c3;
   ops::dropout_backward(c1, dout, dropout_at(c, cfg_.dropout, layer, kMlpResid));
-  mlp_proj_.backward(&ctx.f1, &p.mlp_proj_w.g, &p.mlp_proj_b.g, c1, a.fch_gelu, p.mlp_proj_w.w);
-  ops::gelu_backward(ctx.f2, ctx.f1, a.fch);
-  fc_.backward(&c1, &p.c_fc_w.g, &p.c_fc_b.g, ctx.f2, a.ln2, p.c_fc_w.w);
+  mlp_proj_.backward(&w.f1, &p.mlp_proj_w.g, &p.mlp_proj_b.g, c1, a.fch_gelu, p.mlp_proj_w.w);
+  ops::gelu_backward(w.f2, w.f1, a.fch);
+  fc_.backward(&c1, &p.c_fc_w.g, &p.c_fc_b.g, w.f2, a.ln2, p.c_fc_w.w);
   ops::layernorm_backward(dres1, p.ln_2_w.g, p.ln_2_b.g, c1, a.res1, p.ln_2_w.w, a.ln2_mean, a.ln2_rstd);
   ops::add_inplace(dres1, dout);
   ops::dropout_backward(c1, dres1, dropout_at(c, cfg_.dropout, layer, kAttnResid));
   Tensor datty = c3.view(0, a.atty.shape());  // (B, T, C_l)
   attn_proj_.backward(&datty, &p.attn_proj_w.g, &p.attn_proj_b.g, c1, a.atty, p.attn_proj_w.w);
-  ops::attention_backward(ctx.qkv_grad, ctx.att_grad, datty, a.qkv, a.att, int(heads_l_),
+  ops::attention_backward(w.qkv_grad, w.att_grad, datty, a.qkv, a.att, int(heads_l_),
                           dropout_at(c, cfg_.dropout, layer, kAttnProbs), head_offset());
-  qkv_.backward(&c1, &p.c_attn_w.g, &p.c_attn_b.g, ctx.qkv_grad, a.ln1, p.c_attn_w.w);
+  qkv_.backward(&c1, &p.c_attn_w.g, &p.c_attn_b.g, w.qkv_grad, a.ln1, p.c_attn_w.w);
   ops::layernorm_backward(dx, p.ln_1_w.g, p.ln_1_b.g, c1, x, p.ln_1_w.w, a.ln1_mean, a.ln1_rstd);
   ops::add_inplace(dx, dres1);
 }
 
-double Gpt2::forward(ModelContext& base, const Tensor& inputs, const Tensor& targets,
-                     const StepCoords& coords) {
-  auto& ctx = static_cast<Context&>(base);
+void Gpt2::embed_forward(Context& ctx, const Tensor& ids) {
   const int64_t B = ctx.B, T = ctx.T, C = cfg_.d_model;
-  LATTICE_CHECK(inputs.numel() == B * T && targets.numel() == B * T, "gpt2: batch {} does not match context ({}, {})",
-                shape_str(inputs.shape()), B, T);
-  ctx.coords = coords;
-  ctx.inputs = inputs;
-  ctx.targets = targets;
   // Token plus position embedding; positions 0..T-1 are the first T rows of wpe.
-  embed_.forward(ctx.emb, inputs, wte_.w);
+  embed_.forward(ctx.emb, ids, wte_.w);
   Tensor pos = wpe_.w.view(0, {T, C});
   for (int64_t b = 0; b < B; ++b) {
     Tensor row = ctx.emb.view(b * T * C, {T, C});
     ops::add_inplace(row, pos);
   }
-  ops::dropout_forward(ctx.emb, ctx.emb, dropout_at(coords, cfg_.dropout, 0, kEmbed));
+  ops::dropout_forward(ctx.emb, ctx.emb, dropout_at(ctx.coords, cfg_.dropout, 0, kEmbed));
+}
 
-  const Tensor* x = &ctx.emb;
-  for (int i = 0; i < cfg_.n_layer; ++i) {
-    block_forward(ctx.blocks[size_t(i)], *x, layers_[size_t(i)], ctx, i + 1);
-    x = &ctx.blocks[size_t(i)].out;
-  }
-  ops::layernorm_forward(ctx.lnf, ctx.lnf_mean, ctx.lnf_rstd, *x, ln_f_w_.w, ln_f_b_.w, cfg_.norm_eps);
+double Gpt2::head_forward(Context& ctx, const Tensor& x, const Tensor& targets) {
+  ops::layernorm_forward(ctx.lnf, ctx.lnf_mean, ctx.lnf_rstd, x, ln_f_w_.w, ln_f_b_.w, cfg_.norm_eps);
   head_.forward(ctx.logits, ctx.lnf, lm_head_.w, nullptr);
   tp::vocab_parallel_cross_entropy_forward(ctx.losses, ctx.lse, ctx.logits, targets, vocab_start_, cfg_.vocab_size,
                                            kIgnoreIndex, tp_);
   Tensor host = ctx.losses.device().is_cpu() ? ctx.losses : ctx.losses.to(Device::cpu());
   double sum = 0;
-  if (host.dtype() == DType::f64) {
-    for (int64_t i = 0; i < host.numel(); ++i) sum += host.data<double>()[i];
-  } else {
-    for (int64_t i = 0; i < host.numel(); ++i) sum += host.data<float>()[i];
-  }
+  for (int64_t i = 0; i < host.numel(); ++i)
+    sum += host.dtype() == DType::f64 ? host.data<double>()[i] : double(host.data<float>()[i]);
   return sum;
 }
 
-void Gpt2::backward(ModelContext& base, float dloss) {
+double Gpt2::forward(ModelContext& base, const Tensor& input, const Tensor& targets, const StepCoords& coords,
+                     Tensor* output) {
   auto& ctx = static_cast<Context&>(base);
-  const int64_t B = ctx.B, T = ctx.T, C = cfg_.d_model;
-  const int L = cfg_.n_layer;
+  LATTICE_CHECK(input.numel() == ctx.B * ctx.T * (span_.embedding ? 1 : cfg_.d_model),
+                "gpt2: input {} does not match the context ({}, {})", shape_str(input.shape()), ctx.B, ctx.T);
+  ctx.coords = coords;
+  ctx.targets = targets;
+  ctx.ws = &workspace(ctx.B, ctx.T);
+  if (span_.embedding) {
+    ctx.inputs = input;
+    embed_forward(ctx, input);
+  } else {
+    ctx.emb = input;  // the previous chunk's activation, alive until backward
+  }
+  const Tensor* x = &ctx.emb;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    block_forward(ctx.blocks[i], *x, layers_[i], ctx, span_.first_layer + int(i) + 1);
+    x = &ctx.blocks[i].out;
+  }
+  if (span_.head) return head_forward(ctx, *x, targets);
+  LATTICE_CHECK(output != nullptr, "gpt2: a chunk without the head needs an output activation");
+  output->copy_from(*x);
+  return 0.0;
+}
+
+void Gpt2::head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx) {
+  Workspace& w = *ctx.ws;
   tp::vocab_parallel_cross_entropy_backward(ctx.logits, ctx.logits, ctx.lse, ctx.targets, dloss, vocab_start_,
                                             cfg_.vocab_size, kIgnoreIndex);
-  head_.backward(&ctx.c1, &lm_head_.g, nullptr, ctx.logits, ctx.lnf, lm_head_.w);
-  const Tensor& xL = L > 0 ? ctx.blocks.back().out : ctx.emb;
-  Tensor* dout = &ctx.dbuf[0];
-  Tensor* dx = &ctx.dbuf[1];
-  ops::layernorm_backward(*dout, ln_f_w_.g, ln_f_b_.g, ctx.c1, xL, ln_f_w_.w, ctx.lnf_mean, ctx.lnf_rstd);
-  for (int i = L - 1; i >= 0; --i) {
+  head_.backward(&w.c1, &lm_head_.g, nullptr, ctx.logits, ctx.lnf, lm_head_.w);
+  ops::layernorm_backward(dx, ln_f_w_.g, ln_f_b_.g, w.c1, x, ln_f_w_.w, ctx.lnf_mean, ctx.lnf_rstd);
+}
+
+void Gpt2::backward(ModelContext& base, float dloss, const Tensor* doutput, Tensor* dinput) {
+  auto& ctx = static_cast<Context&>(base);
+  const int64_t B = ctx.B, T = ctx.T, C = cfg_.d_model;
+  Workspace& w = *(ctx.ws = &workspace(B, T));
+  Tensor* dout = &w.dbuf[0];
+  Tensor* dx = &w.dbuf[1];
+  const Tensor& last = layers_.empty() ? ctx.emb : ctx.blocks.back().out;
+  if (span_.head) {
+    head_backward(ctx, last, dloss, *dout);
+  } else {
+    LATTICE_CHECK(doutput != nullptr, "gpt2: a chunk without the head needs the output gradient");
+    dout->copy_from(*doutput);
+  }
+  for (int i = int(layers_.size()) - 1; i >= 0; --i) {
     const Tensor& x = i > 0 ? ctx.blocks[size_t(i - 1)].out : ctx.emb;
-    block_backward(*dx, *dout, ctx.blocks[size_t(i)], x, layers_[size_t(i)], ctx, i + 1);
+    block_backward(*dx, *dout, ctx.blocks[size_t(i)], x, layers_[size_t(i)], ctx, span_.first_layer + i + 1);
     std::swap(dout, dx);
   }
-  // *dout is now the gradient of the embedding output.
+  // *dout is now the gradient of the chunk's input.
+  if (!span_.embedding) {
+    LATTICE_CHECK(dinput != nullptr, "gpt2: a chunk without the embedding needs an input gradient");
+    dinput->copy_from(*dout);
+    return;
+  }
   ops::dropout_backward(*dx, *dout, dropout_at(ctx.coords, cfg_.dropout, 0, kEmbed));
   embed_.backward(wte_.g, *dx, ctx.inputs);
   Tensor dpos = wpe_.g.view(0, {T, C});

@@ -40,15 +40,16 @@ std::vector<ParamSpec> param_specs(const Gpt2Config& cfg);
 
 class Gpt2 final : public LanguageModel {
  public:
-  // Binds views into `params`, which must have been built from param_specs(cfg)
-  // with this rank's TpShard of `tp` (FlatParams::shard()).
-  Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp);
+  // Runs the chunk `span` (the whole model by default). Binds views into
+  // `params`, which must hold the chunk's entries (select_stage_params of
+  // param_specs(cfg)) sharded for this rank of `tp` (FlatParams::shard()).
+  Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp, StageSpan span = {});
 
   std::string arch() const override { return "gpt2"; }
   std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const override;
-  double forward(ModelContext& ctx, const Tensor& inputs, const Tensor& targets,
-                 const StepCoords& coords) override;
-  void backward(ModelContext& ctx, float dloss) override;
+  double forward(ModelContext& ctx, const Tensor& input, const Tensor& targets, const StepCoords& coords,
+                 Tensor* output = nullptr) override;
+  void backward(ModelContext& ctx, float dloss, const Tensor* doutput = nullptr, Tensor* dinput = nullptr) override;
   double flops_per_token(int64_t T) const override;
   const Gpt2Config& config() const { return cfg_; }
 
@@ -64,17 +65,30 @@ class Gpt2 final : public LanguageModel {
   };
   struct Context;
   struct BlockActs;
+  // Backward scratch shared by every context of this chunk (not saved state).
+  struct Workspace {
+    int64_t B = 0, T = 0;
+    Tensor c1, c2, c3, f1, f2, qkv_grad, att_grad, dbuf[2];
+  };
+  Workspace& workspace(int64_t B, int64_t T);
 
   int head_offset() const { return int(heads_l_) * tp_.rank(); }
   void block_forward(BlockActs& a, const Tensor& x, LayerView& p, Context& ctx, int layer);
   void block_backward(Tensor& dx, Tensor& dres, BlockActs& a, const Tensor& x, LayerView& p,
                       Context& ctx, int layer);
+  void embed_forward(Context& ctx, const Tensor& ids);
+  double head_forward(Context& ctx, const Tensor& x, const Tensor& targets);
+  void head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx);
 
   Gpt2Config cfg_;
+  StageSpan span_;
   comm::Group& tp_;
-  int64_t heads_l_, vocab_start_;  // this rank's heads; its first (padded) vocabulary row
+  Workspace ws_;
+  int64_t heads_l_ = 0, vocab_start_ = 0;  // this rank's heads; its first (padded) vocabulary row
+  DType dtype_ = DType::f32;
+  Device device_;
   P wte_, wpe_, ln_f_w_, ln_f_b_, lm_head_;
-  std::vector<LayerView> layers_;
+  std::vector<LayerView> layers_;  // blocks [span_.first_layer, span_.end_layer)
   tp::VocabParallelEmbedding embed_;
   tp::ColumnParallelLinear qkv_, fc_, head_;  // head: logits on the local vocabulary rows
   tp::RowParallelLinear attn_proj_, mlp_proj_;

@@ -40,7 +40,10 @@ std::vector<ParamSpec> param_specs(const Gpt2Config& cfg) {
   const float proj_std = std / std::sqrt(2.0f * float(L));  // GPT-2 scaled residual projections
   std::vector<ParamSpec> t;
   t.push_back(weight("wte.weight", {V, C}, Placement::vocab, kEmbeddingLayer, std));
-  if (cfg.tie_embeddings) t.back().tie_group = "wte";
+  if (cfg.tie_embeddings) {  // the LM head on the last stage holds a replica
+    t.back().tie_group = "wte";
+    t.back().tie_layer = int(L);
+  }
   t.push_back(weight("wpe.weight", {cfg.max_seq_len, C}, Placement::replicated, kEmbeddingLayer, std));
   for (int i = 0; i < L; ++i) {
     std::string h = "h." + std::to_string(i) + ".";
