@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "comm/self_communicator.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/param.h"
@@ -120,7 +121,8 @@ LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup,
   const gpt2::Gpt2Config mcfg = model_config(cfg);
   FlatParams params(gpt2::param_specs(mcfg), DType::f32);
   params.init(1234);
-  gpt2::Gpt2 model(mcfg, params);
+  comm::Group tp = comm::self_group("tp");  // one rank: the tp mappings are no-ops
+  gpt2::Gpt2 model(mcfg, params, tp);
   auto opt = optim::make_optimizer({.name = "adamw", .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1}, params);
   auto ctx = model.make_context(cfg.B, cfg.T);
 

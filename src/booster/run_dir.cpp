@@ -42,6 +42,7 @@ std::string run_info_json(const Config& cfg, const RunInfo& info) {
   j["git_commit"] = kLatticeGitCommit;
   j["build"] = {{"type", kLatticeBuildType}, {"cxx_flags", kLatticeCxxFlags}, {"cuda", kLatticeCuda}};
   j["blas"] = blas_config();
+  j["blas_core"] = blas_core();  // the kernel set OpenBLAS picked for this CPU
   j["mpi"] = mpi_library_version();
   j["config"] = cfg.source;
   j["layout"] = {{"world", info.world_size}, {"tp", info.tp}, {"pp", info.pp}, {"dp", info.dp}};

@@ -15,4 +15,6 @@ int num_threads() { return omp_get_max_threads(); }
 
 const char* blas_config() { return openblas_get_config(); }
 
+const char* blas_core() { return openblas_get_corename(); }
+
 }  // namespace lattice

@@ -1,0 +1,91 @@
+// Safe commit of checkpoint step directories (issue 6, item 3).
+//
+// A checkpoint is a directory `<parent>/step_NNNNNNN` (step_%07d: the state
+// after NNNNNNN optimizer updates). CheckpointWriter commits one like this:
+//   1. begin(final_dir) creates `final_dir.tmp/` (a stale one left by a crash
+//      is removed); callers write their files into it (file_path(name));
+//   2. commit() fsyncs every file, then writes manifest.json LAST -- each
+//      file's size and Checksum64 (XXH64, see checksum.h) -- and fsyncs it and
+//      the directory;
+//   3. renames `final_dir.tmp` to `final_dir` and fsyncs the parent;
+//   4. replaces `<parent>/latest` atomically (latest.tmp, fsync, rename, fsync
+//      the parent) with the name of the directory just committed.
+// Invariants: a directory is complete iff its name is step_NNNNNNN (no
+// suffix) and it holds manifest.json; a crash at any moment leaves every
+// complete directory intact, and at worst a `.tmp` directory or a stale
+// `latest` that the readers below skip. The files are flat (no subfolders).
+//
+// manifest.json:
+//   {"format": "lattice-checkpoint-manifest", "version": 1, "checksum": "xxh64",
+//    "files": {"model.safetensors": {"size": 123, "xxh64": "0123456789abcdef"}, ...}}
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "checkpoint/checksum.h"
+#include "checkpoint/safetensors.h"
+
+namespace lattice::checkpoint {
+
+inline constexpr std::string_view kManifestName = "manifest.json";
+inline constexpr std::string_view kLatestName = "latest";
+
+std::string step_dir_name(int64_t step);  // "step_0000010"
+// The step of a name "step_" + at least 7 digits (nothing else); nullopt otherwise.
+std::optional<int64_t> parse_step_dir_name(std::string_view name);
+
+class CheckpointWriter {
+ public:
+  // Starts a checkpoint whose committed path will be `final_dir`; abandons
+  // any checkpoint this writer had begun and not committed.
+  void begin(const std::string& final_dir);
+  bool active() const { return active_; }
+  const std::string& final_dir() const { return final_dir_; }
+  std::string tmp_dir() const { return final_dir_ + ".tmp"; }
+  std::string file_path(const std::string& name) const;  // where to write `name`
+
+  // Records the digest of a file the caller wrote into tmp_dir(), so commit()
+  // need not read it back. Files not recorded are read and checksummed.
+  void add_file(const std::string& name, FileDigest digest);
+  // Conveniences that write (and fsync) a file in tmp_dir() and record it.
+  void write_file(const std::string& name, std::string_view contents);
+  void write_safetensors(const std::string& name, const NamedTensors& tensors,
+                         const std::map<std::string, std::string>& metadata = {});
+
+  // Steps 2-4 above. Returns final_dir(). An existing final_dir (a step
+  // written again) is replaced.
+  std::string commit();
+
+ private:
+  bool active_ = false;
+  std::string final_dir_;
+  std::map<std::string, FileDigest> recorded_;
+};
+
+// Deletes the oldest complete step directories of `parent` so that at most
+// `n` remain (n <= 0 keeps all); the one `latest` names is never deleted.
+// Also removes `.tmp` / `.old` leftovers of steps older than the newest
+// complete one. Returns the paths removed.
+std::vector<std::string> keep_last(const std::string& parent, int n);
+
+// Throws one Error line naming the file when `dir` is not a complete,
+// intact checkpoint: manifest missing or malformed, a file missing, of the
+// wrong size (truncated) or with the wrong checksum.
+void verify_checkpoint_dir(const std::string& dir);
+
+struct LatestCheckpoint {
+  std::string dir;  // the path of the step directory
+  int64_t step = 0;
+  std::vector<std::string> skipped;  // one line per newer candidate that failed, saying why
+};
+
+// The resume: auto rule. The directory that `<parent>/latest` names if it
+// verifies, else the newest step directory that verifies; nullopt if none.
+std::optional<LatestCheckpoint> find_latest_complete(const std::string& parent);
+
+}  // namespace lattice::checkpoint

@@ -1,0 +1,116 @@
+#include "checkpoint/posix_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "core/error.h"
+
+namespace lattice::checkpoint {
+
+namespace {
+
+// One write(2)/read(2) moves at most this much (Linux caps a call near 2 GiB).
+constexpr size_t kMaxIo = size_t(1) << 30;
+
+int open_or_throw(const std::string& path, int flags, const char* what) {
+  int fd;
+  do fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+  while (fd < 0 && errno == EINTR);
+  if (fd < 0) LATTICE_FAIL("{}: cannot open {}: {}", path, what, std::strerror(errno));
+  return fd;
+}
+
+}  // namespace
+
+PosixFile PosixFile::open_read(const std::string& path) {
+  return PosixFile(open_or_throw(path, O_RDONLY, "for reading"), path);
+}
+PosixFile PosixFile::create(const std::string& path) {
+  return PosixFile(open_or_throw(path, O_WRONLY | O_CREAT | O_TRUNC, "for writing"), path);
+}
+PosixFile PosixFile::open_dir(const std::string& path) {
+  return PosixFile(open_or_throw(path, O_RDONLY | O_DIRECTORY, "as a directory"), path);
+}
+
+PosixFile::~PosixFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+PosixFile::PosixFile(PosixFile&& other) noexcept : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
+PosixFile& PosixFile::operator=(PosixFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+uint64_t PosixFile::size() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) LATTICE_FAIL("{}: cannot stat: {}", path_, std::strerror(errno));
+  return uint64_t(st.st_size);
+}
+
+size_t PosixFile::read_some(void* buf, size_t bytes) {
+  for (;;) {
+    ssize_t got = ::read(fd_, buf, std::min(bytes, kMaxIo));
+    if (got >= 0) return size_t(got);
+    if (errno != EINTR) LATTICE_FAIL("{}: read failed: {}", path_, std::strerror(errno));
+  }
+}
+
+void PosixFile::write_all(const void* buf, size_t bytes) {
+  auto* p = static_cast<const char*>(buf);
+  while (bytes > 0) {
+    ssize_t put = ::write(fd_, p, std::min(bytes, kMaxIo));
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) LATTICE_FAIL("{}: write failed: {}", path_, put < 0 ? std::strerror(errno) : "no progress");
+    p += put;
+    bytes -= size_t(put);
+  }
+}
+
+void PosixFile::sync() {
+  if (::fsync(fd_) != 0) LATTICE_FAIL("{}: fsync failed: {}", path_, std::strerror(errno));
+}
+
+void PosixFile::close() {
+  int fd = std::exchange(fd_, -1);
+  if (fd >= 0 && ::close(fd) != 0) LATTICE_FAIL("{}: close failed: {}", path_, std::strerror(errno));
+}
+
+void fsync_path(const std::string& path) {
+  PosixFile f = PosixFile::open_read(path);
+  f.sync();
+  f.close();
+}
+
+void write_file_synced(const std::string& path, std::string_view contents) {
+  PosixFile f = PosixFile::create(path);
+  f.write_all(contents.data(), contents.size());
+  f.sync();
+  f.close();
+}
+
+std::string read_text_file(const std::string& path, size_t max_bytes) {
+  PosixFile f = PosixFile::open_read(path);
+  uint64_t size = f.size();
+  if (size > max_bytes) LATTICE_FAIL("{}: {} bytes, more than the {} expected of this file", path, size, max_bytes);
+  std::string text(size_t(size), '\0');
+  size_t have = 0;
+  while (have < text.size()) {
+    size_t got = f.read_some(text.data() + have, text.size() - have);
+    if (got == 0) break;
+    have += got;
+  }
+  text.resize(have);
+  return text;
+}
+
+}  // namespace lattice::checkpoint

@@ -1,0 +1,87 @@
+// safetensors: the tensor file format of the Hugging Face ecosystem.
+//
+// Layout, exactly as the reference implementation writes it:
+//   [8 bytes]  N, the header length, unsigned little-endian
+//   [N bytes]  UTF-8 JSON object, padded with spaces (0x20) to a multiple of 8:
+//              { "__metadata__": {"key": "value", ...},          (optional)
+//                "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ... }
+//   [rest]     the byte buffer; data_offsets are relative to its start.
+// Tensors are row-major, little-endian, and tile the buffer in offset order
+// with no gaps or overlaps; the last one ends at the end of the file.
+// Lattice reads and writes the dtypes it has: F64, F32, BF16, F16, I32, U16.
+//
+// Invariants: a SafetensorsFile is a read-only memory map of a file that
+// passed every check of the format (the reader's list is in safetensors.cpp);
+// each malformed file is one lattice::Error line naming the file, the tensor
+// or field, what was found and what was expected. The writer writes tensors in
+// the order given (pass them largest dtype first to keep every tensor aligned
+// to its element size, as the reference does) and fsyncs the file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "checkpoint/checksum.h"
+#include "core/tensor.h"
+
+namespace lattice::checkpoint {
+
+// The reference implementation's limit on the JSON header.
+inline constexpr uint64_t kSafetensorsMaxHeader = 100'000'000;
+
+std::string_view safetensors_dtype_name(DType t);  // "F32", ...
+// Lattice's dtype for a safetensors name; an Error for names Lattice lacks.
+DType dtype_from_safetensors(std::string_view name);
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Writes `tensors` (any device; copied to the host when needed) in the given
+// order with `metadata` as __metadata__ (omitted when empty), then fsyncs.
+// Returns the size and Checksum64 of the bytes written, computed on the way.
+FileDigest write_safetensors(const std::string& path, const NamedTensors& tensors,
+                             const std::map<std::string, std::string>& metadata = {});
+
+struct SafetensorsInfo {
+  DType dtype = DType::f32;
+  Shape shape;
+  uint64_t begin = 0, end = 0;  // byte range in the data buffer
+  uint64_t nbytes() const { return end - begin; }
+};
+
+class SafetensorsFile {
+ public:
+  // Maps and validates the whole file; throws on the first problem.
+  static SafetensorsFile open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  uint64_t file_size() const { return file_size_; }
+  uint64_t header_size() const { return header_size_; }             // N, without the 8-byte length
+  const std::vector<std::string>& names() const { return names_; }  // in offset order
+  bool contains(const std::string& name) const { return infos_.count(name) != 0; }
+  const SafetensorsInfo& info(const std::string& name) const;  // Error naming the file if absent
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // The tensor's bytes inside the mapping; valid while this object lives.
+  std::span<const std::byte> bytes(const std::string& name) const;
+  Tensor read(const std::string& name) const;  // a new CPU tensor
+  // Copies into `dst` (any device), whose dtype and shape must match the file.
+  void read_into(const std::string& name, Tensor& dst) const;
+
+ private:
+  struct Mapping;
+  std::string path_;
+  std::shared_ptr<const Mapping> map_;
+  uint64_t file_size_ = 0, header_size_ = 0;
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, SafetensorsInfo> infos_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace lattice::checkpoint

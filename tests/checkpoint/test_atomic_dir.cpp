@@ -1,0 +1,237 @@
+// The safe commit of checkpoint directories: what commit() leaves on disk,
+// what a crash at each point leaves and how the readers treat it, corruption
+// detection naming the file, and keep_last.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/atomic_dir.h"
+#include "checkpoint_test_util.h"
+#include "support/test_support.h"
+
+namespace lattice::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_text;
+
+// Commits step `step` under `parent` with a safetensors file, a recorded JSON
+// file and a file the writer has to checksum itself.
+std::string commit_step(const std::string& parent, int64_t step, uint64_t seed = 1) {
+  CheckpointWriter w;
+  w.begin(parent + "/" + step_dir_name(step));
+  w.write_safetensors("model.safetensors", {{"wte", test::random_tensor({16, 8}, DType::f32, seed + step)}},
+                      {{"step", std::to_string(step)}});
+  w.write_file("trainer_state.json", nlohmann::json({{"step", step}}).dump());
+  test::write_bytes(w.file_path("notes.txt"), "unrecorded " + std::to_string(seed));
+  return w.commit();
+}
+
+std::string latest_of(const std::string& parent) { return test::read_bytes(parent + "/latest"); }
+
+TEST(StepDirName, FormatsAndParses) {
+  EXPECT_EQ(step_dir_name(10), "step_0000010");
+  EXPECT_EQ(step_dir_name(12345678), "step_12345678");
+  EXPECT_EQ(parse_step_dir_name("step_0000010"), 10);
+  EXPECT_EQ(parse_step_dir_name("step_12345678"), 12345678);
+  for (const char* bad : {"step_10", "step_0000010.tmp", "xstep_0000010", "step_00000x0", "latest"})
+    EXPECT_FALSE(parse_step_dir_name(bad).has_value()) << bad;
+}
+
+TEST(CheckpointWriter, CommitWritesDirectoryManifestAndLatest) {
+  std::string parent = test::make_temp_dir("ckpt");
+  std::string dir = commit_step(parent, 10);
+  EXPECT_EQ(dir, parent + "/step_0000010");
+  EXPECT_TRUE(fs::is_directory(dir));
+  EXPECT_FALSE(fs::exists(dir + ".tmp"));
+  EXPECT_EQ(latest_of(parent), "step_0000010\n");
+  EXPECT_FALSE(fs::exists(parent + "/latest.tmp"));
+
+  auto manifest = nlohmann::json::parse(test::read_bytes(dir + "/manifest.json"));
+  EXPECT_EQ(manifest["format"], "lattice-checkpoint-manifest");
+  EXPECT_EQ(manifest["checksum"], "xxh64");
+  ASSERT_EQ(manifest["files"].size(), 3u);
+  for (const char* name : {"model.safetensors", "trainer_state.json", "notes.txt"}) {
+    FileDigest d = digest_file(dir + "/" + name);
+    EXPECT_EQ(manifest["files"][name]["size"], d.size) << name;
+    EXPECT_EQ(manifest["files"][name]["xxh64"], checksum_hex(d.checksum)) << name;
+  }
+  EXPECT_NO_THROW(verify_checkpoint_dir(dir));
+  SafetensorsFile model = SafetensorsFile::open(dir + "/model.safetensors");
+  EXPECT_EQ(model.metadata().at("step"), "10");
+
+  auto found = find_latest_complete(parent);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->dir, dir);
+  EXPECT_EQ(found->step, 10);
+  EXPECT_TRUE(found->skipped.empty());
+}
+
+TEST(CheckpointWriter, UncommittedTmpIsIgnored) {
+  std::string parent = test::make_temp_dir("ckpt");
+  commit_step(parent, 10);
+  CheckpointWriter crashed;  // a crash after writing the files, before commit()
+  crashed.begin(parent + "/" + step_dir_name(20));
+  crashed.write_file("trainer_state.json", "{}");
+  ASSERT_TRUE(fs::exists(parent + "/step_0000020.tmp/trainer_state.json"));
+
+  auto found = find_latest_complete(parent);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->step, 10);
+  EXPECT_TRUE(found->skipped.empty());  // a .tmp directory is never a candidate
+  EXPECT_EQ(latest_of(parent), "step_0000010\n");
+
+  // The next attempt at step 20 starts clean and commits.
+  commit_step(parent, 20);
+  EXPECT_EQ(find_latest_complete(parent)->step, 20);
+}
+
+TEST(CheckpointWriter, DirectoryWithoutManifestIsSkippedAndSaysWhy) {
+  std::string parent = test::make_temp_dir("ckpt");
+  commit_step(parent, 10);
+  std::string dir20 = commit_step(parent, 20);
+  fs::remove(dir20 + "/manifest.json");
+  auto found = find_latest_complete(parent);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->step, 10);
+  ASSERT_EQ(found->skipped.size(), 1u);
+  EXPECT_HAS(found->skipped[0], dir20 + "/manifest.json: missing");
+}
+
+TEST(CheckpointWriter, RewritingAStepReplacesIt) {
+  std::string parent = test::make_temp_dir("ckpt");
+  commit_step(parent, 10, 1);
+  std::string dir = commit_step(parent, 10, 2);
+  EXPECT_NO_THROW(verify_checkpoint_dir(dir));
+  EXPECT_EQ(test::read_bytes(dir + "/notes.txt"), "unrecorded 2");
+  EXPECT_FALSE(fs::exists(dir + ".old"));
+}
+
+TEST(CheckpointWriter, MisuseIsAnError) {
+  std::string parent = test::make_temp_dir("ckpt");
+  CheckpointWriter w;
+  EXPECT_HAS(error_text([&] { w.commit(); }), "commit() before begin()");
+  w.begin(parent + "/step_0000001");
+  EXPECT_HAS(error_text([&] { w.file_path("a/b"); }), "not a usable checkpoint file name");
+  EXPECT_HAS(error_text([&] { w.file_path("manifest.json"); }), "not a usable checkpoint file name");
+  fs::create_directories(w.tmp_dir() + "/sub");
+  EXPECT_HAS(error_text([&] { w.commit(); }), "'sub' is not a regular file");
+  w.begin(parent + "/step_0000001");  // starts over; the stale .tmp is removed
+  EXPECT_FALSE(fs::exists(w.tmp_dir() + "/sub"));
+  w.add_file("ghost.bin", {4, 0});
+  EXPECT_HAS(error_text([&] { w.commit(); }), "ghost.bin: recorded but not on disk");
+}
+
+// ---------------------------------------------------------------- verification
+
+class Damaged : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    parent_ = test::make_temp_dir("ckpt");
+    commit_step(parent_, 10);
+    dir_ = commit_step(parent_, 20);
+    model_ = dir_ + "/model.safetensors";
+  }
+  // verify's message, and that auto-resume falls back to step 10 saying the same.
+  std::string damage_report() {
+    std::string msg = error_text([&] { verify_checkpoint_dir(dir_); });
+    auto found = find_latest_complete(parent_);
+    EXPECT_TRUE(found.has_value());
+    if (found) {
+      EXPECT_EQ(found->step, 10);
+      EXPECT_EQ(found->skipped, std::vector<std::string>{msg});
+    }
+    return msg;
+  }
+  std::string parent_, dir_, model_;
+};
+
+TEST_F(Damaged, FlippedByte) {
+  std::string bytes = test::read_bytes(model_);
+  bytes[bytes.size() / 2] ^= 0x10;
+  test::write_bytes(model_, bytes);
+  std::string msg = damage_report();
+  EXPECT_HAS(msg, model_);
+  EXPECT_HAS(msg, "does not match the manifest");
+}
+
+TEST_F(Damaged, TruncatedFile) {
+  std::string bytes = test::read_bytes(model_);
+  test::write_bytes(model_, bytes.substr(0, bytes.size() - 100));
+  std::string msg = damage_report();
+  EXPECT_HAS(msg, model_);
+  EXPECT_HAS(msg, fmt::format("truncated: {} bytes, the manifest says {}", bytes.size() - 100, bytes.size()));
+}
+
+TEST_F(Damaged, GrownFile) {
+  test::write_bytes(dir_ + "/notes.txt", test::read_bytes(dir_ + "/notes.txt") + "!");
+  EXPECT_HAS(damage_report(), dir_ + "/notes.txt: ");
+}
+
+TEST_F(Damaged, MissingFile) {
+  fs::remove(dir_ + "/trainer_state.json");
+  std::string msg = damage_report();
+  EXPECT_HAS(msg, dir_ + "/trainer_state.json: missing");
+}
+
+TEST_F(Damaged, MissingOrCorruptManifest) {
+  test::write_bytes(dir_ + "/manifest.json", "{\"format\": ");
+  EXPECT_HAS(damage_report(), dir_ + "/manifest.json: not valid JSON");
+  test::write_bytes(dir_ + "/manifest.json", "{\"files\": {}}");
+  EXPECT_HAS(damage_report(), "not a Lattice manifest");
+  fs::remove(dir_ + "/manifest.json");
+  EXPECT_HAS(damage_report(), dir_ + "/manifest.json: missing");
+}
+
+TEST_F(Damaged, LatestNamingADamagedDirectoryFallsBack) {
+  test::write_bytes(parent_ + "/latest", "step_0000010\n");  // latest may name an older step: it is trusted
+  EXPECT_EQ(find_latest_complete(parent_)->step, 10);
+  test::write_bytes(parent_ + "/latest", "../elsewhere\n");
+  auto found = find_latest_complete(parent_);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->step, 20);
+  ASSERT_EQ(found->skipped.size(), 1u);
+  EXPECT_HAS(found->skipped[0], "not a step_NNNNNNN directory");
+}
+
+TEST(FindLatestComplete, NothingToResume) {
+  std::string parent = test::make_temp_dir("ckpt");
+  EXPECT_FALSE(find_latest_complete(parent).has_value());
+  EXPECT_FALSE(find_latest_complete(parent + "/absent").has_value());
+}
+
+// ---------------------------------------------------------------- keep_last
+
+TEST(KeepLast, DeletesTheOldestCompleteSteps) {
+  std::string parent = test::make_temp_dir("ckpt");
+  for (int step = 1; step <= 5; ++step) commit_step(parent, step);
+  CheckpointWriter stale;  // a crash left step 3's .tmp behind
+  stale.begin(parent + "/" + step_dir_name(3));
+  CheckpointWriter running;  // a newer write in progress is not touched
+  running.begin(parent + "/" + step_dir_name(6));
+
+  std::vector<std::string> removed = keep_last(parent, 2);
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed, (std::vector<std::string>{parent + "/step_0000001", parent + "/step_0000002",
+                                               parent + "/step_0000003", parent + "/step_0000003.tmp"}));
+  for (int step = 1; step <= 3; ++step) EXPECT_FALSE(fs::exists(parent + "/" + step_dir_name(step)));
+  EXPECT_TRUE(fs::exists(parent + "/step_0000004"));
+  EXPECT_TRUE(fs::exists(parent + "/step_0000005"));
+  EXPECT_TRUE(fs::exists(parent + "/step_0000006.tmp"));
+  EXPECT_TRUE(keep_last(parent, 2).empty());
+  EXPECT_TRUE(keep_last(parent, 0).empty()) << "0 keeps everything";
+}
+
+TEST(KeepLast, NeverDeletesTheDirectoryLatestNames) {
+  std::string parent = test::make_temp_dir("ckpt");
+  for (int step = 1; step <= 3; ++step) commit_step(parent, step);
+  test::write_bytes(parent + "/latest", "step_0000001\n");
+  keep_last(parent, 1);
+  EXPECT_TRUE(fs::exists(parent + "/step_0000001"));
+  EXPECT_FALSE(fs::exists(parent + "/step_0000002"));
+  EXPECT_TRUE(fs::exists(parent + "/step_0000003"));
+}
+
+}  // namespace
+}  // namespace lattice::checkpoint
