@@ -64,6 +64,8 @@ TrainSummary Booster::train(const std::string& metrics_path) {
     r.mfu = plugin_->flops_per_token() * double(s.tokens) / dt / peak;
     r.peak_mem_bytes = plugin_->peak_mem_bytes();  // collective: every rank calls it
     r.skipped = skipped;
+    r.bubble = s.bubble;
+    r.bubble_theory = s.bubble_theory;
     sum.steps_done = step;
     sum.final_loss = r.loss;
     if (metrics && (step % cfg_.log.every == 0 || step == 1 || step == last)) {

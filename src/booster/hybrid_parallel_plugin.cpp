@@ -3,8 +3,10 @@
 #include <cmath>
 
 #include "core/allocator.h"
+#include "core/ops.h"
 #include "models/registry.h"
 #include "optim/grad_clip.h"
+#include "pipeline/schedule.h"
 
 namespace lattice {
 
@@ -37,7 +39,6 @@ void refuse_unsupported(const Config& cfg, const Layout& layout) {
   auto refuse = [&](const char* key, const std::string& what) {
     config_fail(cfg, key, what + " is not available in this version yet; remove the setting");
   };
-  if (layout.pp != 1) refuse("parallel.pp", fmt::format("pipeline parallelism (pp = {})", layout.pp));
   if (cfg.runtime.device != DeviceType::cpu) refuse("runtime.device", "training on cuda");
   if (cfg.parallel.zero != 0) refuse("parallel.zero", "ZeRO-1");
   if (cfg.log.tensorboard) refuse("log.tensorboard", "TensorBoard output");
@@ -45,6 +46,32 @@ void refuse_unsupported(const Config& cfg, const Layout& layout) {
   if (cfg.checkpoint.every != 0) refuse("checkpoint.every", "checkpointing");
   if (cfg.checkpoint.resume != "auto" && cfg.checkpoint.resume != "never")
     refuse("checkpoint.resume", "resuming from '" + cfg.checkpoint.resume + "'");
+}
+
+pipeline::StageConfig stage_config(const Config& cfg, const Layout& layout) {
+  pipeline::StageConfig s;
+  s.n_layer = cfg.model.n_layer;
+  s.pp = layout.pp;
+  s.virtual_stages = cfg.parallel.virtual_stages;
+  s.interleaved = cfg.parallel.schedule == PipeSchedule::interleaved;
+  s.microbatches = layout.microbatches;
+  const LayersPerStage& l = cfg.parallel.layers_per_stage;
+  s.split = l.split == LayerSplit::list       ? pipeline::StageSplit::list
+            : l.split == LayerSplit::balanced ? pipeline::StageSplit::balanced
+                                              : pipeline::StageSplit::uniform;
+  s.layers_per_stage = l.counts;
+  s.cost = {cfg.model.d_model, cfg.model.vocab_size, cfg.train.seq_len};
+  return s;
+}
+
+pipeline::Plan make_plan(const Config& cfg, const Layout& layout, int stage) {
+  switch (cfg.parallel.schedule) {
+    case PipeSchedule::gpipe: return pipeline::plan_gpipe(layout.pp, stage, layout.microbatches);
+    case PipeSchedule::one_f_one_b: return pipeline::plan_1f1b(layout.pp, stage, layout.microbatches);
+    case PipeSchedule::interleaved:
+      return pipeline::plan_interleaved_1f1b(layout.pp, stage, layout.microbatches, cfg.parallel.virtual_stages);
+  }
+  LATTICE_FAIL("parallel.schedule: unknown schedule");
 }
 
 double all_reduce_scalar(comm::Group& g, double v, comm::ReduceOp op) {
@@ -63,14 +90,26 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
                 "plugin: config layout (tp {}, pp {}, dp {}) differs from the mesh's", layout_.tp, layout_.pp,
                 layout_.dp);
   refuse_unsupported(cfg, layout_);
+  const int stage = mesh.this_coord().pp;
+  stages_ = std::make_unique<pipeline::PipelineStageManager>(pipeline::make_stage_layout(stage_config(cfg, layout_)),
+                                                             stage, mesh.pp().world_ranks());
+  p2p_ = std::make_unique<pipeline::P2P>(mesh.pp(), *stages_, cfg.runtime.comm_timeout_s);
+  train_plan_ = make_plan(cfg, layout_, stage);
+  eval_plan_ = pipeline::plan_forward_only(layout_.pp, stage, layout_.microbatches, stages_->virtual_stages());
+  for (int v = 0; v < stages_->virtual_stages(); ++v) {
+    const pipeline::LayerRange& r = stages_->layers(v);
+    spans_.push_back(StageSpan{r.begin, r.end, stages_->is_first_chunk(v), stages_->is_last_chunk(v)});
+  }
   comm::Group& tp = mesh.tp();
   TpShard shard{.rank = tp.rank(), .size = tp.size(), .vocab_multiple = cfg.model.vocab_multiple};
-  params_ = FlatParams(model_param_specs(cfg.model), DType::f32, Device::cpu(), shard);
+  params_ = FlatParams(select_stage_params(model_param_specs(cfg.model), spans_, cfg.model.n_layer), DType::f32,
+                       Device::cpu(), shard);
   params_.init(cfg.runtime.seed);
-  model_ = build_model(cfg.model, params_, tp);
+  for (const StageSpan& span : spans_) chunks_.push_back(build_model(cfg.model, params_, tp, span));
+  const int64_t T = cfg.train.seq_len, B = cfg.train.micro_batch;
+  contexts_ = std::make_unique<ContextPool>([this, B, T](int v) { return chunks_[size_t(v)]->make_context(B, T); });
   optimizer_ = optim::make_optimizer(optimizer_options(cfg.optimizer), params_);
 
-  const int64_t T = cfg.train.seq_len, B = cfg.train.micro_batch;
   auto dataset = [&](const std::string& pattern, const char* key) {
     return std::make_unique<data::TokenDataset>(data::TokenDatasetOptions{
         .pattern = pattern, .name = key, .vocab_size = cfg.model.vocab_size, .seq_len = T,
@@ -78,15 +117,15 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
   };
   train_ = dataset(cfg.data.train, "data.train");
   if (!cfg.data.val.empty()) val_ = dataset(cfg.data.val, "data.val");
-  ctx_ = model_->make_context(B, T);
   inputs_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
   targets_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
 }
 
 std::string HybridParallelPlugin::describe() const {
   return fmt::format("{} | {} parameters | layout tp={} pp={} dp={} | {} microbatches of {} x {} tokens per dp rank",
-                     model_->arch(), param_count(), layout_.tp, layout_.pp, layout_.dp, layout_.microbatches,
-                     cfg_.train.micro_batch, cfg_.train.seq_len);
+                     enum_name(cfg_.model.arch), param_count(), layout_.tp, layout_.pp, layout_.dp,
+                     layout_.microbatches, cfg_.train.micro_batch, cfg_.train.seq_len) +
+         (layout_.pp > 1 ? " | " + stages_->describe() : "");
 }
 
 int64_t HybridParallelPlugin::param_count() const {
@@ -96,10 +135,35 @@ int64_t HybridParallelPlugin::param_count() const {
 }
 
 double HybridParallelPlugin::flops_per_token() const {
-  return model_->flops_per_token(cfg_.train.seq_len) / double(mesh_.world_size());
+  return chunks_.front()->flops_per_token(cfg_.train.seq_len) / double(mesh_.world_size());
 }
 
 double HybridParallelPlugin::sum_over(comm::Group& g, double v) { return all_reduce_scalar(g, v, comm::ReduceOp::sum); }
+
+double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoords& base, int64_t first_sample,
+                                      float dloss, pipeline::RunStats* stats) {
+  const int64_t B = cfg_.train.micro_batch;
+  double loss = 0;
+  pipeline::StageCallbacks cb;
+  cb.activation_shape = {B, cfg_.train.seq_len, cfg_.model.d_model};
+  cb.forward = [&](int v, int mb, const Tensor& in, Tensor& out) {
+    StepCoords c = base;
+    c.sample0 = first_sample + mb * B;
+    const StageSpan& span = spans_[size_t(v)];
+    loss += chunks_[size_t(v)]->forward(contexts_->take(v, mb), span.embedding ? microbatch(inputs_, mb) : in,
+                                        microbatch(targets_, mb), c, span.head ? nullptr : &out);
+    if (!base.train) contexts_->give_back(v, mb);
+  };
+  cb.backward = [&](int v, int mb, const Tensor& dout, Tensor& din) {
+    const StageSpan& span = spans_[size_t(v)];
+    chunks_[size_t(v)]->backward(contexts_->get(v, mb), dloss, span.head ? nullptr : &dout,
+                                 span.embedding ? nullptr : &din);
+    contexts_->give_back(v, mb);
+  };
+  pipeline::RunStats s = pipeline::run_schedule(plan, *p2p_, cb, {.timeout_s = cfg_.runtime.comm_timeout_s});
+  if (stats) *stats = s;
+  return loss;
+}
 
 StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
   const int64_t M = layout_.microbatches, B = cfg_.train.micro_batch, T = cfg_.train.seq_len;
@@ -113,21 +177,35 @@ StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
   s.tokens = int64_t(cfg_.train.global_batch) * T;
   const float dloss = s.valid_tokens > 0 ? float(1.0 / double(s.valid_tokens)) : 0.0f;
   params_.zero_grad();
-  double loss = 0;
-  for (int64_t m = 0; m < M; ++m) {
-    StepCoords coords{cfg_.runtime.seed, step, first + m * B, true};
-    loss += model_->forward(*ctx_, microbatch(inputs_, m), microbatch(targets_, m), coords);
-    model_->backward(*ctx_, dloss);
+  pipeline::RunStats run;
+  double loss = run_plan(train_plan_, StepCoords{cfg_.runtime.seed, step, 0, true}, first, dloss, &run);
+  // Tied parameters: the replicas' gradients summed over the tie group, before dp.
+  for (const ParamEntry& e : params_.entries()) {
+    if (e.spec.tie_group.empty() || mesh_.tie().size() == 1) continue;
+    Tensor g = params_.grad(e);
+    mesh_.tie().all_reduce(g)->wait();
   }
   if (mesh_.dp().size() > 1) mesh_.dp().all_reduce(params_.grads())->wait();
-  s.loss_sum = sum_over(mesh_.dp(), loss);
+  s.loss_sum = sum_over(mesh_.dp(), sum_over(mesh_.pp(), loss));  // only the last stage has a loss
+  if (layout_.pp > 1) {
+    s.bubble = max_over_ranks(run.wait_s / std::max(1e-12, run.wait_s + run.compute_s));
+    s.bubble_theory = pipeline::bubble_theory(layout_.pp, int(M), stages_->virtual_stages());
+  }
   return s;
 }
 
 UpdateStats HybridParallelPlugin::optimizer_step(int64_t step, double lr) {
   UpdateStats u;
-  optim::GradSquares g = optim::grad_squares_by_placement(params_);
-  u.grad_norm = std::sqrt(sum_over(mesh_.tp(), g.sharded) + g.replicated);
+  // Sharded entries differ across tp, replicated ones are equal there (count
+  // them once: 1/tp on each rank), every stage holds its own, and a tied
+  // replica is counted by its owner only.
+  double local = 0;
+  for (const ParamEntry& e : params_.entries()) {
+    if (e.spec.tie_replica) continue;
+    double sq = ops::sum_squares(params_.grad(e));
+    local += e.spec.placement == Placement::replicated ? sq / double(layout_.tp) : sq;
+  }
+  u.grad_norm = std::sqrt(sum_over(mesh_.tp_pp(), local));
   if (!std::isfinite(u.grad_norm)) {  // identical on every rank: all skip together
     u.skipped = true;
     return u;
@@ -138,19 +216,18 @@ UpdateStats HybridParallelPlugin::optimizer_step(int64_t step, double lr) {
 }
 
 double HybridParallelPlugin::evaluate(int64_t batches) {
-  const int64_t B = cfg_.train.micro_batch, T = cfg_.train.seq_len, GB = cfg_.train.global_batch;
-  const int64_t per_rank = GB / layout_.dp, first = int64_t(mesh_.this_coord().dp) * per_rank;
+  const int64_t M = layout_.microbatches, B = cfg_.train.micro_batch, GB = cfg_.train.global_batch;
+  const int64_t first = int64_t(mesh_.this_coord().dp) * M * B;
   if (batches <= 0) batches = (val_->n_windows() + GB - 1) / GB;  // the whole val set
   double loss = 0, valid = 0;
-  Tensor x = Tensor::empty({B, T}, DType::i32), y = Tensor::empty({B, T}, DType::i32);
   for (int64_t k = 0; k < batches; ++k) {
-    for (int64_t off = 0; off < per_rank; off += B) {
-      val_->fill_eval_batch(k, first + off, B, x.data<int32_t>(), y.data<int32_t>());
-      loss += model_->forward(*ctx_, x, y, StepCoords{cfg_.runtime.seed, 0, k * GB + first + off, false});
-      valid += double(count_valid(y));
-    }
+    for (int64_t m = 0; m < M; ++m)
+      val_->fill_eval_batch(k, first + m * B, B, microbatch(inputs_, m).data<int32_t>(),
+                            microbatch(targets_, m).data<int32_t>());
+    valid += double(count_valid(targets_));
+    loss += run_plan(eval_plan_, StepCoords{cfg_.runtime.seed, 0, k * GB, false}, first, 0.0f, nullptr);
   }
-  loss = sum_over(mesh_.dp(), loss);
+  loss = sum_over(mesh_.dp(), sum_over(mesh_.pp(), loss));
   valid = sum_over(mesh_.dp(), valid);
   return valid > 0 ? loss / valid : 0.0;
 }

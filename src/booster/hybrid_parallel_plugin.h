@@ -1,20 +1,23 @@
 // HybridParallelPlugin: composes, from one Config and this rank's place in a
-// ProcessGroupMesh, the sharded model, its flat parameters, the optimizer,
-// this rank's share of the data, and the microbatch schedule.
+// ProcessGroupMesh, the model chunks this rank runs, their sharded flat
+// parameters, the optimizer, this rank's share of the data, and the pipeline
+// schedule that drives the microbatches.
 //
-// Layouts this version runs: tensor parallelism (any tp dividing n_head) and
-// data parallelism, combined; pp = 1. Per step, each dp rank reads its
-// contiguous slice of the step's global batch (the same sequences for any
-// layout), runs parallel.microbatches microbatches with gradient
-// accumulation, and the gradients are summed over dp (the loss is already
-// divided by the global valid-token count, fixed before backward). The
-// gradient norm sums sharded parameters over tp and counts replicated ones
-// once. Other layouts are refused with one line at construction.
+// Every layout runs the same path: a schedule plan (GPipe, 1F1B or
+// interleaved 1F1B; with pp = 1 it is forward then backward per microbatch)
+// executed by pipeline::run_schedule with callbacks into the model chunks.
+// Per step: each dp rank reads its contiguous slice of the step's global
+// batch (every stage reads it: the first for token ids, the last for labels);
+// the global valid-token count is fixed before backward; after the schedule
+// the tied embedding's gradient is summed over its tie group (first and last
+// stage), then all gradients over dp. The gradient norm counts sharded
+// parameters over tp, every stage's parameters once, and a tied parameter once.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "booster/context_pool.h"
 #include "booster/plugin.h"
 #include "config/config.h"
 #include "core/param.h"
@@ -22,6 +25,8 @@
 #include "mesh/process_group_mesh.h"
 #include "models/model.h"
 #include "optim/optimizer.h"
+#include "pipeline/interpreter.h"
+#include "pipeline/stage_manager.h"
 
 namespace lattice {
 
@@ -40,18 +45,26 @@ class HybridParallelPlugin final : public Plugin {
   double max_over_ranks(double v) override;
 
   FlatParams& params() { return params_; }
-  const LanguageModel& model() const { return *model_; }
+  const pipeline::PipelineStageManager& stages() const { return *stages_; }
 
  private:
+  // Runs `plan` over the microbatches of inputs_/targets_; returns the loss sum of this rank.
+  double run_plan(const pipeline::Plan& plan, const StepCoords& base, int64_t first_sample, float dloss,
+                  pipeline::RunStats* stats);
   double sum_over(comm::Group& g, double v);
+
   Config cfg_;
   mesh::ProcessGroupMesh& mesh_;
   Layout layout_;
+  std::unique_ptr<pipeline::PipelineStageManager> stages_;
+  std::unique_ptr<pipeline::P2P> p2p_;
+  pipeline::Plan train_plan_, eval_plan_;
+  std::vector<StageSpan> spans_;  // this rank's model chunks, by virtual stage
   FlatParams params_;
-  std::unique_ptr<LanguageModel> model_;
+  std::vector<std::unique_ptr<LanguageModel>> chunks_;
+  std::unique_ptr<ContextPool> contexts_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<data::TokenDataset> train_, val_;
-  std::unique_ptr<ModelContext> ctx_;
   Tensor inputs_, targets_;  // (microbatches, B, T) i32: this dp rank's share of the step
   int64_t updates_ = 0;      // applied (non-skipped) updates, for Adam's bias correction
 };

@@ -26,11 +26,14 @@ MetricsWriter::~MetricsWriter() {
 }
 
 std::string MetricsWriter::train_json(const TrainRecord& r) {
+  std::string pipe = r.bubble >= 0 ? fmt::format(", \"bubble\": {}, \"bubble_theory\": {}", num(r.bubble, "{:.4g}"),
+                                                 num(r.bubble_theory, "{:.4g}"))
+                                   : "";
   return fmt::format(
       "{{\"step\": {}, \"loss\": {}, \"lr\": {}, \"grad_norm\": {}, \"tokens\": {}, \"tokens_per_s\": {}, "
-      "\"step_ms\": {}, \"mfu\": {}, \"peak_mem_bytes\": {}, \"skipped\": {}}}",
+      "\"step_ms\": {}, \"mfu\": {}, \"peak_mem_bytes\": {}, \"skipped\": {}{}}}",
       r.step, num(r.loss), num(r.lr), num(r.grad_norm), r.tokens, num(r.tokens_per_s, "{:.6g}"),
-      num(r.step_ms, "{:.6g}"), num(r.mfu, "{:.6g}"), r.peak_mem_bytes, r.skipped);
+      num(r.step_ms, "{:.6g}"), num(r.mfu, "{:.6g}"), r.peak_mem_bytes, r.skipped, pipe);
 }
 
 std::string MetricsWriter::eval_json(int64_t step, double val_loss) {

@@ -21,6 +21,7 @@ struct TrainRecord {
   double tokens_per_s = 0, step_ms = 0, mfu = 0;
   int64_t peak_mem_bytes = 0;
   int64_t skipped = 0;
+  double bubble = -1, bubble_theory = -1;  // pipeline runs only (written when >= 0)
 };
 
 class MetricsWriter {

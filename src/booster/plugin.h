@@ -20,6 +20,9 @@ struct StepStats {
   double loss_sum = 0;        // sum of token losses over the step's global batch
   int64_t valid_tokens = 0;   // tokens whose target is not ignored
   int64_t tokens = 0;         // tokens processed (global batch * seq_len)
+  // Pipeline runs only (< 0 otherwise): the largest idle fraction of a stage
+  // (time blocked in P2P over time in the schedule) and the schedule's theory.
+  double bubble = -1, bubble_theory = -1;
 };
 
 struct UpdateStats {
