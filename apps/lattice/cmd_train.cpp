@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "booster/booster.h"
@@ -75,6 +76,13 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   }
   Booster booster(cfg, std::move(plugin), print_line);
   TrainSummary s = booster.train(metrics_path);
+  if (cfg.log.trace) {  // every rank writes its own timeline
+    std::filesystem::create_directories(cfg.log.dir + "/trace");
+    std::string path = fmt::format("{}/trace/rank_{:05d}.json", cfg.log.dir, mpi.world_rank());
+    booster.plugin().write_trace(path);
+    if (logger) print_line(fmt::format("timeline of the first steps: {}/trace/rank_*.json (open in ui.perfetto.dev)",
+                                       cfg.log.dir));
+  }
   if (logger)
     print_line(fmt::format("done: {} steps, final loss {:.6f}{}", s.steps_done, s.final_loss,
                            s.last_val_loss >= 0 ? fmt::format(", val_loss {:.6f}", s.last_val_loss) : ""));

@@ -42,7 +42,6 @@ void refuse_unsupported(const Config& cfg, const Layout& layout) {
   if (cfg.runtime.device != DeviceType::cpu) refuse("runtime.device", "training on cuda");
   if (cfg.parallel.zero != 0) refuse("parallel.zero", "ZeRO-1");
   if (cfg.log.tensorboard) refuse("log.tensorboard", "TensorBoard output");
-  if (cfg.log.trace) refuse("log.trace", "the timeline trace");
   if (cfg.checkpoint.every != 0) refuse("checkpoint.every", "checkpointing");
   if (cfg.checkpoint.resume != "auto" && cfg.checkpoint.resume != "never")
     refuse("checkpoint.resume", "resuming from '" + cfg.checkpoint.resume + "'");
@@ -73,6 +72,8 @@ pipeline::Plan make_plan(const Config& cfg, const Layout& layout, int stage) {
   }
   LATTICE_FAIL("parallel.schedule: unknown schedule");
 }
+
+constexpr int64_t kTracedSteps = 3;  // a timeline of the first steps is what a user reads
 
 double all_reduce_scalar(comm::Group& g, double v, comm::ReduceOp op) {
   if (g.size() == 1) return v;
@@ -160,7 +161,10 @@ double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoor
                                  span.embedding ? nullptr : &din);
     contexts_->give_back(v, mb);
   };
-  pipeline::RunStats s = pipeline::run_schedule(plan, *p2p_, cb, {.timeout_s = cfg_.runtime.comm_timeout_s});
+  const bool trace = cfg_.log.trace && base.train && base.step <= kTracedSteps;
+  pipeline::RunStats s =
+      pipeline::run_schedule(plan, *p2p_, cb, {.timeout_s = cfg_.runtime.comm_timeout_s, .trace = trace});
+  trace_.insert(trace_.end(), s.trace.begin(), s.trace.end());
   if (stats) *stats = s;
   return loss;
 }
@@ -235,6 +239,10 @@ double HybridParallelPlugin::evaluate(int64_t batches) {
 int64_t HybridParallelPlugin::peak_mem_bytes() {
   double peak = double(memory_stats(Device::cpu()).peak_bytes);
   return int64_t(all_reduce_scalar(mesh_.world(), peak, comm::ReduceOp::max));
+}
+
+void HybridParallelPlugin::write_trace(const std::string& path) const {
+  pipeline::write_chrome_trace(path, trace_, mesh_.this_rank());
 }
 
 double HybridParallelPlugin::max_over_ranks(double v) { return all_reduce_scalar(mesh_.world(), v, comm::ReduceOp::max); }

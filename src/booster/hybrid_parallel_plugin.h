@@ -43,6 +43,7 @@ class HybridParallelPlugin final : public Plugin {
   double flops_per_token() const override;
   int64_t peak_mem_bytes() override;
   double max_over_ranks(double v) override;
+  void write_trace(const std::string& path) const override;
 
   FlatParams& params() { return params_; }
   const pipeline::PipelineStageManager& stages() const { return *stages_; }
@@ -67,6 +68,7 @@ class HybridParallelPlugin final : public Plugin {
   std::unique_ptr<data::TokenDataset> train_, val_;
   Tensor inputs_, targets_;  // (microbatches, B, T) i32: this dp rank's share of the step
   int64_t updates_ = 0;      // applied (non-skipped) updates, for Adam's bias correction
+  std::vector<pipeline::TraceSpan> trace_;  // log.trace: the spans of steps 1 .. kTracedSteps
 };
 
 }  // namespace lattice

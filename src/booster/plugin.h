@@ -48,6 +48,9 @@ class Plugin {
   // Collective over the job (every rank calls them, in the same order):
   virtual int64_t peak_mem_bytes() = 0;         // allocator peak, largest rank
   virtual double max_over_ranks(double v) = 0;  // e.g. the slowest rank's step time
+  // With log.trace: writes this rank's timeline of the traced steps (Chrome
+  // trace JSON) to `path`. Not collective.
+  virtual void write_trace(const std::string& path) const = 0;
 };
 
 }  // namespace lattice
