@@ -14,7 +14,8 @@
 #
 # Usage: bench/scaling/run.sh [--coretype default|SkylakeX|both] [--out DIR]
 # Environment: LATTICE (binary, default build/bin/lattice), STEPS (15), SKIP (3),
-#   LOAD_MAX (1.5), MAX_WAIT_S (600: how long to wait for the 1-minute load to drop).
+#   LOAD_MAX (1.5), MAX_WAIT_S (600: how long, in all, to wait for the 1-minute load to drop
+#   below LOAD_MAX before a suite; after that it runs anyway and the tables say how busy it was).
 # Runs as root need OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (set here).
 set -euo pipefail
 
@@ -43,22 +44,28 @@ case "$coretype" in default|SkylakeX|both) ;; *) echo "run.sh: --coretype defaul
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work="${out:-$(mktemp -d /tmp/lattice-scaling.XXXXXX)}"
-mkdir -p "$work"
+mkdir -p "$work/bin"
+# A private copy, so a rebuild of the original during the bench cannot mix two binaries.
+cp "$lattice" "$work/bin/lattice"
+lattice_src="$lattice"
+lattice="$work/bin/lattice"
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
 # --- wait for a quiet machine -------------------------------------------------------------
+# MAX_WAIT_S is the budget of the whole invocation (both suites together).
+waited=0
 wait_for_quiet() {
-  local waited=0
+  local start=$waited
   while awk -v l="$(load1)" -v m="$load_max" 'BEGIN { exit !(l > m) }'; do
     if (( waited >= max_wait )); then
-      echo "load $(load1) still above $load_max after ${waited}s: running anyway"
+      echo "load $(load1) still above $load_max after $((waited - start))s (wait budget spent): running anyway"
       return
     fi
-    echo "load $(load1) > $load_max: waiting (${waited}s of ${max_wait}s)"
+    echo "load $(load1) > $load_max: waiting ($((waited - start))s; budget ${max_wait}s, $((max_wait - waited))s left)"
     sleep 20; waited=$((waited + 20))
   done
-  echo "load $(load1) <= $load_max after waiting ${waited}s"
+  echo "load $(load1) <= $load_max after waiting $((waited - start))s"
 }
 
 # --- data and config ------------------------------------------------------------------------
@@ -114,7 +121,6 @@ run_suite() {
   local suite="$1"
   echo
   echo "## suite '$suite': OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>} ($steps steps, medians over steps > $skip)"
-  wait_for_quiet
   echo "load at start: $(cat /proc/loadavg)"
   local mb1=(train.micro_batch=1 parallel.microbatches=8)
   run_case "$suite" single_b8 tp-dp - - 1 2 "tp1 pp1 dp1" "8 × 1 × 1" --
@@ -139,7 +145,7 @@ run_suite() {
 
 echo "# Lattice 2-rank scaling bench ($(date -u '+%Y-%m-%d %H:%M UTC'))"
 echo "machine: $(lscpu | sed -n 's/^Model name:[[:space:]]*//p'), $(nproc) cores; $(uname -r)"
-echo "lattice: $lattice ($("$lattice" --version 2>/dev/null | head -1)); repo at $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "lattice: $lattice_src, copied to $lattice ($("$lattice" --version 2>/dev/null | head -1)); repo HEAD $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo "work dir: $work"
 echo "uptime: $(uptime)"
 prepare
@@ -148,9 +154,11 @@ sed 's/^/    /' "$work/scaling.yaml"
 
 suite_failed=0
 if [[ "$coretype" == default || "$coretype" == both ]]; then
+  wait_for_quiet
   (unset OPENBLAS_CORETYPE; run_suite default) || suite_failed=1
 fi
 if [[ "$coretype" == SkylakeX || "$coretype" == both ]]; then
+  wait_for_quiet
   (export OPENBLAS_CORETYPE=SkylakeX; run_suite skylakex) || suite_failed=1
 fi
 echo

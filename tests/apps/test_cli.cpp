@@ -215,3 +215,48 @@ TEST_F(Cli, TensorParallelRunMatchesOneRank) {
   EXPECT_EQ(info["layout"]["tp"], 2);
   EXPECT_EQ(info["layout"]["world"], 2);
 }
+
+// Under mpirun: the pipeline layout errors, one line each naming the key.
+TEST_F(Cli, PipelineErrorsUnderMpirun) {
+  const std::string pp2 = "train tiny.yaml parallel.pp=2 ";
+  expect_one_line_error(run(pp2 + "parallel.layers_per_stage=[1,2]", dir, 2), {"layers_per_stage", "n_layer"});
+  expect_one_line_error(run(pp2 + "parallel.layers_per_stage=[1,1,0]", dir, 2), {"layers_per_stage"});
+  expect_one_line_error(run("train tiny.yaml parallel.pp=4 model.n_layer=3 parallel.microbatches=2 "
+                            "train.micro_batch=2",
+                            dir, 4),
+                        {"n_layer"});
+  expect_one_line_error(run(pp2 + "model.n_layer=4 parallel.schedule=interleaved parallel.virtual_stages=2 "
+                                  "train.micro_batch=8 parallel.microbatches=1",
+                            dir, 2),
+                        {"microbatches"});
+  expect_one_line_error(run(pp2 + "parallel.virtual_stages=2", dir, 2), {"virtual_stages", "interleaved"});
+  expect_one_line_error(run(pp2 + "model.n_layer=3 parallel.schedule=interleaved parallel.virtual_stages=2", dir, 2),
+                        {"n_layer"});
+}
+
+TEST_F(Cli, PipelineRunMatchesOneRankAndWritesItsTimeline) {
+  CmdResult one = run("train tiny.yaml train.steps=6 log.dir=p1", dir);
+  CmdResult two = run("train tiny.yaml train.steps=6 log.dir=p2 parallel.pp=2 runtime.threads=1 log.trace=true", dir, 2);
+  ASSERT_EQ(one.status, 0) << one.out;
+  ASSERT_EQ(two.status, 0) << two.out;
+  auto lines = [&](const std::string& d) {
+    std::ifstream m(dir + "/" + d + "/metrics.jsonl");
+    std::string line;
+    std::vector<nlohmann::json> out;
+    while (std::getline(m, line)) out.push_back(nlohmann::json::parse(line));
+    return out;
+  };
+  std::vector<nlohmann::json> a = lines("p1"), b = lines("p2");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].contains("loss")) continue;
+    EXPECT_NEAR(b[i]["loss"].get<double>(), a[i]["loss"].get<double>(), 1e-5 * a[i]["loss"].get<double>());
+    EXPECT_TRUE(b[i].contains("bubble") && b[i].contains("bubble_theory")) << b[i].dump();
+    EXPECT_FALSE(a[i].contains("bubble"));
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream t(dir + "/p2/trace/rank_0000" + std::to_string(r) + ".json");
+    ASSERT_TRUE(t.good()) << "no timeline for rank " << r;
+    EXPECT_FALSE(nlohmann::json::parse(t)["traceEvents"].empty());
+  }
+}
