@@ -99,7 +99,9 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
   eval_plan_ = pipeline::plan_forward_only(layout_.pp, stage, layout_.microbatches, stages_->virtual_stages());
   for (int v = 0; v < stages_->virtual_stages(); ++v) {
     const pipeline::LayerRange& r = stages_->layers(v);
-    spans_.push_back(StageSpan{r.begin, r.end, stages_->is_first_chunk(v), stages_->is_last_chunk(v)});
+    const std::vector<int>& recompute = cfg.parallel.recompute_layers_per_stage;
+    spans_.push_back(StageSpan{r.begin, r.end, stages_->is_first_chunk(v), stages_->is_last_chunk(v),
+                               recompute.empty() ? 0 : std::min(recompute[size_t(stage)], r.size())});
   }
   comm::Group& tp = mesh.tp();
   TpShard shard{.rank = tp.rank(), .size = tp.size(), .vocab_multiple = cfg.model.vocab_multiple};

@@ -139,6 +139,9 @@ struct ParallelConfig {
   int virtual_stages = 1;
   LayersPerStage layers_per_stage;
   int zero = 0;  // ZeRO stage: 0 or 1
+  // Activation recomputation: stage s recomputes the first [s] blocks of each
+  // of its chunks in backward instead of keeping their activations; [] = none.
+  std::vector<int> recompute_layers_per_stage;
   bool operator==(const ParallelConfig&) const = default;
 };
 

@@ -207,6 +207,12 @@ void decode_value(const YAML::Node& n, const std::string& path, const Locator& l
   }
 }
 
+void decode_value(const YAML::Node& n, const std::string& path, const Locator& loc, std::vector<int>& out) {
+  if (!n.IsSequence()) loc.fail(path, n.Mark(), fmt::format("expected a list of integers like [2, 1], got {}", show(n)));
+  out.assign(n.size(), 0);
+  for (size_t i = 0; i < n.size(); ++i) decode_value(n[i], fmt::format("{}[{}]", path, i), loc, out[i]);
+}
+
 void decode_value(const YAML::Node& n, const std::string& path, const Locator& loc, LayersPerStage& out) {
   constexpr const char* expected = "uniform, balanced or a list of layer counts like [3, 5, 5, 3]";
   if (n.IsScalar()) {
@@ -248,6 +254,11 @@ void emit_value(YAML::Emitter& out, const std::array<double, 2>& v) {
 void emit_value(YAML::Emitter& out, const std::vector<std::string>& v) {
   out << YAML::Flow << YAML::BeginSeq;
   for (const auto& s : v) out << s;
+  out << YAML::EndSeq;
+}
+void emit_value(YAML::Emitter& out, const std::vector<int>& v) {
+  out << YAML::Flow << YAML::BeginSeq;
+  for (int c : v) out << fmt::format("{}", c);
   out << YAML::EndSeq;
 }
 void emit_value(YAML::Emitter& out, const LayersPerStage& v) {
@@ -301,6 +312,7 @@ std::vector<Field> build_fields() {
       LATTICE_KEY(parallel, virtual_stages, optional),
       LATTICE_KEY(parallel, layers_per_stage, optional),
       LATTICE_KEY(parallel, zero, optional),
+      LATTICE_KEY(parallel, recompute_layers_per_stage, optional),
       LATTICE_KEY(train, steps, required),
       LATTICE_KEY(train, stop_at_step, optional),
       LATTICE_KEY(train, global_batch, required),

@@ -99,7 +99,19 @@ void validate_order(const Config& c) {
           order.size());
 }
 
+void validate_recompute(const Config& c) {
+  const std::vector<int>& r = c.parallel.recompute_layers_per_stage;
+  if (r.empty()) return;
+  require(int(r.size()) == c.parallel.pp, c, "parallel.recompute_layers_per_stage",
+          "has {} entries, but parallel.pp is {} — give one count per stage (or [] for none)", r.size(),
+          c.parallel.pp);
+  for (size_t i = 0; i < r.size(); ++i)
+    require(r[i] >= 0 && r[i] <= c.model.n_layer, c, fmt::format("parallel.recompute_layers_per_stage[{}]", i),
+            "must be between 0 and model.n_layer ({}) (got {})", c.model.n_layer, r[i]);
+}
+
 void validate_stages(const Config& c) {
+  validate_recompute(c);
   const ParallelConfig& p = c.parallel;
   int chunks = p.pp * p.virtual_stages;
   const LayersPerStage& lps = p.layers_per_stage;

@@ -36,6 +36,8 @@ struct StageSpan {
   int end_layer = -1;     // one past the last block; -1: n_layer
   bool embedding = true;  // holds the token/position embedding (reads token ids)
   bool head = true;       // holds the final norm, LM head and loss
+  int recompute = 0;      // the first `recompute` blocks keep only their output and
+                          // recompute the rest in backward (activation recomputation)
 };
 
 // The parameter entries a rank needs for its chunks: each spec whose owning

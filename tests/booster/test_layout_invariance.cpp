@@ -42,6 +42,7 @@ struct LayoutCase {
   int tp, pp, dp;
   std::string schedule = "1f1b", layers = "uniform";
   int virtual_stages = 1;
+  std::string recompute = "[]";
 };
 
 Config config(const std::string& glob, const LayoutCase& l) {
@@ -57,7 +58,8 @@ runtime: { seed: 42, threads: 1 }
                       {"parallel.tp=" + std::to_string(l.tp), "parallel.pp=" + std::to_string(l.pp),
                        "parallel.dp=" + std::to_string(l.dp), "parallel.schedule=" + l.schedule,
                        "parallel.layers_per_stage=" + l.layers,
-                       "parallel.virtual_stages=" + std::to_string(l.virtual_stages)});
+                       "parallel.virtual_stages=" + std::to_string(l.virtual_stages),
+                       "parallel.recompute_layers_per_stage=" + l.recompute});
 }
 
 struct Trace {
@@ -121,6 +123,7 @@ std::vector<LayoutCase> layouts(int world) {
       out.push_back({tp, pp, dp, "gpipe"});
       out.push_back({tp, pp, dp, "interleaved", "uniform", 2});
       if (pp == 2) out.push_back({tp, pp, dp, "1f1b", "[3,5]"});
+      if (pp == 2) out.push_back({tp, pp, dp, "1f1b", "uniform", 1, "[2,4]"});
       if (pp == 4) out.push_back({tp, pp, dp, "1f1b", "[1,3,3,1]"});
     }
   return out;
@@ -138,7 +141,8 @@ TEST(LayoutInvariance, EveryLayoutMatchesOneRank) {
 
   for (const LayoutCase& l : layouts(world_size)) {
     SCOPED_TRACE(testing::Message() << "tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp << " " << l.schedule
-                                    << " layers " << l.layers << " virtual_stages " << l.virtual_stages);
+                                    << " layers " << l.layers << " virtual_stages " << l.virtual_stages
+                                    << " recompute " << l.recompute);
     auto m = mesh::ProcessGroupMesh::create(comm::Group(comm::make_world_communicator(60)), {l.tp, l.pp, l.dp});
     Trace got = train(config(glob, l), m);
     EXPECT_NEAR(got.loss[0], ref.loss[0], 1e-6 * ref.loss[0]);

@@ -98,12 +98,37 @@ Gpt2::Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp, StageSpan
   }
 }
 
+Gpt2::~Gpt2() = default;
+
+Gpt2::BlockActs Gpt2::make_block_acts(int64_t B, int64_t T, bool output_only) const {
+  const int64_t C = cfg_.d_model, NH = heads_l_, Cl = C / tp_.size(), Fl = 4 * Cl;
+  auto make = [&](Shape s) { return Tensor::empty(std::move(s), dtype_, device_); };
+  BlockActs a;
+  a.out = make({B, T, C});
+  if (output_only) return a;
+  a.ln1 = make({B, T, C}), a.ln1_mean = make({B, T}), a.ln1_rstd = make({B, T});
+  a.qkv = make({B, T, 3 * Cl}), a.att = make({B, NH, T, T}), a.atty = make({B, T, Cl});
+  a.res1 = make({B, T, C});
+  a.ln2 = make({B, T, C}), a.ln2_mean = make({B, T}), a.ln2_rstd = make({B, T});
+  a.fch = make({B, T, Fl}), a.fch_gelu = make({B, T, Fl});
+  return a;
+}
+
+Gpt2::BlockActs& Gpt2::acts_for(Context& ctx, size_t i) {
+  if (int(i) >= span_.recompute) return ctx.blocks[i];
+  Workspace& w = *ctx.ws;
+  if (!w.acts) w.acts = std::make_unique<BlockActs>(make_block_acts(ctx.B, ctx.T, false));
+  w.acts->out = ctx.blocks[i].out;  // the one tensor a recomputed block keeps
+  return *w.acts;
+}
+
 Gpt2::Workspace& Gpt2::workspace(int64_t B, int64_t T) {
   if (ws_.B == B && ws_.T == T) return ws_;
   const int64_t C = cfg_.d_model, NH = heads_l_, Cl = C / tp_.size(), Fl = 4 * Cl;
   const DType dt = dtype_;
   auto make = [&](Shape s) { return Tensor::empty(std::move(s), dt, device_); };
   ws_.B = B, ws_.T = T;
+  ws_.acts.reset();
   ws_.c1 = make({B, T, C}), ws_.c2 = make({B, T, C}), ws_.c3 = make({B, T, C});
   ws_.f1 = make({B, T, Fl}), ws_.f2 = make({B, T, Fl});
   ws_.qkv_grad = make({B, T, 3 * Cl}), ws_.att_grad = make({B, NH, T, T});
@@ -113,23 +138,14 @@ Gpt2::Workspace& Gpt2::workspace(int64_t B, int64_t T) {
 
 std::unique_ptr<ModelContext> Gpt2::make_context(int64_t B, int64_t T) const {
   LATTICE_CHECK(T <= cfg_.max_seq_len, "gpt2: sequence length {} exceeds max_seq_len {}", T, cfg_.max_seq_len);
-  const int64_t C = cfg_.d_model, NH = heads_l_, Cl = C / tp_.size(), Fl = 4 * Cl;
-  const DType dt = dtype_;
-  const Device dev = device_;
-  auto make = [&](Shape s) { return Tensor::empty(std::move(s), dt, dev); };
+  const int64_t C = cfg_.d_model;
+  auto make = [&](Shape s) { return Tensor::empty(std::move(s), dtype_, device_); };
   auto ctx = std::make_unique<Context>();
   ctx->B = B;
   ctx->T = T;
   if (span_.embedding) ctx->emb = make({B, T, C});
-  for (int i = span_.first_layer; i < span_.end_layer; ++i) {
-    BlockActs a;
-    a.ln1 = make({B, T, C}), a.ln1_mean = make({B, T}), a.ln1_rstd = make({B, T});
-    a.qkv = make({B, T, 3 * Cl}), a.att = make({B, NH, T, T}), a.atty = make({B, T, Cl});
-    a.res1 = make({B, T, C});
-    a.ln2 = make({B, T, C}), a.ln2_mean = make({B, T}), a.ln2_rstd = make({B, T});
-    a.fch = make({B, T, Fl}), a.fch_gelu = make({B, T, Fl}), a.out = make({B, T, C});
-    ctx->blocks.push_back(std::move(a));
-  }
+  for (int i = span_.first_layer; i < span_.end_layer; ++i)
+    ctx->blocks.push_back(make_block_acts(B, T, i - span_.first_layer < span_.recompute));
   if (span_.head) {
     ctx->lnf = make({B, T, C}), ctx->lnf_mean = make({B, T}), ctx->lnf_rstd = make({B, T});
     ctx->logits = make({B, T, lm_head_.w.dim(0)});
@@ -218,7 +234,7 @@ double Gpt2::forward(ModelContext& base, const Tensor& input, const Tensor& targ
   }
   const Tensor* x = &ctx.emb;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    block_forward(ctx.blocks[i], *x, layers_[i], ctx, span_.first_layer + int(i) + 1);
+    block_forward(acts_for(ctx, i), *x, layers_[i], ctx, span_.first_layer + int(i) + 1);
     x = &ctx.blocks[i].out;
   }
   if (span_.head) return head_forward(ctx, *x, targets);
@@ -250,7 +266,10 @@ void Gpt2::backward(ModelContext& base, float dloss, const Tensor* doutput, Tens
   }
   for (int i = int(layers_.size()) - 1; i >= 0; --i) {
     const Tensor& x = i > 0 ? ctx.blocks[size_t(i - 1)].out : ctx.emb;
-    block_backward(*dx, *dout, ctx.blocks[size_t(i)], x, layers_[size_t(i)], ctx, span_.first_layer + i + 1);
+    const int layer = span_.first_layer + i + 1;
+    BlockActs& a = acts_for(ctx, size_t(i));
+    if (i < span_.recompute) block_forward(a, x, layers_[size_t(i)], ctx, layer);  // same coords, same masks
+    block_backward(*dx, *dout, a, x, layers_[size_t(i)], ctx, layer);
     std::swap(dout, dx);
   }
   // *dout is now the gradient of the chunk's input.

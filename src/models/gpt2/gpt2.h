@@ -44,6 +44,7 @@ class Gpt2 final : public LanguageModel {
   // `params`, which must hold the chunk's entries (select_stage_params of
   // param_specs(cfg)) sharded for this rank of `tp` (FlatParams::shard()).
   Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp, StageSpan span = {});
+  ~Gpt2() override;
 
   std::string arch() const override { return "gpt2"; }
   std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const override;
@@ -69,7 +70,12 @@ class Gpt2 final : public LanguageModel {
   struct Workspace {
     int64_t B = 0, T = 0;
     Tensor c1, c2, c3, f1, f2, qkv_grad, att_grad, dbuf[2];
+    std::unique_ptr<BlockActs> acts;  // scratch activations of recomputed blocks
   };
+  // The activations block i of this chunk computes into: its own in the
+  // context, or the workspace scratch (with the context's `out`) when recomputed.
+  BlockActs& acts_for(Context& ctx, size_t i);
+  BlockActs make_block_acts(int64_t B, int64_t T, bool output_only) const;
   Workspace& workspace(int64_t B, int64_t T);
 
   int head_offset() const { return int(heads_l_) * tp_.rank(); }
