@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/param.h"
+#include "core/threads.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "models/gpt2/gpt2.h"
@@ -96,10 +97,9 @@ bool cpu_has_avx2() {
 
 }  // namespace
 
-std::string blas_core() { return openblas_get_corename(); }
 
 std::string blas_core_warning() {
-  const std::string core = blas_core();
+  const std::string core = lattice::blas_core();
   for (const char* old : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Nano"})
     if (core == old && cpu_has_avx2())
       return fmt::format("WARNING: OpenBLAS chose its '{}' kernels on a CPU with AVX2 (it does not know this CPU "

@@ -31,7 +31,6 @@ SgemmRate measure_sgemm(const BenchConfig& cfg, int reps);
 // that do not know a CPU model fall back to "Prescott" (SSE3) kernels, several
 // times slower; OPENBLAS_CORETYPE=SkylakeX (or Haswell) in the environment
 // overrides the choice. The warning is empty when there is nothing to say.
-std::string blas_core();
 std::string blas_core_warning();
 
 struct LatticeResult {

@@ -194,7 +194,7 @@ void print_raw(const std::vector<Row>& rows) {
                     "backward_ms={:.1f} adamw_ms={:.1f} blas_core={} load_before={}{}",
                     r.cfg.name, r.threads, r.lat.step_ms.median, r.lat.step_ms.min, r.lat.step_ms.max,
                     lattice_tokens(r), g, 100 * g / r.peak, r.peak, r.sgemm.square, r.sgemm.model,
-                    r.lat.zero_ms.median, r.lat.fwd_ms.median, r.lat.bwd_ms.median, r.lat.opt_ms.median, blas_core(),
+                    r.lat.zero_ms.median, r.lat.fwd_ms.median, r.lat.bwd_ms.median, r.lat.opt_ms.median, lattice::blas_core(),
                     r.load_before.empty() ? "?" : r.load_before.substr(0, r.load_before.find(' ')), torch));
     if (r.torch) say(r.torch->result_line);
     if (!r.torch_error.empty()) say("RESULT system=pytorch config=" + r.cfg.name + " FAILED: " + r.torch_error);
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
     say("$ " + cmdline);
     say(fmt::format("cpu: {} | {} | cores online {} | OpenBLAS {} | OpenBLAS core {}",
                     first_line_with("/proc/cpuinfo", "model name"), first_line_with("/proc/meminfo", "MemTotal"),
-                    std::thread::hardware_concurrency(), blas_config(), blas_core()));
+                    std::thread::hardware_concurrency(), blas_config(), lattice::blas_core()));
     if (const char* ct = std::getenv("OPENBLAS_CORETYPE")) say(std::string("OPENBLAS_CORETYPE=") + ct);
     if (std::string w = blas_core_warning(); !w.empty()) say(w);
     std::vector<Row> rows;
