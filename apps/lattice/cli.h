@@ -3,8 +3,11 @@
 // main prints them as one line.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "comm/mpi_runtime.h"
 
 namespace lattice::cli {
 
@@ -13,7 +16,13 @@ using Args = std::vector<std::string>;
 // lattice train CONFIG [key=value ...] [--print-config]: initialises MPI and
 // reports its own errors (one line, then the whole job ends).
 int train(int* argc, char*** argv, const Args& args);
-int data(const Args& args);          // lattice data prepare ...
+int data(const Args& args);  // lattice data prepare ...
+// lattice verify-layout CONFIG [key=value ...] [--tolerance X]: the configured
+// layout against the single-rank run, under mpirun (same error handling as train).
+int verify_layout(int* argc, char*** argv, const Args& args);
+// Runs `body` inside an MpiRuntime: an exception becomes one line and, on a
+// multi-rank job, the end of the whole job (rank 0 reports first).
+int run_with_mpi(int* argc, char*** argv, const std::function<int(const comm::MpiRuntime&)>& body);
 std::string usage();
 
 }  // namespace lattice::cli

@@ -2,10 +2,8 @@
 // One process per rank under mpirun (or srun); a single process without it.
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <thread>
 
 #include "booster/booster.h"
 #include "booster/hybrid_parallel_plugin.h"
@@ -57,10 +55,7 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   }
   set_num_threads(cfg.runtime.threads);
   const Layout layout = resolve_layout(cfg, mpi.world_size());
-  std::vector<mesh::Axis> order;
-  for (const std::string& axis : cfg.parallel.order) order.push_back(mesh::axis_from_name(axis));
-  auto mesh = mesh::ProcessGroupMesh::create(comm::Group(comm::make_world_communicator(cfg.runtime.comm_timeout_s)),
-                                             {layout.tp, layout.pp, layout.dp}, order);
+  auto mesh = create_job_mesh(cfg, comm::Group(comm::make_world_communicator(cfg.runtime.comm_timeout_s)));
   // The plugin opens and checks the data before the run directory is written.
   auto plugin = std::make_unique<HybridParallelPlugin>(cfg, mesh);
   std::string rank_map = mesh::format_rank_map(mesh, "cpu");  // collective
@@ -89,35 +84,11 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   return 0;
 }
 
-// One line for the failing rank, then the whole job ends. Every rank usually
-// fails alike (a bad config): rank 0 reports at once and ends the job; other
-// ranks wait a moment first, so the same line is not printed once per rank,
-// but a failure on one rank alone is still reported within seconds.
-[[noreturn]] void fail_job(const std::string& line, const comm::MpiRuntime& mpi) {
-  if (mpi.world_rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
-  std::fprintf(stderr, "lattice: error: %s\n", line.c_str());
-  std::fflush(stderr);
-  comm::MpiRuntime::abort_job(1);
-}
-
 }  // namespace
 
 int train(int* argc, char*** argv, const Args& args) {
   TrainArgs a = parse_train_args(args);  // command-line errors need no MPI
-  comm::MpiRuntime mpi(argc, argv);
-  std::string line;
-  try {
-    return run(a, mpi);
-  } catch (const ConfigError& e) {
-    line = e.message();
-  } catch (const Error& e) {
-    line = e.describe();
-  } catch (const std::exception& e) {
-    line = e.what();
-  }
-  if (mpi.world_size() > 1) fail_job(line, mpi);
-  std::fprintf(stderr, "lattice: error: %s\n", line.c_str());
-  return 1;
+  return run_with_mpi(argc, argv, [&](const comm::MpiRuntime& mpi) { return run(a, mpi); });
 }
 
 }  // namespace lattice::cli

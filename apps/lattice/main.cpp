@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
     cli::Args rest(args.begin() + 1, args.end());
     if (cmd == "train") return cli::train(&argc, &argv, rest);
     if (cmd == "data") return cli::data(rest);
-    fmt::print(stderr, "lattice: unknown command '{}' (expected train or data; see lattice --help)\n", cmd);
+    if (cmd == "verify-layout") return cli::verify_layout(&argc, &argv, rest);
+    fmt::print(stderr, "lattice: unknown command '{}' (expected train, verify-layout or data; see lattice --help)\n", cmd);
     return 2;
   } catch (const ConfigError& e) {
     fmt::print(stderr, "lattice: error: {}\n", e.message());

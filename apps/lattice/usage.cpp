@@ -8,6 +8,11 @@ std::string usage() {
   lattice train CONFIG.yaml [key=value ...] [--print-config]
       Train as the config says; overrides use dotted keys (train.steps=50).
       --print-config prints the effective config and exits.
+  lattice verify-layout CONFIG.yaml [key=value ...] [--tolerance X]
+      Under mpirun: train the configured layout and the single-rank reference
+      on the same data and seeds for train.steps steps; print the per-step loss
+      and grad-norm differences; exit 1 if a relative loss difference exceeds X
+      (default 1e-5).
   lattice data prepare --input FILE... --tokenizer gpt2|bytes [--vocab-dir DIR]
                        --out PREFIX [--val-tokens N] [--shard-tokens N]
       Tokenize text files (one document each) into llm.c-format token shards.

@@ -8,8 +8,6 @@
 
 namespace lattice {
 
-namespace {
-
 optim::LrSchedule lr_schedule(const Config& cfg) {
   optim::LrSchedule s;
   s.lr = cfg.optimizer.lr;
@@ -20,7 +18,12 @@ optim::LrSchedule lr_schedule(const Config& cfg) {
   return s;
 }
 
-}  // namespace
+mesh::ProcessGroupMesh create_job_mesh(const Config& cfg, comm::Group world) {
+  const Layout layout = resolve_layout(cfg, world.size());
+  std::vector<mesh::Axis> order;
+  for (const std::string& axis : cfg.parallel.order) order.push_back(mesh::axis_from_name(axis));
+  return mesh::ProcessGroupMesh::create(std::move(world), {layout.tp, layout.pp, layout.dp}, order);
+}
 
 Booster::Booster(const Config& cfg, std::unique_ptr<Plugin> plugin, Print print)
     : cfg_(cfg), plugin_(std::move(plugin)), print_(std::move(print)) {}

@@ -17,8 +17,15 @@
 #include "booster/metrics.h"
 #include "booster/plugin.h"
 #include "config/config.h"
+#include "mesh/process_group_mesh.h"
+#include "optim/lr_schedule.h"
 
 namespace lattice {
+
+// The learning-rate schedule the config describes (warm-up, decay, horizon train.steps).
+optim::LrSchedule lr_schedule(const Config& cfg);
+// The mesh of a job: the config's layout over `world` (sizes from resolve_layout, parallel.order).
+mesh::ProcessGroupMesh create_job_mesh(const Config& cfg, comm::Group world);
 
 struct TrainSummary {
   int64_t steps_done = 0;

@@ -260,3 +260,16 @@ TEST_F(Cli, PipelineRunMatchesOneRankAndWritesItsTimeline) {
     EXPECT_FALSE(nlohmann::json::parse(t)["traceEvents"].empty());
   }
 }
+
+TEST_F(Cli, VerifyLayoutPassesFailsAndChecksTheWorld) {
+  CmdResult ok = run("verify-layout tiny.yaml train.steps=4 parallel.tp=2 runtime.threads=1", dir, 2);
+  EXPECT_EQ(ok.status, 0) << ok.out;
+  EXPECT_NE(ok.out.find("PASS"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("    4 "), std::string::npos) << ok.out;  // a row per step
+  // A tolerance no fp32 run can meet: the same comparison must fail.
+  CmdResult strict =
+      run("verify-layout tiny.yaml train.steps=4 parallel.tp=2 runtime.threads=1 --tolerance 1e-30", dir, 2);
+  EXPECT_EQ(strict.status, 1) << strict.out;
+  EXPECT_NE(strict.out.find("FAIL"), std::string::npos) << strict.out;
+  expect_one_line_error(run("verify-layout tiny.yaml parallel.tp=2", dir, 3), {"3 ranks", "tp (2)"});
+}

@@ -1,0 +1,111 @@
+// lattice verify-layout CONFIG [key=value ...] [--tolerance X]
+//
+// Trains the configured layout (under mpirun) and the single-rank reference
+// (every rank runs it on its own, with a one-rank mesh) on identical data and
+// seeds for train.steps steps, prints per-step loss and grad-norm differences
+// on rank 0, and exits 1 when a relative loss difference exceeds the tolerance.
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "booster/booster.h"
+#include "booster/hybrid_parallel_plugin.h"
+#include "cli.h"
+#include "comm/mpi_communicator.h"
+#include "comm/self_communicator.h"
+#include "core/threads.h"
+
+namespace lattice::cli {
+
+namespace {
+
+struct Trace {
+  std::vector<double> loss, norm;
+};
+
+Trace run_steps(const Config& cfg, mesh::ProcessGroupMesh& mesh) {
+  HybridParallelPlugin plugin(cfg, mesh);
+  const optim::LrSchedule schedule = lr_schedule(cfg);
+  Trace t;
+  for (int64_t step = 1; step <= cfg.train.steps; ++step) {
+    StepStats s = plugin.execute_pipeline(step);
+    UpdateStats u = plugin.optimizer_step(step, optim::learning_rate(schedule, step));
+    t.loss.push_back(s.valid_tokens > 0 ? s.loss_sum / double(s.valid_tokens) : 0.0);
+    t.norm.push_back(u.grad_norm);
+  }
+  return t;
+}
+
+double rel(double a, double ref) { return std::fabs(a - ref) / std::max(std::fabs(ref), 1e-30); }
+
+int verify(const std::string& path, const std::vector<std::string>& overrides, double tolerance,
+           const comm::MpiRuntime& mpi) {
+  Config cfg = load_config(path, overrides);
+  set_num_threads(cfg.runtime.threads);
+  const Layout layout = resolve_layout(cfg, mpi.world_size());  // the layout must fit the job
+  auto mesh = create_job_mesh(cfg, comm::Group(comm::make_world_communicator(cfg.runtime.comm_timeout_s)));
+  Trace got = run_steps(cfg, mesh);
+
+  Config ref_cfg = cfg;
+  ref_cfg.parallel.tp = ref_cfg.parallel.pp = ref_cfg.parallel.dp = 1;
+  ref_cfg.parallel.microbatches = 0;
+  ref_cfg.parallel.virtual_stages = 1;
+  ref_cfg.parallel.schedule = PipeSchedule::one_f_one_b;
+  ref_cfg.parallel.layers_per_stage = {};
+  ref_cfg.parallel.recompute_layers_per_stage = {};
+  ref_cfg.parallel.zero = 0;
+  auto ref_mesh = create_job_mesh(ref_cfg, comm::self_group("world"));
+  Trace ref = run_steps(ref_cfg, ref_mesh);
+
+  double worst = 0;
+  std::string table = fmt::format("{:>5}  {:>14}  {:>14}  {:>9}  {:>12}  {:>12}  {:>9}\n", "step", "loss (1 rank)",
+                                  "loss (layout)", "rel diff", "norm (1)", "norm (layout)", "rel diff");
+  for (size_t i = 0; i < ref.loss.size(); ++i) {
+    worst = std::max(worst, rel(got.loss[i], ref.loss[i]));
+    table += fmt::format("{:>5}  {:>14.9g}  {:>14.9g}  {:>9.2e}  {:>12.6g}  {:>12.6g}  {:>9.2e}\n", i + 1, ref.loss[i],
+                         got.loss[i], rel(got.loss[i], ref.loss[i]), ref.norm[i], got.norm[i],
+                         rel(got.norm[i], ref.norm[i]));
+  }
+  const bool ok = worst <= tolerance;
+  if (mpi.world_rank() == 0) {
+    std::fputs(fmt::format("verify-layout {}: tp={} pp={} dp={} against one rank, {} steps\n{}", cfg.source,
+                           layout.tp, layout.pp, layout.dp, cfg.train.steps, table)
+                   .c_str(),
+               stdout);
+    std::fputs(fmt::format("{}: largest relative loss difference {:.2e} (tolerance {:.0e})\n", ok ? "PASS" : "FAIL",
+                           worst, tolerance)
+                   .c_str(),
+               stdout);
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int verify_layout(int* argc, char*** argv, const Args& args) {
+  std::string path;
+  std::vector<std::string> overrides;
+  double tolerance = 1e-5;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--tolerance") {
+      const std::string v = i + 1 < args.size() ? args[++i] : "";
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), tolerance);
+      if (ec != std::errc() || p != v.data() + v.size() || !(tolerance > 0))
+        LATTICE_FAIL("verify-layout: --tolerance expects a positive number, got '{}'", v);
+    } else if (args[i].rfind("--", 0) == 0) {
+      LATTICE_FAIL("verify-layout: unknown option '{}' (usage: lattice verify-layout CONFIG [key=value ...] "
+                   "[--tolerance X])",
+                   args[i]);
+    } else if (path.empty()) {
+      path = args[i];
+    } else {
+      overrides.push_back(args[i]);
+    }
+  }
+  if (path.empty()) LATTICE_FAIL("verify-layout: no config file given (usage: lattice verify-layout CONFIG ...)");
+  return run_with_mpi(argc, argv, [&](const comm::MpiRuntime& mpi) { return verify(path, overrides, tolerance, mpi); });
+}
+
+}  // namespace lattice::cli
