@@ -7,7 +7,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git procps
   openmpi-bin libopenmpi-dev
   libopenblas-openmp-dev
   libyaml-cpp-dev libfmt-dev nlohmann-json3-dev libpcre2-dev

@@ -17,6 +17,7 @@ using Args = std::vector<std::string>;
 // reports its own errors (one line, then the whole job ends).
 int train(int* argc, char*** argv, const Args& args);
 int data(const Args& args);  // lattice data prepare ...
+int plan(const Args& args);  // lattice plan CONFIG [--world N] [key=value ...]: no MPI, nothing allocated
 // lattice verify-layout CONFIG [key=value ...] [--tolerance X]: the configured
 // layout against the single-rank run, under mpirun (same error handling as train).
 int verify_layout(int* argc, char*** argv, const Args& args);

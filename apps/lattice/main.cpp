@@ -1,4 +1,4 @@
-// lattice: train, data. Prints one line per error and exits non-zero.
+// lattice: train, plan, verify-layout, data. Prints one line per error and exits non-zero.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -25,8 +25,9 @@ int main(int argc, char** argv) {
     cli::Args rest(args.begin() + 1, args.end());
     if (cmd == "train") return cli::train(&argc, &argv, rest);
     if (cmd == "data") return cli::data(rest);
+    if (cmd == "plan") return cli::plan(rest);
     if (cmd == "verify-layout") return cli::verify_layout(&argc, &argv, rest);
-    fmt::print(stderr, "lattice: unknown command '{}' (expected train, verify-layout or data; see lattice --help)\n", cmd);
+    fmt::print(stderr, "lattice: unknown command '{}' (expected train, plan, verify-layout or data; see lattice --help)\n", cmd);
     return 2;
   } catch (const ConfigError& e) {
     fmt::print(stderr, "lattice: error: {}\n", e.message());

@@ -13,6 +13,9 @@ std::string usage() {
       on the same data and seeds for train.steps steps; print the per-step loss
       and grad-norm differences; exit 1 if a relative loss difference exceeds X
       (default 1e-5).
+  lattice plan CONFIG.yaml [--world N] [key=value ...]
+      Dry run without MPI or allocation: rank map, groups, layer-to-stage map,
+      tie groups, schedule table and predicted memory per rank.
   lattice data prepare --input FILE... --tokenizer gpt2|bytes [--vocab-dir DIR]
                        --out PREFIX [--val-tokens N] [--shard-tokens N]
       Tokenize text files (one document each) into llm.c-format token shards.

@@ -3,6 +3,7 @@
 #
 # On one config (a small GPT-2, written to a temp dir) and one global batch of 8 sequences:
 #   tp/dp:  single_b8  1 rank x 2 threads, micro_batch 8
+#           single_b8_t1  1 rank x 1 thread (a reference: the 2-rank runs' ideal is 2x it)
 #           tp2        2 ranks x 1 thread, parallel.tp=2            (issue 3; CPU target 85%)
 #           dp2        2 ranks x 1 thread, dp=2, micro_batch 4      (issue 5; CPU target 90%)
 #   pp:     single_m8  1 rank x 2 threads, micro_batch 1 x 8 microbatches (gradient accumulation)
@@ -124,6 +125,7 @@ run_suite() {
   echo "load at start: $(cat /proc/loadavg)"
   local mb1=(train.micro_batch=1 parallel.microbatches=8)
   run_case "$suite" single_b8 tp-dp - - 1 2 "tp1 pp1 dp1" "8 × 1 × 1" --
+  run_case "$suite" single_b8_t1 tp-dp - - 1 1 "tp1 pp1 dp1" "8 × 1 × 1" --
   run_case "$suite" tp2 tp-dp single_b8 "85% (tp)" 2 1 "tp2" "8 × 1 × 1" -- parallel.tp=2
   run_case "$suite" dp2 tp-dp single_b8 "90% (dp)" 2 1 "dp2" "4 × 1 × 2" -- parallel.dp=2 train.micro_batch=4
   run_case "$suite" single_m8 pp - - 1 2 "tp1 pp1 dp1" "1 × 8 × 1" -- "${mb1[@]}"

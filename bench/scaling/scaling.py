@@ -174,6 +174,11 @@ def cmd_table(argv):
         b = runs["single_b8"]
         cells = ", ".join(f"{n} {fmt_ratio(runs[n], b)}" for n in extra)
         print(f"\nPipeline runs ÷ single_b8 (one rank, one batch of 8): {cells}")
+    two = [n for n in order if runs[n]["group"] == "tp-dp" and runs[n]["ranks"] == 2]
+    if two and "single_b8_t1" in runs:
+        b = runs["single_b8_t1"]
+        cells = ", ".join(f"{n} {fmt_ratio(runs[n], b)}" for n in two)
+        print(f"\n2-rank runs ÷ single_b8_t1 (one rank, one thread; 2.00 = perfect use of two cores): {cells}")
     bad = [n for n in order if not runs[n]["ok"]]
     if bad:
         print(f"\nFAILED runs: {', '.join(bad)} (see their logs)")

@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "core/allocator.h"
-#include "core/ops.h"
 #include "models/registry.h"
 #include "optim/grad_clip.h"
 #include "pipeline/schedule.h"
@@ -40,7 +39,6 @@ void refuse_unsupported(const Config& cfg, const Layout& layout) {
     config_fail(cfg, key, what + " is not available in this version yet; remove the setting");
   };
   if (cfg.runtime.device != DeviceType::cpu) refuse("runtime.device", "training on cuda");
-  if (cfg.parallel.zero != 0) refuse("parallel.zero", "ZeRO-1");
   if (cfg.log.tensorboard) refuse("log.tensorboard", "TensorBoard output");
   if (cfg.checkpoint.every != 0) refuse("checkpoint.every", "checkpointing");
   if (cfg.checkpoint.resume != "auto" && cfg.checkpoint.resume != "never")
@@ -105,13 +103,20 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
   }
   comm::Group& tp = mesh.tp();
   TpShard shard{.rank = tp.rank(), .size = tp.size(), .vocab_multiple = cfg.model.vocab_multiple};
+  const int64_t pad = cfg.parallel.zero == 1 ? layout_.dp : 1;  // ZeRO-1 splits the buffers into dp equal shards
   params_ = FlatParams(select_stage_params(model_param_specs(cfg.model), spans_, cfg.model.n_layer), DType::f32,
-                       Device::cpu(), shard);
+                       Device::cpu(), shard, pad);
   params_.init(cfg.runtime.seed);
   for (const StageSpan& span : spans_) chunks_.push_back(build_model(cfg.model, params_, tp, span));
   const int64_t T = cfg.train.seq_len, B = cfg.train.micro_batch;
   contexts_ = std::make_unique<ContextPool>([this, B, T](int v) { return chunks_[size_t(v)]->make_context(B, T); });
-  optimizer_ = optim::make_optimizer(optimizer_options(cfg.optimizer), params_);
+  if (cfg.parallel.zero == 1) {
+    auto zero = std::make_unique<optim::ZeroOptimizer>(optimizer_options(cfg.optimizer), params_, mesh.dp());
+    zero_ = zero.get();
+    optimizer_ = std::move(zero);
+  } else {
+    optimizer_ = optim::make_optimizer(optimizer_options(cfg.optimizer), params_);
+  }
 
   auto dataset = [&](const std::string& pattern, const char* key) {
     return std::make_unique<data::TokenDataset>(data::TokenDatasetOptions{
@@ -191,7 +196,10 @@ StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
     Tensor g = params_.grad(e);
     mesh_.tie().all_reduce(g)->wait();
   }
-  if (mesh_.dp().size() > 1) mesh_.dp().all_reduce(params_.grads())->wait();
+  if (zero_)
+    zero_->reduce_scatter_grads(params_);  // each dp rank gets the sum of its own shard
+  else if (mesh_.dp().size() > 1)
+    mesh_.dp().all_reduce(params_.grads())->wait();
   s.loss_sum = sum_over(mesh_.dp(), sum_over(mesh_.pp(), loss));  // only the last stage has a loss
   if (layout_.pp > 1) {
     s.bubble = max_over_ranks(run.wait_s / std::max(1e-12, run.wait_s + run.compute_s));
@@ -204,14 +212,15 @@ UpdateStats HybridParallelPlugin::optimizer_step(int64_t step, double lr) {
   UpdateStats u;
   // Sharded entries differ across tp, replicated ones are equal there (count
   // them once: 1/tp on each rank), every stage holds its own, and a tied
-  // replica is counted by its owner only.
-  double local = 0;
-  for (const ParamEntry& e : params_.entries()) {
-    if (e.spec.tie_replica) continue;
-    double sq = ops::sum_squares(params_.grad(e));
-    local += e.spec.placement == Placement::replicated ? sq / double(layout_.tp) : sq;
-  }
-  u.grad_norm = std::sqrt(sum_over(mesh_.tp_pp(), local));
+  // replica is counted by its owner only. Without ZeRO every dp replica holds
+  // the same summed gradients, so the sum runs over one replica (tp x pp);
+  // with ZeRO-1 each dp rank holds a disjoint shard of them: over the world.
+  double norm_sq = 0;
+  if (zero_)
+    norm_sq = sum_over(mesh_.world(), zero_->shard_grad_squares(params_, layout_.tp));
+  else
+    norm_sq = sum_over(mesh_.tp_pp(), optim::weighted_grad_squares(params_, layout_.tp, 0, params_.numel()));
+  u.grad_norm = std::sqrt(norm_sq);
   if (!std::isfinite(u.grad_norm)) {  // identical on every rank: all skip together
     u.skipped = true;
     return u;

@@ -12,6 +12,9 @@
 // the tied embedding's gradient is summed over its tie group (first and last
 // stage), then all gradients over dp. The gradient norm counts sharded
 // parameters over tp, every stage's parameters once, and a tied parameter once.
+// With parallel.zero = 1 the dp all-reduce becomes a reduce-scatter, each dp
+// rank updates only its shard of the flat buffer (optim/zero.h) and the values
+// are all-gathered over dp after the update.
 #pragma once
 
 #include <memory>
@@ -25,6 +28,7 @@
 #include "mesh/process_group_mesh.h"
 #include "models/model.h"
 #include "optim/optimizer.h"
+#include "optim/zero.h"
 #include "pipeline/interpreter.h"
 #include "pipeline/stage_manager.h"
 
@@ -65,6 +69,8 @@ class HybridParallelPlugin final : public Plugin {
   std::vector<std::unique_ptr<LanguageModel>> chunks_;
   std::unique_ptr<ContextPool> contexts_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  // optimizer_ itself when parallel.zero = 1, else null
+  optim::ZeroOptimizer* zero_ = nullptr;
   std::unique_ptr<data::TokenDataset> train_, val_;
   Tensor inputs_, targets_;  // (microbatches, B, T) i32: this dp rank's share of the step
   int64_t updates_ = 0;      // applied (non-skipped) updates, for Adam's bias correction

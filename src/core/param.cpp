@@ -72,8 +72,10 @@ int64_t local_to_logical(const ParamSpec& s, const TpShard& shard, int64_t local
   return local;
 }
 
-FlatParams::FlatParams(const std::vector<ParamSpec>& specs, DType dtype, Device device, const TpShard& shard)
+FlatParams::FlatParams(const std::vector<ParamSpec>& specs, DType dtype, Device device, const TpShard& shard,
+                       int64_t pad_multiple)
     : shard_(shard) {
+  LATTICE_CHECK(pad_multiple >= 1, "FlatParams: pad_multiple must be at least 1, got {}", pad_multiple);
   int64_t offset = 0;
   for (const ParamSpec& s : specs) {
     LATTICE_CHECK(!has(s.name), "parameter '{}' listed twice", s.name);
@@ -82,8 +84,11 @@ FlatParams::FlatParams(const std::vector<ParamSpec>& specs, DType dtype, Device 
     offset += e.numel;
     entries_.push_back(std::move(e));
   }
-  values_ = Tensor::zeros({offset}, dtype, device);
-  grads_ = Tensor::zeros({offset}, dtype, device);
+  const int64_t padded = (offset + pad_multiple - 1) / pad_multiple * pad_multiple;
+  padded_values_ = Tensor::zeros({padded}, dtype, device);
+  padded_grads_ = Tensor::zeros({padded}, dtype, device);
+  values_ = padded_values_.view(0, {offset});
+  grads_ = padded_grads_.view(0, {offset});
 }
 
 bool FlatParams::has(const std::string& name) const {

@@ -9,6 +9,10 @@
 //
 // FlatParams owns two buffers of the same layout: values and gradients.
 // Gradients accumulate over microbatches; zero_grad() clears them per step.
+// With pad_multiple > 1 (ZeRO-1: the dp size) both buffers are allocated with
+// padded_numel() = numel() rounded up to that multiple, so they split into
+// equal blocks for reduce-scatter and all-gather; values()/grads() stay the
+// first numel() elements and the padding stays zero.
 #pragma once
 
 #include <cstdint>
@@ -99,8 +103,8 @@ class FlatParams {
  public:
   FlatParams() = default;
   // Lays out this rank's shard of each spec, in order, in two flat buffers.
-  FlatParams(const std::vector<ParamSpec>& specs, DType dtype, Device device = Device::cpu(),
-             const TpShard& shard = {});
+  FlatParams(const std::vector<ParamSpec>& specs, DType dtype, Device device = Device::cpu(), const TpShard& shard = {},
+             int64_t pad_multiple = 1);
 
   const std::vector<ParamEntry>& entries() const { return entries_; }
   const ParamEntry& entry(const std::string& name) const;
@@ -115,6 +119,10 @@ class FlatParams {
   const Tensor& values() const { return values_; }
   const Tensor& grads() const { return grads_; }
   int64_t numel() const { return values_.numel(); }
+  // The padded buffers (padded_numel()), whose first numel() elements are values()/grads().
+  Tensor& padded_values() { return padded_values_; }
+  Tensor& padded_grads() { return padded_grads_; }
+  int64_t padded_numel() const { return padded_values_.numel(); }
   DType dtype() const { return values_.dtype(); }
   const TpShard& shard() const { return shard_; }
 
@@ -127,7 +135,8 @@ class FlatParams {
  private:
   std::vector<ParamEntry> entries_;
   TpShard shard_;
-  Tensor values_, grads_;
+  Tensor padded_values_, padded_grads_;  // the storage
+  Tensor values_, grads_;                // views of their first numel() elements
 };
 
 }  // namespace lattice

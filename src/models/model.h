@@ -47,6 +47,15 @@ struct StageSpan {
 std::vector<ParamSpec> select_stage_params(const std::vector<ParamSpec>& all, const std::vector<StageSpan>& chunks,
                                            int n_layer);
 
+// Allocator bytes of one model chunk's activations at microbatch (B, T), from
+// the same tensor lists the model allocates (lattice plan predicts memory with it).
+struct ActivationBytes {
+  int64_t context = 0;    // one make_context(B, T): what one in-flight microbatch holds
+  int64_t workspace = 0;  // scratch shared by the chunk's contexts: allocated by its
+                          // first forward, kept for the model's lifetime
+  int64_t transient = 0;  // allocated and freed again inside one forward
+};
+
 // Activations saved by forward for backward; model-specific.
 class ModelContext {
  public:
@@ -59,6 +68,8 @@ class LanguageModel {
   virtual ~LanguageModel() = default;
   virtual std::string arch() const = 0;
   virtual std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const = 0;
+  // What make_context(B, T) and the chunk's workspace allocate, without allocating.
+  virtual ActivationBytes activation_bytes(int64_t B, int64_t T) const = 0;
   // input: token ids (B, T) i32 for a chunk with the embedding, otherwise the
   //   previous chunk's activation (B, T, C), which must stay alive until backward;
   // targets: (B, T) i32, read by the chunk with the head;

@@ -45,4 +45,10 @@ std::unique_ptr<LanguageModel> build_model(const ModelConfig& cfg, FlatParams& p
   unsupported(cfg);
 }
 
+ActivationBytes model_activation_bytes(const ModelConfig& cfg, const StageSpan& span, const TpShard& shard, DType dtype,
+                                       int64_t B, int64_t T) {
+  if (cfg.arch == ModelArch::gpt2) return gpt2::Gpt2::activation_bytes_of(to_gpt2(cfg), span, shard, dtype, B, T);
+  unsupported(cfg);
+}
+
 }  // namespace lattice

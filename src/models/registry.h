@@ -21,6 +21,10 @@ std::vector<ParamSpec> model_param_specs(const ModelConfig& cfg);
 // for the unsharded model).
 std::unique_ptr<LanguageModel> build_model(const ModelConfig& cfg, FlatParams& params, comm::Group& tp,
                                            StageSpan span = {});
+// The activation bytes of chunk `span` of that model, sharded as `shard`, at
+// microbatch (B, T) in `dtype`, without building it (lattice plan).
+ActivationBytes model_activation_bytes(const ModelConfig& cfg, const StageSpan& span, const TpShard& shard, DType dtype,
+                                       int64_t B, int64_t T);
 std::vector<std::string> registered_archs();
 
 }  // namespace lattice

@@ -1,5 +1,7 @@
 #include "optim/grad_clip.h"
 
+#include <algorithm>
+
 #include "core/ops.h"
 
 namespace lattice::optim {
@@ -13,6 +15,17 @@ GradSquares grad_squares_by_placement(const FlatParams& params) {
     (e.spec.placement == Placement::replicated ? g.replicated : g.sharded) += s;
   }
   return g;
+}
+
+double weighted_grad_squares(const FlatParams& params, int tp_size, int64_t begin, int64_t end) {
+  double sum = 0;
+  for (const ParamEntry& e : params.entries()) {
+    const int64_t lo = std::max(begin, e.offset), hi = std::min(end, e.offset + e.numel);
+    if (e.spec.tie_replica || lo >= hi) continue;
+    const double sq = ops::sum_squares(params.grads().view(lo, {hi - lo}));
+    sum += e.spec.placement == Placement::replicated ? sq / double(tp_size) : sq;
+  }
+  return sum;
 }
 
 float clip_factor(double norm, double max_norm) {

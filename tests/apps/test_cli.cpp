@@ -262,14 +262,36 @@ TEST_F(Cli, PipelineRunMatchesOneRankAndWritesItsTimeline) {
 }
 
 TEST_F(Cli, VerifyLayoutPassesFailsAndChecksTheWorld) {
-  CmdResult ok = run("verify-layout tiny.yaml train.steps=4 parallel.tp=2 runtime.threads=1", dir, 2);
+  CmdResult ok = run("verify-layout tiny.yaml train.steps=6 parallel.tp=2 runtime.threads=1", dir, 2);
   EXPECT_EQ(ok.status, 0) << ok.out;
   EXPECT_NE(ok.out.find("PASS"), std::string::npos) << ok.out;
-  EXPECT_NE(ok.out.find("    4 "), std::string::npos) << ok.out;  // a row per step
+  EXPECT_NE(ok.out.find("    6 "), std::string::npos) << ok.out;  // a row per step
   // A tolerance no fp32 run can meet: the same comparison must fail.
   CmdResult strict =
-      run("verify-layout tiny.yaml train.steps=4 parallel.tp=2 runtime.threads=1 --tolerance 1e-30", dir, 2);
+      run("verify-layout tiny.yaml train.steps=6 parallel.tp=2 runtime.threads=1 --tolerance 1e-30", dir, 2);
   EXPECT_EQ(strict.status, 1) << strict.out;
   EXPECT_NE(strict.out.find("FAIL"), std::string::npos) << strict.out;
   expect_one_line_error(run("verify-layout tiny.yaml parallel.tp=2", dir, 3), {"3 ranks", "tp (2)"});
+}
+
+// A rank killed in the middle of training (SIGKILL) ends the whole job
+// promptly with a non-zero exit; nothing is left waiting in a collective.
+TEST_F(Cli, KilledRankEndsTheJobPromptly) {
+  const std::string launch = std::string(LATTICE_MPIEXEC) +
+                             " -q --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -np 2 '" + bin() +
+                             "' train tiny.yaml train.steps=100000 log.dir=killed parallel.pp=2 runtime.threads=1";
+  const std::string script = "cd '" + dir + "' && (" + launch +
+                             " >/dev/null 2>&1 & mp=$!; "
+                             "for i in $(seq 100); do [ -s killed/metrics.jsonl ] && break; sleep 0.1; done; "
+                             "victim=$(pgrep -P $mp | tail -n 1); kill -9 $victim; t0=$(date +%s%N); "
+                             "wait $mp; rc=$?; t1=$(date +%s%N); echo \"rc=$rc ms=$(( (t1 - t0) / 1000000 ))\")";
+  CmdResult r;
+  FILE* q = popen(("bash -s <<'EOS'\n" + script + "\nEOS\n").c_str(), "r");
+  char buf[512];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, q)) > 0) r.out.append(buf, n);
+  pclose(q);
+  ASSERT_NE(r.out.find("rc="), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("rc=0 "), std::string::npos) << r.out;
+  EXPECT_LT(std::stod(r.out.substr(r.out.find("ms=") + 3)), 10000.0) << r.out;
 }

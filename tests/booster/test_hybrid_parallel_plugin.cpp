@@ -1,11 +1,13 @@
 // The single-rank plugin: gradient accumulation over microbatches computes the
 // same step as one large microbatch (the loss-normalisation rule and the
-// layout-invariant dropout keys), and the step's data depends only on (seed, step).
+// layout-invariant dropout keys), the step's data depends only on (seed, step),
+// and ZeRO-1 on one dp rank is the plain optimizer, bit for bit.
 #include "booster/hybrid_parallel_plugin.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "comm/self_communicator.h"
 #include "core/rng.h"
@@ -79,6 +81,21 @@ TEST(HybridParallelPlugin, RefusesWhatItCannotRunWithOneLine) {
     EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
   }
   for (const char* extra : {"log: { tensorboard: true }\n", "checkpoint: { every: 5 }\n",
-                            "runtime: { device: cuda }\n", "parallel: { zero: 1 }\n"})
+                            "runtime: { device: cuda }\n"})
     EXPECT_THROW(HybridParallelPlugin(config(glob, 4, extra), m), ConfigError) << extra;
+}
+
+TEST(HybridParallelPlugin, ZeroOnOneDpRankIsThePlainOptimizerBitForBit) {
+  std::string dir = test::make_temp_dir("plugin");
+  std::string glob = make_shards(dir);
+  auto m1 = one_rank(), m2 = one_rank();
+  HybridParallelPlugin plain(config(glob, 2), m1), zero(config(glob, 2, "parallel: { zero: 1 }\n"), m2);
+  for (int64_t step = 1; step <= 4; ++step) {
+    EXPECT_EQ(zero.execute_pipeline(step).loss_sum, plain.execute_pipeline(step).loss_sum) << "step " << step;
+    EXPECT_EQ(zero.optimizer_step(step, 1e-3).grad_norm, plain.optimizer_step(step, 1e-3).grad_norm);
+  }
+  const Tensor& a = plain.params().values();
+  const Tensor& b = zero.params().values();
+  ASSERT_EQ(a.numel(), b.numel());
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
 }

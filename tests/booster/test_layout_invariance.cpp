@@ -6,7 +6,9 @@
 // computes itself: the loss at every step within relative 1e-5, step 1 within
 // 1e-6, and every gradient tensor of step 1 within 1e-5 in relative L2 norm
 // against the reference's slice for this rank. The two replicas of the tied
-// embedding (first and last stage) stay bit-identical.
+// embedding (first and last stage) stay bit-identical. Every layout with
+// dp > 1 runs again with ZeRO-1 (parallel.zero = 1), whose step-1 gradients
+// are the dp shards gathered back together.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -43,6 +45,7 @@ struct LayoutCase {
   std::string schedule = "1f1b", layers = "uniform";
   int virtual_stages = 1;
   std::string recompute = "[]";
+  int zero = 0;
 };
 
 Config config(const std::string& glob, const LayoutCase& l) {
@@ -59,13 +62,23 @@ runtime: { seed: 42, threads: 1 }
                        "parallel.dp=" + std::to_string(l.dp), "parallel.schedule=" + l.schedule,
                        "parallel.layers_per_stage=" + l.layers,
                        "parallel.virtual_stages=" + std::to_string(l.virtual_stages),
-                       "parallel.recompute_layers_per_stage=" + l.recompute});
+                       "parallel.recompute_layers_per_stage=" + l.recompute,
+                       "parallel.zero=" + std::to_string(l.zero)});
 }
 
 struct Trace {
   std::vector<double> loss, norm;
   FlatParams grads_step1;  // a copy of the parameters' layout with step 1's gradients
 };
+
+// Under ZeRO-1 a dp rank holds the summed gradients of its shard only: the
+// shards of the padded buffer gathered over dp, as the (numel) gradients.
+Tensor gather_zero_grads(FlatParams& p, comm::Group& dp) {
+  const int64_t shard = p.padded_numel() / dp.size();
+  Tensor all = Tensor::empty({p.padded_numel()}, p.dtype());
+  dp.all_gather(all, p.padded_grads().view(dp.rank() * shard, {shard}))->wait();
+  return all.view(0, {p.numel()});
+}
 
 Trace train(const Config& cfg, mesh::ProcessGroupMesh& mesh) {
   HybridParallelPlugin plugin(cfg, mesh);
@@ -77,6 +90,7 @@ Trace train(const Config& cfg, mesh::ProcessGroupMesh& mesh) {
       for (const ParamEntry& e : plugin.params().entries()) specs.push_back(e.spec);
       t.grads_step1 = FlatParams(specs, DType::f32, Device::cpu(), plugin.params().shard());
       t.grads_step1.grads().copy_from(plugin.params().grads());
+      if (cfg.parallel.zero == 1) t.grads_step1.grads().copy_from(gather_zero_grads(plugin.params(), mesh.dp()));
     }
     UpdateStats u = plugin.optimizer_step(step, 0.003 * std::min(1.0, double(step) / 3));
     t.loss.push_back(s.loss_sum / double(s.valid_tokens));
@@ -110,7 +124,7 @@ double relative_l2(const FlatParams& got, const ParamEntry& e, const FlatParams&
 }  // namespace
 
 // Every layout of the world: all (tp, pp, dp) factorisations with 1F1B, plus
-// GPipe, interleaved and uneven splits where pp > 1.
+// GPipe, interleaved and uneven splits where pp > 1; each again with ZeRO-1 where dp > 1.
 std::vector<LayoutCase> layouts(int world) {
   std::vector<LayoutCase> out;
   for (int tp = 1; tp <= world; ++tp)
@@ -126,6 +140,13 @@ std::vector<LayoutCase> layouts(int world) {
       if (pp == 2) out.push_back({tp, pp, dp, "1f1b", "uniform", 1, "[2,4]"});
       if (pp == 4) out.push_back({tp, pp, dp, "1f1b", "[1,3,3,1]"});
     }
+  const size_t plain = out.size();
+  for (size_t i = 0; i < plain; ++i) {
+    if (out[i].dp == 1) continue;
+    LayoutCase z = out[i];
+    z.zero = 1;
+    out.push_back(z);
+  }
   return out;
 }
 
@@ -142,7 +163,7 @@ TEST(LayoutInvariance, EveryLayoutMatchesOneRank) {
   for (const LayoutCase& l : layouts(world_size)) {
     SCOPED_TRACE(testing::Message() << "tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp << " " << l.schedule
                                     << " layers " << l.layers << " virtual_stages " << l.virtual_stages
-                                    << " recompute " << l.recompute);
+                                    << " recompute " << l.recompute << " zero " << l.zero);
     auto m = mesh::ProcessGroupMesh::create(comm::Group(comm::make_world_communicator(60)), {l.tp, l.pp, l.dp});
     Trace got = train(config(glob, l), m);
     EXPECT_NEAR(got.loss[0], ref.loss[0], 1e-6 * ref.loss[0]);

@@ -28,3 +28,16 @@ TEST(GradClip, SplitsShardedFromReplicated) {
   EXPECT_DOUBLE_EQ(s.sharded, 5.0);
   EXPECT_DOUBLE_EQ(s.replicated, 9.0);
 }
+
+TEST(GradClip, WeightedSquaresCountReplicatedOnceAndSkipTieReplicas) {
+  ParamSpec w{.name = "w", .shape = {4}, .placement = Placement::column};
+  ParamSpec b{.name = "b", .shape = {2}};
+  ParamSpec t{.name = "t", .shape = {1}, .tie_group = "wte", .tie_replica = true};
+  FlatParams p({w, b, t}, DType::f64, Device::cpu(), {.rank = 0, .size = 2});  // w holds 2 elements here
+  double* g = p.grads().data<double>();
+  for (int i = 0; i < 5; ++i) g[i] = i + 1;  // w: 1 2, b: 3 4, t: 5
+  EXPECT_DOUBLE_EQ(optim::weighted_grad_squares(p, 2, 0, p.numel()), 1 + 4 + (9 + 16) / 2.0);
+  // A range cuts entries partially: elements [1, 3) are w's second and b's first.
+  EXPECT_DOUBLE_EQ(optim::weighted_grad_squares(p, 2, 1, 3), 4 + 9 / 2.0);
+  EXPECT_DOUBLE_EQ(optim::weighted_grad_squares(p, 2, 4, 5), 0.0);
+}

@@ -4,6 +4,9 @@
 // in reverse.
 #include "models/gpt2/gpt2.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "core/ops.h"
 #include "tp/cross_entropy.h"
 
@@ -24,6 +27,12 @@ ops::Dropout dropout_at(const StepCoords& c, float p, int layer, uint32_t site) 
   d.key.site = site;
   d.sample0 = c.sample0;
   return d;
+}
+
+void check_heads(const Gpt2Config& cfg, int tp) {
+  LATTICE_CHECK(cfg.d_model % cfg.n_head == 0, "gpt2: d_model {} is not divisible by n_head {}", cfg.d_model,
+                cfg.n_head);
+  LATTICE_CHECK(cfg.n_head % tp == 0, "gpt2: n_head {} is not divisible by tp {}", cfg.n_head, tp);
 }
 
 }  // namespace
@@ -65,13 +74,13 @@ struct Gpt2::Context final : ModelContext {
 Gpt2::Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp, StageSpan span)
     : cfg_(cfg), span_(span), tp_(tp), embed_(tp), qkv_({.bias = true}, tp), fc_({.bias = true}, tp), head_({.bias = false}, tp),
       attn_proj_({.bias = true}, tp), mlp_proj_({.bias = true}, tp) {
-  LATTICE_CHECK(cfg.d_model % cfg.n_head == 0, "gpt2: d_model {} is not divisible by n_head {}", cfg.d_model,
-                cfg.n_head);
-  LATTICE_CHECK(cfg.n_head % tp.size() == 0, "gpt2: n_head {} is not divisible by tp {}", cfg.n_head, tp.size());
+  check_heads(cfg, tp.size());
   LATTICE_CHECK(params.shard().size == tp.size() && params.shard().rank == tp.rank(),
                 "gpt2: parameters sharded for tp rank {} of {}, group '{}' is rank {} of {}", params.shard().rank,
                 params.shard().size, tp.name(), tp.rank(), tp.size());
   heads_l_ = cfg.n_head / tp.size();
+  shard_ = params.shard();
+  dims_ = dims_of(cfg, shard_);
   dtype_ = params.dtype();
   device_ = params.values().device();
   if (span_.end_layer < 0) span_.end_layer = cfg.n_layer;
@@ -100,58 +109,101 @@ Gpt2::Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp, StageSpan
 
 Gpt2::~Gpt2() = default;
 
-Gpt2::BlockActs Gpt2::make_block_acts(int64_t B, int64_t T, bool output_only) const {
-  const int64_t C = cfg_.d_model, NH = heads_l_, Cl = C / tp_.size(), Fl = 4 * Cl;
-  auto make = [&](Shape s) { return Tensor::empty(std::move(s), dtype_, device_); };
+Gpt2::Dims Gpt2::dims_of(const Gpt2Config& cfg, const TpShard& shard) {
+  Dims d;
+  d.C = cfg.d_model;
+  d.NH_l = cfg.n_head / shard.size;
+  d.C_l = d.C / shard.size;
+  d.F_l = 4 * d.C_l;
+  d.V_l = padded_vocab(cfg.vocab_size, shard) / shard.size;
+  return d;
+}
+
+Gpt2::BlockActs Gpt2::make_block_acts(const MakeTensor& make, const Dims& d, int64_t B, int64_t T, BlockPart part) {
   BlockActs a;
-  a.out = make({B, T, C});
-  if (output_only) return a;
-  a.ln1 = make({B, T, C}), a.ln1_mean = make({B, T}), a.ln1_rstd = make({B, T});
-  a.qkv = make({B, T, 3 * Cl}), a.att = make({B, NH, T, T}), a.atty = make({B, T, Cl});
-  a.res1 = make({B, T, C});
-  a.ln2 = make({B, T, C}), a.ln2_mean = make({B, T}), a.ln2_rstd = make({B, T});
-  a.fch = make({B, T, Fl}), a.fch_gelu = make({B, T, Fl});
+  if (part != BlockPart::scratch) a.out = make({B, T, d.C});
+  if (part == BlockPart::output) return a;
+  a.ln1 = make({B, T, d.C}), a.ln1_mean = make({B, T}), a.ln1_rstd = make({B, T});
+  a.qkv = make({B, T, 3 * d.C_l}), a.att = make({B, d.NH_l, T, T}), a.atty = make({B, T, d.C_l});
+  a.res1 = make({B, T, d.C});
+  a.ln2 = make({B, T, d.C}), a.ln2_mean = make({B, T}), a.ln2_rstd = make({B, T});
+  a.fch = make({B, T, d.F_l}), a.fch_gelu = make({B, T, d.F_l});
   return a;
+}
+
+void Gpt2::make_context_tensors(Context& ctx, const MakeTensor& make, const Dims& d, const Gpt2Config& cfg,
+                                const StageSpan& span, int64_t B, int64_t T) {
+  LATTICE_CHECK(T <= cfg.max_seq_len, "gpt2: sequence length {} exceeds max_seq_len {}", T, cfg.max_seq_len);
+  ctx.B = B;
+  ctx.T = T;
+  if (span.embedding) ctx.emb = make({B, T, d.C});  // otherwise the previous chunk's activation
+  for (int i = span.first_layer; i < span.end_layer; ++i)
+    ctx.blocks.push_back(
+        make_block_acts(make, d, B, T, i - span.first_layer < span.recompute ? BlockPart::output : BlockPart::all));
+  if (span.head) {
+    ctx.lnf = make({B, T, d.C}), ctx.lnf_mean = make({B, T}), ctx.lnf_rstd = make({B, T});
+    ctx.logits = make({B, T, d.V_l});
+    ctx.losses = make({B, T}), ctx.lse = make({B, T});
+  }
+}
+
+void Gpt2::make_workspace_tensors(Workspace& ws, const MakeTensor& make, const Dims& d, const StageSpan& span,
+                                  int64_t B, int64_t T) {
+  ws.B = B, ws.T = T;
+  ws.c1 = make({B, T, d.C}), ws.c2 = make({B, T, d.C}), ws.c3 = make({B, T, d.C});
+  ws.f1 = make({B, T, d.F_l}), ws.f2 = make({B, T, d.F_l});
+  ws.qkv_grad = make({B, T, 3 * d.C_l}), ws.att_grad = make({B, d.NH_l, T, T});
+  ws.dbuf[0] = make({B, T, d.C}), ws.dbuf[1] = make({B, T, d.C});
+  ws.acts.reset();
+  if (span.recompute > 0) ws.acts = std::make_unique<BlockActs>(make_block_acts(make, d, B, T, BlockPart::scratch));
 }
 
 Gpt2::BlockActs& Gpt2::acts_for(Context& ctx, size_t i) {
   if (int(i) >= span_.recompute) return ctx.blocks[i];
-  Workspace& w = *ctx.ws;
-  if (!w.acts) w.acts = std::make_unique<BlockActs>(make_block_acts(ctx.B, ctx.T, false));
-  w.acts->out = ctx.blocks[i].out;  // the one tensor a recomputed block keeps
-  return *w.acts;
+  BlockActs& scratch = *ctx.ws->acts;
+  scratch.out = ctx.blocks[i].out;  // the one tensor a recomputed block keeps
+  return scratch;
 }
 
 Gpt2::Workspace& Gpt2::workspace(int64_t B, int64_t T) {
   if (ws_.B == B && ws_.T == T) return ws_;
-  const int64_t C = cfg_.d_model, NH = heads_l_, Cl = C / tp_.size(), Fl = 4 * Cl;
-  const DType dt = dtype_;
-  auto make = [&](Shape s) { return Tensor::empty(std::move(s), dt, device_); };
-  ws_.B = B, ws_.T = T;
-  ws_.acts.reset();
-  ws_.c1 = make({B, T, C}), ws_.c2 = make({B, T, C}), ws_.c3 = make({B, T, C});
-  ws_.f1 = make({B, T, Fl}), ws_.f2 = make({B, T, Fl});
-  ws_.qkv_grad = make({B, T, 3 * Cl}), ws_.att_grad = make({B, NH, T, T});
-  ws_.dbuf[0] = make({B, T, C}), ws_.dbuf[1] = make({B, T, C});
+  const MakeTensor alloc = [this](Shape s) { return Tensor::empty(std::move(s), dtype_, device_); };
+  make_workspace_tensors(ws_, alloc, dims_, span_, B, T);
   return ws_;
 }
 
 std::unique_ptr<ModelContext> Gpt2::make_context(int64_t B, int64_t T) const {
-  LATTICE_CHECK(T <= cfg_.max_seq_len, "gpt2: sequence length {} exceeds max_seq_len {}", T, cfg_.max_seq_len);
-  const int64_t C = cfg_.d_model;
-  auto make = [&](Shape s) { return Tensor::empty(std::move(s), dtype_, device_); };
   auto ctx = std::make_unique<Context>();
-  ctx->B = B;
-  ctx->T = T;
-  if (span_.embedding) ctx->emb = make({B, T, C});
-  for (int i = span_.first_layer; i < span_.end_layer; ++i)
-    ctx->blocks.push_back(make_block_acts(B, T, i - span_.first_layer < span_.recompute));
-  if (span_.head) {
-    ctx->lnf = make({B, T, C}), ctx->lnf_mean = make({B, T}), ctx->lnf_rstd = make({B, T});
-    ctx->logits = make({B, T, lm_head_.w.dim(0)});
-    ctx->losses = make({B, T}), ctx->lse = make({B, T});
-  }
+  const MakeTensor alloc = [this](Shape s) { return Tensor::empty(std::move(s), dtype_, device_); };
+  make_context_tensors(*ctx, alloc, dims_, cfg_, span_, B, T);
   return ctx;
+}
+
+ActivationBytes Gpt2::activation_bytes_of(const Gpt2Config& cfg, StageSpan span, const TpShard& shard, DType dtype,
+                                          int64_t B, int64_t T) {
+  check_heads(cfg, shard.size);
+  if (span.end_layer < 0) span.end_layer = cfg.n_layer;
+  const Dims d = dims_of(cfg, shard);
+  int64_t counted = 0;
+  // The allocator takes at least one byte per tensor (core/allocator.cpp).
+  MakeTensor count = [&](Shape s) {
+    counted += std::max<int64_t>(1, shape_numel(s) * int64_t(dtype_size(dtype)));
+    return Tensor();
+  };
+  ActivationBytes out;
+  Context ctx;
+  make_context_tensors(ctx, count, d, cfg, span, B, T);
+  out.context = std::exchange(counted, 0);
+  Workspace ws;
+  make_workspace_tensors(ws, count, d, span, B, T);
+  out.workspace = std::exchange(counted, 0);
+  // The loss's row max and [sum exp; target logit] (tp/cross_entropy.cpp), per head forward.
+  if (span.head) out.transient = 3 * B * T * int64_t(dtype_size(dtype));
+  return out;
+}
+
+ActivationBytes Gpt2::activation_bytes(int64_t B, int64_t T) const {
+  return activation_bytes_of(cfg_, span_, shard_, dtype_, B, T);
 }
 
 void Gpt2::block_forward(BlockActs& a, const Tensor& x, LayerView& p, Context& ctx, int layer) {

@@ -16,6 +16,7 @@
 // this rank's share (NH_l = NH / tp, F_l = F / tp, V_l = padded V / tp).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,11 @@ class Gpt2 final : public LanguageModel {
 
   std::string arch() const override { return "gpt2"; }
   std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const override;
+  ActivationBytes activation_bytes(int64_t B, int64_t T) const override;
+  // The same for chunk `span` of a model sharded as `shard`, without building it
+  // (lattice plan). Throws the constructor's and make_context's one-line errors.
+  static ActivationBytes activation_bytes_of(const Gpt2Config& cfg, StageSpan span, const TpShard& shard, DType dtype,
+                                             int64_t B, int64_t T);
   double forward(ModelContext& ctx, const Tensor& input, const Tensor& targets, const StepCoords& coords,
                  Tensor* output = nullptr) override;
   void backward(ModelContext& ctx, float dloss, const Tensor* doutput = nullptr, Tensor* dinput = nullptr) override;
@@ -72,10 +78,25 @@ class Gpt2 final : public LanguageModel {
     Tensor c1, c2, c3, f1, f2, qkv_grad, att_grad, dbuf[2];
     std::unique_ptr<BlockActs> acts;  // scratch activations of recomputed blocks
   };
+  // This rank's sizes that every activation shape is made of.
+  struct Dims {
+    int64_t C = 0, NH_l = 0, C_l = 0, F_l = 0, V_l = 0;
+  };
+  // Which tensors of a block: all; only `out` (a recomputed block in a
+  // context); all but `out` (the workspace scratch, which borrows the context's).
+  enum class BlockPart { all, output, scratch };
+  // Makes one tensor of a shape: allocates it, or only counts its bytes, so
+  // allocation and byte count (activation_bytes) read the same tensor lists below.
+  using MakeTensor = std::function<Tensor(Shape)>;
+  static Dims dims_of(const Gpt2Config& cfg, const TpShard& shard);
+  static BlockActs make_block_acts(const MakeTensor& make, const Dims& d, int64_t B, int64_t T, BlockPart part);
+  static void make_context_tensors(Context& ctx, const MakeTensor& make, const Dims& d, const Gpt2Config& cfg,
+                                   const StageSpan& span, int64_t B, int64_t T);
+  static void make_workspace_tensors(Workspace& ws, const MakeTensor& make, const Dims& d, const StageSpan& span,
+                                     int64_t B, int64_t T);
   // The activations block i of this chunk computes into: its own in the
   // context, or the workspace scratch (with the context's `out`) when recomputed.
   BlockActs& acts_for(Context& ctx, size_t i);
-  BlockActs make_block_acts(int64_t B, int64_t T, bool output_only) const;
   Workspace& workspace(int64_t B, int64_t T);
 
   int head_offset() const { return int(heads_l_) * tp_.rank(); }
@@ -90,6 +111,8 @@ class Gpt2 final : public LanguageModel {
   StageSpan span_;
   comm::Group& tp_;
   Workspace ws_;
+  TpShard shard_;  // how params is sharded
+  Dims dims_;
   int64_t heads_l_ = 0, vocab_start_ = 0;  // this rank's heads; its first (padded) vocabulary row
   DType dtype_ = DType::f32;
   Device device_;
