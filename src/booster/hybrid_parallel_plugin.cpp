@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "booster/plan.h"
 #include "core/allocator.h"
 #include "models/registry.h"
 #include "optim/grad_clip.h"
@@ -45,32 +46,6 @@ void refuse_unsupported(const Config& cfg, const Layout& layout) {
     refuse("checkpoint.resume", "resuming from '" + cfg.checkpoint.resume + "'");
 }
 
-pipeline::StageConfig stage_config(const Config& cfg, const Layout& layout) {
-  pipeline::StageConfig s;
-  s.n_layer = cfg.model.n_layer;
-  s.pp = layout.pp;
-  s.virtual_stages = cfg.parallel.virtual_stages;
-  s.interleaved = cfg.parallel.schedule == PipeSchedule::interleaved;
-  s.microbatches = layout.microbatches;
-  const LayersPerStage& l = cfg.parallel.layers_per_stage;
-  s.split = l.split == LayerSplit::list       ? pipeline::StageSplit::list
-            : l.split == LayerSplit::balanced ? pipeline::StageSplit::balanced
-                                              : pipeline::StageSplit::uniform;
-  s.layers_per_stage = l.counts;
-  s.cost = {cfg.model.d_model, cfg.model.vocab_size, cfg.train.seq_len};
-  return s;
-}
-
-pipeline::Plan make_plan(const Config& cfg, const Layout& layout, int stage) {
-  switch (cfg.parallel.schedule) {
-    case PipeSchedule::gpipe: return pipeline::plan_gpipe(layout.pp, stage, layout.microbatches);
-    case PipeSchedule::one_f_one_b: return pipeline::plan_1f1b(layout.pp, stage, layout.microbatches);
-    case PipeSchedule::interleaved:
-      return pipeline::plan_interleaved_1f1b(layout.pp, stage, layout.microbatches, cfg.parallel.virtual_stages);
-  }
-  LATTICE_FAIL("parallel.schedule: unknown schedule");
-}
-
 constexpr int64_t kTracedSteps = 3;  // a timeline of the first steps is what a user reads
 
 double all_reduce_scalar(comm::Group& g, double v, comm::ReduceOp op) {
@@ -90,17 +65,12 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
                 layout_.dp);
   refuse_unsupported(cfg, layout_);
   const int stage = mesh.this_coord().pp;
-  stages_ = std::make_unique<pipeline::PipelineStageManager>(pipeline::make_stage_layout(stage_config(cfg, layout_)),
-                                                             stage, mesh.pp().world_ranks());
+  stages_ = std::make_unique<pipeline::PipelineStageManager>(
+      pipeline::make_stage_layout(stage_config_of(cfg, layout_)), stage, mesh.pp().world_ranks());
   p2p_ = std::make_unique<pipeline::P2P>(mesh.pp(), *stages_, cfg.runtime.comm_timeout_s);
-  train_plan_ = make_plan(cfg, layout_, stage);
+  train_plan_ = train_plan_of(cfg, layout_, stage);
   eval_plan_ = pipeline::plan_forward_only(layout_.pp, stage, layout_.microbatches, stages_->virtual_stages());
-  for (int v = 0; v < stages_->virtual_stages(); ++v) {
-    const pipeline::LayerRange& r = stages_->layers(v);
-    const std::vector<int>& recompute = cfg.parallel.recompute_layers_per_stage;
-    spans_.push_back(StageSpan{r.begin, r.end, stages_->is_first_chunk(v), stages_->is_last_chunk(v),
-                               recompute.empty() ? 0 : std::min(recompute[size_t(stage)], r.size())});
-  }
+  spans_ = stage_spans(cfg, stages_->layout(), stage);
   comm::Group& tp = mesh.tp();
   TpShard shard{.rank = tp.rank(), .size = tp.size(), .vocab_multiple = cfg.model.vocab_multiple};
   const int64_t pad = cfg.parallel.zero == 1 ? layout_.dp : 1;  // ZeRO-1 splits the buffers into dp equal shards
