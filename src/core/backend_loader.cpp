@@ -1,27 +1,13 @@
 // Loads liblattice_cuda.so on first use (see core/backend.h).
-#include <dlfcn.h>
-#include <unistd.h>
-
-#include <climits>
-#include <cstdlib>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/plugin_library.h"
 
 namespace lattice {
 
 namespace {
-
-std::string exe_dir() {
-  char buf[PATH_MAX] = {};
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return ".";
-  std::string p(buf, size_t(n));
-  return p.substr(0, p.find_last_of('/'));
-}
 
 struct Loaded {
   CudaBackend* backend = nullptr;
@@ -29,32 +15,12 @@ struct Loaded {
 };
 
 Loaded load() {
-  Loaded out;
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("LATTICE_CUDA_LIB")) candidates.push_back(env);
-  candidates.push_back(exe_dir() + "/../lib/liblattice_cuda.so");
-  candidates.push_back("liblattice_cuda.so");
-  std::string errors;
-  for (const std::string& path : candidates) {
-    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      errors += fmt::format("{}{}", errors.empty() ? "" : "; ", dlerror());
-      continue;
-    }
-    using Create = CudaBackend* (*)();
-    auto create = reinterpret_cast<Create>(dlsym(h, "lattice_cuda_backend_create"));
-    if (!create) {
-      errors += fmt::format("; {}: no symbol lattice_cuda_backend_create", path);
-      continue;
-    }
-    out.backend = create();
-    return out;
-  }
-  out.error = fmt::format(
-      "the CUDA backend library could not be loaded ({}); build with LATTICE_CUDA=ON on a machine with the "
-      "CUDA toolkit, or use runtime.device: cpu",
-      errors);
-  return out;
+  using Create = CudaBackend* (*)();
+  LoadedSymbol l = load_library_symbol("liblattice_cuda.so", "LATTICE_CUDA_LIB", "lattice_cuda_backend_create");
+  if (l.symbol) return {reinterpret_cast<Create>(l.symbol)(), ""};
+  return {nullptr, fmt::format("the CUDA backend library could not be loaded ({}); build with LATTICE_CUDA=ON on a "
+                               "machine with the CUDA toolkit, or use runtime.device: cpu",
+                               l.errors)};
 }
 
 const Loaded& loaded() {

@@ -11,37 +11,16 @@
 #include <string>
 #include <vector>
 
+#include "cli_runner.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct CmdResult {
-  int status = -1;
-  std::string out;  // stdout and stderr together
-};
-
-std::string bin() {
-  const char* b = std::getenv("LATTICE_BIN");
-  return b ? b : "lattice";
-}
-
+using lattice::test::CmdResult;
 CmdResult run(const std::string& args, const std::string& cwd, int ranks = 0) {
-  // ranks > 0: under mpirun; -q keeps Open MPI's own abort banner out of the output.
-  std::string launcher = ranks > 0 ? std::string(LATTICE_MPIEXEC) +
-                                         " -q --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -np " +
-                                         std::to_string(ranks) + " "
-                                   : "";
-  std::string cmd = "cd '" + cwd + "' && " + launcher + "'" + bin() + "' " + args + " 2>&1";
-  CmdResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return lattice::test::run_lattice(args, cwd, ranks);
 }
 
 int lines(const std::string& s) {

@@ -1,5 +1,5 @@
-// Helpers for the checkpoint tests: the one-line message of the Error a call
-// throws, EXPECT_HAS, and raw file I/O for crafting and damaging files.
+// Helpers for the checkpoint tests: raw file I/O for crafting and damaging
+// files (error_text and EXPECT_HAS come from support/error_text.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,22 +10,9 @@
 #include <string>
 
 #include "core/error.h"
+#include "support/error_text.h"
 
 namespace lattice::test {
-
-// The message of the lattice::Error that `f` throws; a test failure if none
-// is thrown or if the message is not one line.
-template <typename F>
-std::string error_text(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.message().find('\n'), std::string::npos) << "not one line: " << e.message();
-    return e.message();
-  }
-  ADD_FAILURE() << "expected a lattice::Error";
-  return "";
-}
 
 inline std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -45,5 +32,3 @@ inline std::string le64(uint64_t v) {
 
 }  // namespace lattice::test
 
-#define EXPECT_HAS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "missing \"" << (part) << "\" in: " << (text)

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "data/loader.h"
-#include "error_text.h"
+#include "support/error_text.h"
 #include "support/test_support.h"
 
 using namespace lattice;

@@ -8,7 +8,7 @@
 #include "data/gpt2_tokenizer.h"
 #include "data/prepare.h"
 #include "data/shard.h"
-#include "error_text.h"
+#include "support/error_text.h"
 #include "support/test_support.h"
 
 using namespace lattice;

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "data/shard.h"
-#include "error_text.h"
+#include "support/error_text.h"
 #include "support/test_support.h"
 
 using namespace lattice;

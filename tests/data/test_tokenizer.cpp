@@ -3,7 +3,7 @@
 #include <random>
 
 #include "data/tokenizer.h"
-#include "error_text.h"
+#include "support/error_text.h"
 #include "support/test_support.h"
 
 using namespace lattice;

@@ -1,4 +1,4 @@
-// Error-message helpers for the data tests: error_text(f) is the message of
+// Error-message helpers for tests: error_text(f) is the message of
 // the lattice::Error that `f` throws (a test failure if none, or if the
 // message is not one line); EXPECT_HAS(text, part) checks a substring.
 #pragma once

@@ -1,0 +1,41 @@
+// Running the lattice binary from a test: LATTICE_BIN (set by CTest) in a
+// given directory, optionally under mpirun with N ranks; stdout and stderr
+// come back together with the exit status.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace lattice::test {
+
+struct CmdResult {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+inline std::string lattice_bin() {
+  const char* b = std::getenv("LATTICE_BIN");
+  return b ? b : "lattice";
+}
+
+inline CmdResult run_lattice(const std::string& args, const std::string& cwd, int ranks = 0) {
+  // ranks > 0: under mpirun; -q keeps Open MPI's own abort banner out of the output.
+  std::string launcher = ranks > 0 ? std::string(LATTICE_MPIEXEC) +
+                                         " -q --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -np " +
+                                         std::to_string(ranks) + " "
+                                   : "";
+  std::string cmd = "cd '" + cwd + "' && " + launcher + "'" + lattice_bin() + "' " + args + " 2>&1";
+  CmdResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+}  // namespace lattice::test
