@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <cstring>
 
 #include "comm/self_communicator.h"
 #include "core/rng.h"
@@ -98,4 +100,20 @@ TEST(HybridParallelPlugin, ZeroOnOneDpRankIsThePlainOptimizerBitForBit) {
   const Tensor& b = zero.params().values();
   ASSERT_EQ(a.numel(), b.numel());
   EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+}
+
+TEST(HybridParallelPlugin, NonFiniteGradientsSkipTheUpdate) {
+  std::string dir = test::make_temp_dir("plugin");
+  std::string glob = make_shards(dir);
+  auto m = one_rank();
+  HybridParallelPlugin p(config(glob, 4), m);
+  p.execute_pipeline(1);
+  Tensor before = p.params().values().clone();
+  p.params().grads().data<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+  UpdateStats u = p.optimizer_step(1, 1e-3);
+  EXPECT_TRUE(u.skipped);
+  EXPECT_FALSE(std::isfinite(u.grad_norm));
+  EXPECT_EQ(std::memcmp(before.raw(), p.params().values().raw(), before.nbytes()), 0);
+  p.execute_pipeline(2);  // the next step trains normally
+  EXPECT_FALSE(p.optimizer_step(2, 1e-3).skipped);
 }
