@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
+#include "core/allocator.h"
 #include "core/threads.h"
 #include "mesh/process_group_mesh.h"
 
@@ -71,6 +72,17 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   }
   Booster booster(cfg, std::move(plugin), print_line);
   TrainSummary s = booster.train(metrics_path);
+  if (mpi.world_size() > 1) {  // metrics carry the largest rank's peak; here each rank's (per stage)
+    Tensor mine = Tensor::from<double>({double(memory_stats(Device::cpu()).peak_bytes)}, {1});
+    Tensor all = Tensor::zeros({mpi.world_size()}, DType::f64);
+    mesh.world().all_gather(all, mine)->wait();
+    std::string line = "peak memory per rank (MiB):";
+    for (int r = 0; r < mpi.world_size(); ++r) {
+      mesh::Coord c = mesh.coord(r);
+      line += fmt::format(" {}[tp{} pp{} dp{}] {:.1f}", r, c.tp, c.pp, c.dp, all.data<double>()[r] / 1048576.0);
+    }
+    if (logger) print_line(line);
+  }
   if (cfg.log.trace) {  // every rank writes its own timeline
     std::filesystem::create_directories(cfg.log.dir + "/trace");
     std::string path = fmt::format("{}/trace/rank_{:05d}.json", cfg.log.dir, mpi.world_rank());
