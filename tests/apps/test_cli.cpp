@@ -258,13 +258,15 @@ TEST_F(Cli, VerifyLayoutPassesFailsAndChecksTheWorld) {
 // A rank killed in the middle of training (SIGKILL) ends the whole job
 // promptly with a non-zero exit; nothing is left waiting in a collective.
 TEST_F(Cli, KilledRankEndsTheJobPromptly) {
-  const std::string launch = std::string(LATTICE_MPIEXEC) +
+  // `timeout` bounds the job even if the kill below found no rank to kill.
+  const std::string launch = "timeout 120 " + std::string(LATTICE_MPIEXEC) +
                              " -q --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -np 2 '" + bin() +
                              "' train tiny.yaml train.steps=100000 log.dir=killed parallel.pp=2 runtime.threads=1";
   const std::string script = "cd '" + dir + "' && (" + launch +
                              " >/dev/null 2>&1 & mp=$!; "
-                             "for i in $(seq 100); do [ -s killed/metrics.jsonl ] && break; sleep 0.1; done; "
-                             "victim=$(pgrep -P $mp | tail -n 1); kill -9 $victim; t0=$(date +%s%N); "
+                             "for i in $(seq 300); do [ -s killed/metrics.jsonl ] && break; sleep 0.1; done; "
+                             "launcher=$(pgrep -P $mp | head -n 1); victim=$(pgrep -P $launcher | tail -n 1); "
+                             "kill -9 $victim; t0=$(date +%s%N); "
                              "wait $mp; rc=$?; t1=$(date +%s%N); echo \"rc=$rc ms=$(( (t1 - t0) / 1000000 ))\")";
   CmdResult r;
   FILE* q = popen(("bash -s <<'EOS'\n" + script + "\nEOS\n").c_str(), "r");
