@@ -32,10 +32,15 @@ function(add_mpi_test name np)
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} lattice_test_support GTest::gtest)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  lattice_mpirun_test(${name} ${np} "${T_LABELS}")
+endfunction()
+
+# Registers binary NAME as CTest test NAME_np<NP> run through mpirun.
+function(lattice_mpirun_test name np labels)
   add_test(NAME ${name}_np${np}
     COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe --bind-to none
             -x OMP_NUM_THREADS=1 $<TARGET_FILE:${name}>)
-  set_tests_properties(${name}_np${np} PROPERTIES LABELS "${T_LABELS}" TIMEOUT 600
+  set_tests_properties(${name}_np${np} PROPERTIES LABELS "${labels}" TIMEOUT 600
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;LATTICE_SHARED_DIR=${LATTICE_SHARED_DIR};LATTICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
 endfunction()
 
@@ -49,12 +54,7 @@ function(lattice_add_mpi_test name)
   endif()
   add_mpi_test(${name} ${first_np} SOURCES ${T_SOURCES} LIBS lattice_mpi_test_main ${T_LIBS} ${labels})
   get_test_property(${name}_np${first_np} LABELS test_labels)
-  get_test_property(${name}_np${first_np} ENVIRONMENT test_env)
   foreach(np IN LISTS T_NPS)
-    add_test(NAME ${name}_np${np}
-      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe --bind-to none
-              -x OMP_NUM_THREADS=1 $<TARGET_FILE:${name}>)
-    set_tests_properties(${name}_np${np} PROPERTIES LABELS "${test_labels}" TIMEOUT 600
-      ENVIRONMENT "${test_env}")
+    lattice_mpirun_test(${name} ${np} "${test_labels}")
   endforeach()
 endfunction()

@@ -6,17 +6,6 @@
 
 namespace lattice::optim {
 
-double grad_sum_squares(const FlatParams& params) { return ops::sum_squares(params.grads()); }
-
-GradSquares grad_squares_by_placement(const FlatParams& params) {
-  GradSquares g;
-  for (const ParamEntry& e : params.entries()) {
-    double s = ops::sum_squares(params.grad(e));
-    (e.spec.placement == Placement::replicated ? g.replicated : g.sharded) += s;
-  }
-  return g;
-}
-
 double weighted_grad_squares(const FlatParams& params, int tp_size, int64_t begin, int64_t end) {
   double sum = 0;
   for (const ParamEntry& e : params.entries()) {

@@ -1,25 +1,12 @@
 // Global gradient norm and clipping.
 //
-// The norm counts each logical parameter once. On one rank the flat buffer
-// holds each logical parameter exactly once (a tied head is the same entry as
-// the embedding), so the sum runs over the whole gradient buffer; parallel
-// plugins add the partial sums over their groups, skipping tie replicas.
+// The norm counts each logical parameter once: weighted_grad_squares gives a
+// rank's share, and the plugin sums the shares over its groups.
 #pragma once
 
 #include "core/param.h"
 
 namespace lattice::optim {
-
-// Sum of squared gradients over the whole flat buffer (one rank's view).
-double grad_sum_squares(const FlatParams& params);
-
-// The same split by placement: under tp, sharded entries hold different
-// pieces on each rank (sum them over the tp group), replicated entries hold
-// the same values everywhere (count them once).
-struct GradSquares {
-  double sharded = 0, replicated = 0;
-};
-GradSquares grad_squares_by_placement(const FlatParams& params);
 
 // Sum of squared gradients over the flat elements [begin, end) of this rank's
 // buffers, weighted so that each logical element counts once over the tp

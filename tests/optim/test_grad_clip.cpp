@@ -11,22 +11,11 @@ TEST(GradClip, NormOverAllEntriesAndFactor) {
   FlatParams p({a, b}, DType::f32);
   float* g = p.grads().data<float>();
   g[0] = 3, g[1] = 0, g[2] = 4;
-  double norm = std::sqrt(optim::grad_sum_squares(p));
+  double norm = std::sqrt(optim::weighted_grad_squares(p, 1, 0, p.numel()));
   EXPECT_DOUBLE_EQ(norm, 5.0);
   EXPECT_FLOAT_EQ(optim::clip_factor(norm, 1.0), float(1.0 / (5.0 + 1e-6)));
   EXPECT_FLOAT_EQ(optim::clip_factor(norm, 10.0), 1.0f);
   EXPECT_FLOAT_EQ(optim::clip_factor(norm, 0.0), 1.0f);
-}
-
-TEST(GradClip, SplitsShardedFromReplicated) {
-  ParamSpec w{.name = "w", .shape = {2}, .placement = Placement::column};
-  ParamSpec b{.name = "b", .shape = {1}};
-  FlatParams p({w, b}, DType::f64);
-  double* g = p.grads().data<double>();
-  g[0] = 1, g[1] = 2, g[2] = 3;
-  optim::GradSquares s = optim::grad_squares_by_placement(p);
-  EXPECT_DOUBLE_EQ(s.sharded, 5.0);
-  EXPECT_DOUBLE_EQ(s.replicated, 9.0);
 }
 
 TEST(GradClip, WeightedSquaresCountReplicatedOnceAndSkipTieReplicas) {
