@@ -69,6 +69,7 @@ TrainSummary Booster::train(const std::string& metrics_path) {
     r.skipped = skipped;
     r.bubble = s.bubble;
     r.bubble_theory = s.bubble_theory;
+    r.grad_sync_ms = plugin_->max_over_ranks(s.grad_sync_s) * 1e3;
     sum.steps_done = step;
     sum.final_loss = r.loss;
     if (metrics && (step % cfg_.log.every == 0 || step == 1 || step == last)) {

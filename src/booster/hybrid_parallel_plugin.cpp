@@ -1,5 +1,6 @@
 #include "booster/hybrid_parallel_plugin.h"
 
+#include <chrono>
 #include <cmath>
 
 #include "booster/plan.h"
@@ -80,6 +81,12 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
   for (const StageSpan& span : spans_) chunks_.push_back(build_model(cfg.model, params_, tp, span));
   const int64_t T = cfg.train.seq_len, B = cfg.train.micro_batch;
   contexts_ = std::make_unique<ContextPool>([this, B, T](int v) { return chunks_[size_t(v)]->make_context(B, T); });
+  if (cfg.parallel.zero == 0 && layout_.dp > 1 && cfg.parallel.dp_bucket_mb > 0) {
+    buckets_ = std::make_unique<GradBuckets>(params_, mesh.dp(), cfg.parallel.dp_bucket_mb);
+    last_backward_mb_.assign(spans_.size(), -1);
+    for (const pipeline::Action& a : train_plan_)
+      if (a.kind == pipeline::ActionKind::backward) last_backward_mb_[size_t(a.chunk)] = a.microbatch;
+  }
   if (cfg.parallel.zero == 1) {
     auto zero = std::make_unique<optim::ZeroOptimizer>(optimizer_options(cfg.optimizer), params_, mesh.dp());
     zero_ = zero.get();
@@ -134,8 +141,11 @@ double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoor
   };
   cb.backward = [&](int v, int mb, const Tensor& dout, Tensor& din) {
     const StageSpan& span = spans_[size_t(v)];
-    chunks_[size_t(v)]->backward(contexts_->get(v, mb), dloss, span.head ? nullptr : &dout,
-                                 span.embedding ? nullptr : &din);
+    LanguageModel& chunk = *chunks_[size_t(v)];
+    // The chunk's last microbatch finishes its gradients layer by layer: start their buckets.
+    if (buckets_ && mb == last_backward_mb_[size_t(v)]) chunk.on_grads_ready = [this](int l) { buckets_->layer_ready(l); };
+    chunk.backward(contexts_->get(v, mb), dloss, span.head ? nullptr : &dout, span.embedding ? nullptr : &din);
+    chunk.on_grads_ready = nullptr;
     contexts_->give_back(v, mb);
   };
   const bool trace = cfg_.log.trace && base.train && base.step <= kTracedSteps;
@@ -158,18 +168,29 @@ StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
   s.tokens = int64_t(cfg_.train.global_batch) * T;
   const float dloss = s.valid_tokens > 0 ? float(1.0 / double(s.valid_tokens)) : 0.0f;
   params_.zero_grad();
+  if (buckets_) buckets_->begin_step();
   pipeline::RunStats run;
   double loss = run_plan(train_plan_, StepCoords{cfg_.runtime.seed, step, 0, true}, first, dloss, &run);
+  const auto sync_start = std::chrono::steady_clock::now();
   // Tied parameters: the replicas' gradients summed over the tie group, before dp.
   for (const ParamEntry& e : params_.entries()) {
     if (e.spec.tie_group.empty() || mesh_.tie().size() == 1) continue;
     Tensor g = params_.grad(e);
     mesh_.tie().all_reduce(g)->wait();
   }
-  if (zero_)
+  if (zero_) {
     zero_->reduce_scatter_grads(params_);  // each dp rank gets the sum of its own shard
-  else if (mesh_.dp().size() > 1)
+  } else if (buckets_) {
+    for (const ParamEntry& e : params_.entries()) {  // the tied entries, which no bucket holds
+      if (e.spec.tie_group.empty()) continue;
+      Tensor g = params_.grad(e);
+      mesh_.dp().all_reduce(g)->wait();
+    }
+    buckets_->finish();
+  } else if (mesh_.dp().size() > 1) {
     mesh_.dp().all_reduce(params_.grads())->wait();
+  }
+  s.grad_sync_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
   s.loss_sum = sum_over(mesh_.dp(), sum_over(mesh_.pp(), loss));  // only the last stage has a loss
   if (layout_.pp > 1) {
     s.bubble = max_over_ranks(run.wait_s / std::max(1e-12, run.wait_s + run.compute_s));

@@ -10,7 +10,9 @@
 // batch (every stage reads it: the first for token ids, the last for labels);
 // the global valid-token count is fixed before backward; after the schedule
 // the tied embedding's gradient is summed over its tie group (first and last
-// stage), then all gradients over dp. The gradient norm counts sharded
+// stage), then all gradients over dp; with parallel.dp_bucket_mb the dp
+// all-reduce of the untied gradients starts in buckets during the last
+// microbatch's backward (booster/grad_buckets.h). The gradient norm counts sharded
 // parameters over tp, every stage's parameters once, and a tied parameter once.
 // With parallel.zero = 1 the dp all-reduce becomes a reduce-scatter, each dp
 // rank updates only its shard of the flat buffer (optim/zero.h) and the values
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "booster/context_pool.h"
+#include "booster/grad_buckets.h"
 #include "booster/plugin.h"
 #include "config/config.h"
 #include "core/param.h"
@@ -51,6 +54,7 @@ class HybridParallelPlugin final : public Plugin {
 
   FlatParams& params() { return params_; }
   const pipeline::PipelineStageManager& stages() const { return *stages_; }
+  const GradBuckets* grad_buckets() const { return buckets_.get(); }  // null: no bucketed dp all-reduce
 
  private:
   // Runs `plan` over the microbatches of inputs_/targets_; returns the loss sum of this rank.
@@ -68,6 +72,9 @@ class HybridParallelPlugin final : public Plugin {
   FlatParams params_;
   std::vector<std::unique_ptr<LanguageModel>> chunks_;
   std::unique_ptr<ContextPool> contexts_;
+  // parallel.dp_bucket_mb > 0 with dp > 1 and no ZeRO: the overlapped dp all-reduce
+  std::unique_ptr<GradBuckets> buckets_;
+  std::vector<int> last_backward_mb_;  // per chunk: the microbatch of its last backward in train_plan_
   std::unique_ptr<optim::Optimizer> optimizer_;
   // optimizer_ itself when parallel.zero = 1, else null
   optim::ZeroOptimizer* zero_ = nullptr;

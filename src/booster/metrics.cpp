@@ -31,9 +31,10 @@ std::string MetricsWriter::train_json(const TrainRecord& r) {
                                    : "";
   return fmt::format(
       "{{\"step\": {}, \"loss\": {}, \"lr\": {}, \"grad_norm\": {}, \"tokens\": {}, \"tokens_per_s\": {}, "
-      "\"step_ms\": {}, \"mfu\": {}, \"peak_mem_bytes\": {}, \"skipped\": {}{}}}",
+      "\"step_ms\": {}, \"mfu\": {}, \"peak_mem_bytes\": {}, \"skipped\": {}, \"grad_sync_ms\": {}{}}}",
       r.step, num(r.loss), num(r.lr), num(r.grad_norm), r.tokens, num(r.tokens_per_s, "{:.6g}"),
-      num(r.step_ms, "{:.6g}"), num(r.mfu, "{:.6g}"), r.peak_mem_bytes, r.skipped, pipe);
+      num(r.step_ms, "{:.6g}"), num(r.mfu, "{:.6g}"), r.peak_mem_bytes, r.skipped, num(r.grad_sync_ms, "{:.4g}"),
+      pipe);
 }
 
 std::string MetricsWriter::eval_json(int64_t step, double val_loss) {

@@ -3,7 +3,8 @@
 // One JSON object per logged training step (ARCHITECTURE.md §5): step
 // (updates completed, from 1), loss (mean over the step's valid tokens, %.9g
 // so it round-trips), lr, grad_norm (before clipping), tokens, tokens_per_s,
-// step_ms, mfu (fraction of peak), peak_mem_bytes, skipped. Evaluation lines
+// step_ms, mfu (fraction of peak), peak_mem_bytes, skipped, grad_sync_ms
+// (exposed tie + dp gradient communication), bubble and bubble_theory (pp > 1). Evaluation lines
 // carry step and val_loss and no loss. Lines are flushed as written, so a
 // killed job keeps every line it logged.
 #pragma once
@@ -22,6 +23,7 @@ struct TrainRecord {
   int64_t peak_mem_bytes = 0;
   int64_t skipped = 0;
   double bubble = -1, bubble_theory = -1;  // pipeline runs only (written when >= 0)
+  double grad_sync_ms = 0;  // exposed gradient synchronisation (tie + dp) after the schedule, slowest rank
 };
 
 class MetricsWriter {

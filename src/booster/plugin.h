@@ -23,6 +23,10 @@ struct StepStats {
   // Pipeline runs only (< 0 otherwise): the largest idle fraction of a stage
   // (time blocked in P2P over time in the schedule) and the schedule's theory.
   double bubble = -1, bubble_theory = -1;
+  // Seconds this rank spent after its schedule finished until its gradients
+  // were summed over the tie and dp groups: the exposed (not overlapped) part
+  // of gradient synchronisation.
+  double grad_sync_s = 0;
 };
 
 struct UpdateStats {

@@ -139,6 +139,10 @@ struct ParallelConfig {
   int virtual_stages = 1;
   LayersPerStage layers_per_stage;
   int zero = 0;  // ZeRO stage: 0 or 1
+  // Gradient all-reduce over dp in buckets of about this many MiB, each started
+  // as soon as the last microbatch's backward has produced it; 0 = one
+  // all-reduce of the whole gradient buffer after backward (no overlap).
+  double dp_bucket_mb = 25.0;
   // Activation recomputation: stage s recomputes the first [s] blocks of each
   // of its chunks in backward instead of keeping their activations; [] = none.
   std::vector<int> recompute_layers_per_stage;

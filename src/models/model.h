@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,6 +86,13 @@ class LanguageModel {
   // attention term 12 L C T (score and value matmuls, forward and backward, no
   // causal discount).
   virtual double flops_per_token(int64_t T) const = 0;
+
+  // When set, backward() calls it once per layer it holds, as soon as that
+  // layer's parameter gradients are final for the call: the head (layer
+  // n_layer) first, then the blocks from last to first, then the embedding
+  // (kEmbeddingLayer). The plugin sets it for a chunk's last microbatch to
+  // start the dp all-reduce of finished buckets (booster/grad_buckets.h).
+  std::function<void(int layer)> on_grads_ready;
 };
 
 inline constexpr int kIgnoreIndex = -1;

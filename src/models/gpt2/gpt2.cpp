@@ -312,6 +312,7 @@ void Gpt2::backward(ModelContext& base, float dloss, const Tensor* doutput, Tens
   const Tensor& last = layers_.empty() ? ctx.emb : ctx.blocks.back().out;
   if (span_.head) {
     head_backward(ctx, last, dloss, *dout);
+    if (on_grads_ready) on_grads_ready(cfg_.n_layer);
   } else {
     LATTICE_CHECK(doutput != nullptr, "gpt2: a chunk without the head needs the output gradient");
     dout->copy_from(*doutput);
@@ -322,6 +323,7 @@ void Gpt2::backward(ModelContext& base, float dloss, const Tensor* doutput, Tens
     BlockActs& a = acts_for(ctx, size_t(i));
     if (i < span_.recompute) block_forward(a, x, layers_[size_t(i)], ctx, layer);  // same coords, same masks
     block_backward(*dx, *dout, a, x, layers_[size_t(i)], ctx, layer);
+    if (on_grads_ready) on_grads_ready(layer - 1);  // the block's ParamSpec layer (dropout keys count from 1)
     std::swap(dout, dx);
   }
   // *dout is now the gradient of the chunk's input.
@@ -334,6 +336,7 @@ void Gpt2::backward(ModelContext& base, float dloss, const Tensor* doutput, Tens
   embed_.backward(wte_.g, *dx, ctx.inputs);
   Tensor dpos = wpe_.g.view(0, {T, C});
   for (int64_t b = 0; b < B; ++b) ops::add_inplace(dpos, dx->view(b * T * C, {T, C}));
+  if (on_grads_ready) on_grads_ready(kEmbeddingLayer);
 }
 
 double Gpt2::flops_per_token(int64_t T) const {

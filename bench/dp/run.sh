@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# bench/dp/run.sh: data parallelism on one CPU machine, in one invocation (issue 5).
+#
+# One config (GPT-2 shape, 6 layers, d 384, vocab 8192: 14.1M parameters, 56 MB of fp32
+# gradients), one global batch of 8 sequences of 128 tokens per step:
+#   single_t2      1 rank x 2 threads, micro_batch 8             (the baseline)
+#   dp2_bucket4    2 ranks x 1 thread, dp 2, micro_batch 4, parallel.dp_bucket_mb=4
+#   dp2_bucket25   the same with the default 25 MiB buckets
+#   dp2_nobucket   the same with dp_bucket_mb=0: one all-reduce after backward (no overlap)
+# Each run trains STEPS steps; the table has medians over steps > SKIP of tokens_per_s,
+# step_ms and grad_sync_ms (metrics.jsonl: the slowest rank's time from the end of its
+# schedule until its gradients were summed over dp — the exposed, not overlapped, part).
+#
+# Usage: bench/dp/run.sh [--out DIR]
+# Environment: LATTICE (binary, default build/bin/lattice), STEPS (12), SKIP (3),
+#   OPENBLAS_CORETYPE (passed through when set).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+lattice="${LATTICE:-$repo/build/bin/lattice}"
+steps="${STEPS:-12}"
+skip="${SKIP:-3}"
+out=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --out) out="$2"; shift 2 ;;
+    -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ -x "$lattice" ]] || { echo "run.sh: no lattice binary at $lattice (set LATTICE=...)" >&2; exit 2; }
+(( skip < steps )) || { echo "run.sh: SKIP ($skip) must be below STEPS ($steps)" >&2; exit 2; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+work="${out:-$(mktemp -d /tmp/lattice-dp.XXXXXX)}"
+mkdir -p "$work/bin" "$work/runs" "$work/logs"
+cp "$lattice" "$work/bin/lattice"  # a rebuild during the bench cannot mix two binaries
+lattice="$work/bin/lattice"
+
+mapfile -t inputs < <(find /usr/share/common-licenses -maxdepth 1 -type f | sort)
+"$lattice" data prepare --input "${inputs[@]}" --tokenizer bytes --out "$work/data/lic" > "$work/logs/prepare.log"
+cat > "$work/dp.yaml" <<EOF2
+model: { arch: gpt2, n_layer: 6, n_head: 6, d_model: 384, vocab_size: 8192, max_seq_len: 128, dropout: 0.0 }
+train: { steps: $steps, global_batch: 8, micro_batch: 8, seq_len: 128 }
+optimizer: { name: adamw, lr: 1.0e-3, schedule: { warmup_steps: 2 } }
+data: { train: "$work/data/lic_train_*.bin", tokenizer: bytes }
+log: { every: 1 }
+runtime: { seed: 1337 }
+EOF2
+
+echo "# Lattice dp bench ($(date -u '+%Y-%m-%d %H:%M UTC'))"
+echo "machine: $(lscpu | sed -n 's/^Model name:[[:space:]]*//p'), $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "lattice: $("$lattice" --version 2>/dev/null | head -1); repo HEAD $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}; $steps steps, medians over steps > $skip; config:"
+sed 's/^/    /' "$work/dp.yaml"
+
+run() {  # run NAME RANKS THREADS OVERRIDES...
+  local name="$1" ranks="$2" threads="$3"
+  shift 3
+  local -a x=(-x OMP_NUM_THREADS=1)
+  [[ -n "${OPENBLAS_CORETYPE:-}" ]] && x+=(-x OPENBLAS_CORETYPE)
+  local rc=0
+  if (( ranks == 1 )); then
+    OMP_NUM_THREADS="$threads" "$lattice" train "$work/dp.yaml" runtime.threads="$threads" \
+        log.dir="$work/runs/$name" "$@" > "$work/logs/$name.log" 2>&1 || rc=$?
+  else
+    mpirun -q -np "$ranks" --oversubscribe --bind-to none "${x[@]}" "$lattice" train "$work/dp.yaml" \
+        runtime.threads="$threads" log.dir="$work/runs/$name" "$@" > "$work/logs/$name.log" 2>&1 || rc=$?
+  fi
+  (( rc == 0 )) || { echo "$name failed (rc $rc):"; tail -5 "$work/logs/$name.log"; exit 1; }
+}
+
+run single_t2 1 2
+run dp2_bucket4 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=4
+run dp2_bucket25 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=25
+run dp2_nobucket 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=0
+
+python3 - "$work/runs" "$skip" <<'EOF2'
+import json, statistics, sys
+runs, skip = sys.argv[1], int(sys.argv[2])
+def med(name, key):
+    rows = [json.loads(l) for l in open(f"{runs}/{name}/metrics.jsonl") if l.strip()]
+    return statistics.median(r[key] for r in rows if "tokens_per_s" in r and r["step"] > skip)
+base = med("single_t2", "tokens_per_s")
+print("\n| run | ranks x threads | dp_bucket_mb | tokens/s | step ms | exposed grad sync ms | vs single_t2 |")
+print("|---|---|---|---|---|---|---|")
+for name, rt, bucket in [("single_t2", "1 x 2", "-"), ("dp2_bucket4", "2 x 1", "4"),
+                         ("dp2_bucket25", "2 x 1", "25"), ("dp2_nobucket", "2 x 1", "0")]:
+    tps = med(name, "tokens_per_s")
+    print(f"| {name} | {rt} | {bucket} | {tps:.0f} | {med(name, 'step_ms'):.0f} | "
+          f"{med(name, 'grad_sync_ms'):.1f} | {tps / base:.2f}x |")
+EOF2
+echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
