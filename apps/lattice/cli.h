@@ -21,6 +21,8 @@ int plan(const Args& args);  // lattice plan CONFIG [--world N] [key=value ...]:
 // lattice verify-layout CONFIG [key=value ...] [--tolerance X]: the configured
 // layout against the single-rank run, under mpirun (same error handling as train).
 int verify_layout(int* argc, char*** argv, const Args& args);
+// lattice convert --to-hf CKPT_STEP_DIR OUT_DIR | --from-hf HF_DIR OUT_CHECKPOINT_DIR (GPT-2)
+int convert(const Args& args);
 // Runs `body` inside an MpiRuntime: an exception becomes one line and, on a
 // multi-rank job, the end of the whole job (rank 0 reports first).
 int run_with_mpi(int* argc, char*** argv, const std::function<int(const comm::MpiRuntime&)>& body);

@@ -8,6 +8,7 @@
 #include "booster/booster.h"
 #include "booster/hybrid_parallel_plugin.h"
 #include "booster/run_dir.h"
+#include "booster/stop_signal.h"
 #include "cli.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
@@ -60,18 +61,27 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   // The plugin opens and checks the data before the run directory is written.
   auto plugin = std::make_unique<HybridParallelPlugin>(cfg, mesh);
   std::string rank_map = mesh::format_rank_map(mesh, "cpu");  // collective
+  std::vector<std::string> notes;
+  const std::optional<std::string> resume = resolve_resume(cfg, mesh.world(), &notes);  // collective
+  TrainerState resumed;
+  if (resume) resumed = plugin->load_checkpoint(*resume);
   std::string metrics_path;
   if (logger) {
     RunInfo info{.world_size = mpi.world_size(), .tp = layout.tp, .pp = layout.pp, .dp = layout.dp,
                  .threads = num_threads()};
-    RunDir run = prepare_run_dir(cfg, info);
+    RunDir run = prepare_run_dir(cfg, info, resume ? resumed.step : -1);
     metrics_path = run.metrics_path;
     print_line(fmt::format("lattice train {} | {} | {} rank(s) x {} thread(s) | run dir {}", cfg.source,
                            plugin->describe(), mpi.world_size(), info.threads, run.dir));
     if (mpi.world_size() > 1) std::fputs(rank_map.c_str(), stdout);
+    for (const std::string& n : notes) print_line("checkpoint: " + n);
+    if (resume)
+      print_line(fmt::format("resuming from {} (step {}; written with tp={} pp={} dp={})", *resume, resumed.step,
+                             resumed.layout.tp, resumed.layout.pp, resumed.layout.dp));
   }
+  install_stop_signal_handlers();  // SIGUSR1 / SIGTERM: checkpoint after the current step, exit 0
   Booster booster(cfg, std::move(plugin), print_line);
-  TrainSummary s = booster.train(metrics_path);
+  TrainSummary s = booster.train(metrics_path, resumed);
   if (mpi.world_size() > 1) {  // metrics carry the largest rank's peak; here each rank's (per stage)
     Tensor mine = Tensor::from<double>({double(memory_stats(Device::cpu()).peak_bytes)}, {1});
     Tensor all = Tensor::zeros({mpi.world_size()}, DType::f64);
@@ -90,8 +100,12 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
     if (logger) print_line(fmt::format("timeline of the first steps: {}/trace/rank_*.json (open in ui.perfetto.dev)",
                                        cfg.log.dir));
   }
-  if (logger)
-    print_line(fmt::format("done: {} steps, final loss {:.6f}{}", s.steps_done, s.final_loss,
+  if (logger && s.steps_done == resumed.step && resume)
+    print_line(fmt::format("nothing to do: the checkpoint is at step {}, the run ends at step {}", resumed.step,
+                           cfg.train.stop_at_step > 0 ? cfg.train.stop_at_step : cfg.train.steps));
+  else if (logger)
+    print_line(fmt::format("{}: step {}, final loss {:.6f}{}", s.stopped ? "stopped" : "done", s.steps_done,
+                           s.final_loss,
                            s.last_val_loss >= 0 ? fmt::format(", val_loss {:.6f}", s.last_val_loss) : ""));
   return 0;
 }

@@ -1,4 +1,4 @@
-// lattice: train, plan, verify-layout, data. Prints one line per error and exits non-zero.
+// lattice: train, plan, verify-layout, data, convert. Prints one line per error and exits non-zero.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
     if (cmd == "data") return cli::data(rest);
     if (cmd == "plan") return cli::plan(rest);
     if (cmd == "verify-layout") return cli::verify_layout(&argc, &argv, rest);
-    fmt::print(stderr, "lattice: unknown command '{}' (expected train, plan, verify-layout or data; see lattice --help)\n", cmd);
+    if (cmd == "convert") return cli::convert(rest);
+    fmt::print(stderr, "lattice: unknown command '{}' (expected train, plan, verify-layout, data or convert; see lattice --help)\n", cmd);
     return 2;
   } catch (const ConfigError& e) {
     fmt::print(stderr, "lattice: error: {}\n", e.message());

@@ -19,6 +19,11 @@ std::string usage() {
   lattice data prepare --input FILE... --tokenizer gpt2|bytes [--vocab-dir DIR]
                        --out PREFIX [--val-tokens N] [--shard-tokens N]
       Tokenize text files (one document each) into llm.c-format token shards.
+  lattice convert --to-hf CKPT_STEP_DIR OUT_DIR
+  lattice convert --from-hf HF_DIR OUT_CHECKPOINT_DIR
+      GPT-2 to / from Hugging Face: --to-hf writes config.json and
+      model.safetensors that GPT2LMHeadModel.from_pretrained loads; --from-hf
+      writes a model-only checkpoint OUT_CHECKPOINT_DIR/step_0000000.
   lattice --version
 
 Configs: configs/*.yaml; every key is documented in docs/config.md.

@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "booster/peak_flops.h"
+#include "booster/stop_signal.h"
+#include "checkpoint/atomic_dir.h"
 #include "core/timer.h"
 #include "optim/lr_schedule.h"
 
@@ -33,21 +35,31 @@ bool Booster::eval_due(int64_t step, int64_t last) const {
   return step % cfg_.train.eval_every == 0 || step == last;
 }
 
-TrainSummary Booster::train(const std::string& metrics_path) {
+std::string Booster::checkpoint(int64_t step, int64_t skipped) {
+  const std::string dir = cfg_.checkpoint.dir + "/" + checkpoint::step_dir_name(step);
+  Timer timer;
+  plugin_->save_checkpoint(dir, step, skipped);
+  if (logger_) print_(fmt::format("checkpoint {} written in {:.1f} s", dir, timer.seconds()));
+  return dir;
+}
+
+TrainSummary Booster::train(const std::string& metrics_path, const TrainerState& resumed) {
   // Every rank runs the loop; only the logging rank (a non-empty path) writes and prints.
   std::unique_ptr<MetricsWriter> metrics;
-  if (!metrics_path.empty()) metrics = std::make_unique<MetricsWriter>(metrics_path);
+  logger_ = !metrics_path.empty();
+  if (logger_) metrics = std::make_unique<MetricsWriter>(metrics_path);
   const optim::LrSchedule schedule = lr_schedule(cfg_);
   const int64_t last = cfg_.train.stop_at_step > 0 ? cfg_.train.stop_at_step : cfg_.train.steps;
   double peak = cfg_.runtime.peak_flops;
-  if (peak <= 0) {
+  if (peak <= 0 && resumed.step < last) {
     peak = measure_sgemm_flops();
     if (metrics) print_(fmt::format("peak: {:.1f} GFLOP/s per rank measured (sgemm 1024^3); mfu is relative to it", peak / 1e9));
   }
   TrainSummary sum;
-  int64_t skipped = 0;
+  sum.steps_done = resumed.step;
+  int64_t skipped = resumed.skipped_steps;
   double elapsed = 0;
-  for (int64_t step = 1; step <= last; ++step) {
+  for (int64_t step = resumed.step + 1; step <= last; ++step) {
     Timer timer;
     const double lr = optim::learning_rate(schedule, step);
     StepStats s = plugin_->execute_pipeline(step);
@@ -74,7 +86,7 @@ TrainSummary Booster::train(const std::string& metrics_path) {
     sum.final_loss = r.loss;
     if (metrics && (step % cfg_.log.every == 0 || step == 1 || step == last)) {
       metrics->log_train(r);
-      print_(progress_line(r, last, elapsed / double(step) * double(last - step)));
+      print_(progress_line(r, last, elapsed / double(step - resumed.step) * double(last - step)));
     }
     if (eval_due(step, last)) {
       double val = plugin_->evaluate(cfg_.train.eval_steps);  // collective
@@ -83,6 +95,18 @@ TrainSummary Booster::train(const std::string& metrics_path) {
         print_(fmt::format("step {}/{} | val_loss {:.6f}", step, last, val));
       }
       sum.last_val_loss = val;
+    }
+    // Every rank must agree to stop: a signal may reach the ranks at different steps.
+    const bool stop = plugin_->max_over_ranks(stop_requested() ? 1.0 : 0.0) > 0;
+    const int every = cfg_.checkpoint.every;
+    if (stop || step == last || (every > 0 && step % every == 0)) sum.last_checkpoint = checkpoint(step, skipped);
+    if (stop) {
+      if (logger_)
+        print_(fmt::format("stopping after step {} on a stop request (SIGUSR1 or SIGTERM); start the same command "
+                           "again to resume (checkpoint.resume: auto)",
+                           step));
+      sum.stopped = true;
+      break;
     }
   }
   return sum;

@@ -42,9 +42,6 @@ void refuse_unsupported(const Config& cfg, const Layout& layout) {
   };
   if (cfg.runtime.device != DeviceType::cpu) refuse("runtime.device", "training on cuda");
   if (cfg.log.tensorboard) refuse("log.tensorboard", "TensorBoard output");
-  if (cfg.checkpoint.every != 0) refuse("checkpoint.every", "checkpointing");
-  if (cfg.checkpoint.resume != "auto" && cfg.checkpoint.resume != "never")
-    refuse("checkpoint.resume", "resuming from '" + cfg.checkpoint.resume + "'");
 }
 
 constexpr int64_t kTracedSteps = 3;  // a timeline of the first steps is what a user reads
@@ -245,6 +242,36 @@ int64_t HybridParallelPlugin::peak_mem_bytes() {
 
 void HybridParallelPlugin::write_trace(const std::string& path) const {
   pipeline::write_chrome_trace(path, trace_, mesh_.this_rank());
+}
+
+void HybridParallelPlugin::save_checkpoint(const std::string& step_dir, int64_t step, int64_t skipped) {
+  TrainerState st;
+  st.step = step;
+  st.optimizer_updates = updates_;
+  st.skipped_steps = skipped;
+  st.consumed_samples = step * cfg_.train.global_batch;
+  st.consumed_tokens = st.consumed_samples * cfg_.train.seq_len;
+  st.seed = cfg_.runtime.seed;
+  st.config = to_yaml(cfg_);
+  st.layout = layout_;
+  st.schedule = std::string(enum_name(cfg_.parallel.schedule));
+  st.virtual_stages = cfg_.parallel.virtual_stages;
+  st.zero = cfg_.parallel.zero;
+  st.vocab_size = cfg_.model.vocab_size;
+  st.padded_vocab_size = padded_vocab(cfg_.model.vocab_size, params_.shard());
+  st.optimizer = std::string(enum_name(cfg_.optimizer.name));
+  st.arch = std::string(enum_name(cfg_.model.arch));
+  RankState rs{params_, *optimizer_, zero_, mesh_};
+  lattice::save_checkpoint(step_dir, rs, st, cfg_.checkpoint.keep_last);
+}
+
+TrainerState HybridParallelPlugin::load_checkpoint(const std::string& step_dir) {
+  TrainerState st = read_trainer_state(step_dir);
+  check_resume_config(cfg_, st, step_dir);
+  RankState rs{params_, *optimizer_, zero_, mesh_};
+  lattice::load_checkpoint(step_dir, rs);
+  updates_ = st.optimizer_updates;
+  return st;
 }
 
 double HybridParallelPlugin::max_over_ranks(double v) { return all_reduce_scalar(mesh_.world(), v, comm::ReduceOp::max); }

@@ -51,6 +51,8 @@ class HybridParallelPlugin final : public Plugin {
   int64_t peak_mem_bytes() override;
   double max_over_ranks(double v) override;
   void write_trace(const std::string& path) const override;
+  void save_checkpoint(const std::string& step_dir, int64_t step, int64_t skipped) override;
+  TrainerState load_checkpoint(const std::string& step_dir) override;
 
   FlatParams& params() { return params_; }
   const pipeline::PipelineStageManager& stages() const { return *stages_; }

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <string>
 
+#include "booster/checkpointing.h"
+
 namespace lattice {
 
 struct StepStats {
@@ -52,6 +54,12 @@ class Plugin {
   // Collective over the job (every rank calls them, in the same order):
   virtual int64_t peak_mem_bytes() = 0;         // allocator peak, largest rank
   virtual double max_over_ranks(double v) = 0;  // e.g. the slowest rank's step time
+  // Collective: writes the checkpoint of the state after `step` updates
+  // (`skipped` of them skipped) to `step_dir` (docs/checkpoint-format.md).
+  virtual void save_checkpoint(const std::string& step_dir, int64_t step, int64_t skipped) = 0;
+  // Checks that the config may continue the checkpoint's run, loads its state
+  // into this rank's shards and returns its trainer state. Not collective.
+  virtual TrainerState load_checkpoint(const std::string& step_dir) = 0;
   // With log.trace: writes this rank's timeline of the traced steps (Chrome
   // trace JSON) to `path`. Not collective.
   virtual void write_trace(const std::string& path) const = 0;

@@ -55,14 +55,36 @@ std::string run_info_json(const Config& cfg, const RunInfo& info) {
   return j.dump(2) + "\n";
 }
 
-RunDir prepare_run_dir(const Config& cfg, const RunInfo& info) {
+namespace {
+
+// Keeps the metrics lines of steps <= `step` (a run that died after its last
+// checkpoint logged steps that the resumed run logs again), via a temporary
+// file renamed over the original, so a crash here loses nothing.
+void truncate_metrics(const std::string& path, int64_t step) {
+  std::ifstream in(path, std::ios::binary);
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;
+    if (j["step"].get<int64_t>() <= step) kept += line + "\n";
+  }
+  in.close();
+  write_file(path + ".tmp", kept);
+  fs::rename(path + ".tmp", path);
+}
+
+}  // namespace
+
+RunDir prepare_run_dir(const Config& cfg, const RunInfo& info, int64_t resume_step) {
   RunDir r;
   r.dir = cfg.log.dir;
   r.config_path = r.dir + "/config.yaml";
   r.run_info_path = r.dir + "/run_info.json";
   r.metrics_path = r.dir + "/metrics.jsonl";
   std::error_code ec;
-  if (fs::exists(r.metrics_path, ec) && fs::file_size(r.metrics_path, ec) > 0)
+  if (resume_step >= 0 && fs::exists(r.metrics_path, ec)) {
+    truncate_metrics(r.metrics_path, resume_step);
+  } else if (fs::exists(r.metrics_path, ec) && fs::file_size(r.metrics_path, ec) > 0)
     config_fail(cfg, "log.dir",
                 fmt::format("'{}' already holds metrics.jsonl from an earlier run; pick a new directory "
                             "(log.dir=...) or move that one away",

@@ -4,6 +4,7 @@
 // unless the run resumes, so no earlier run is overwritten.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "config/config.h"
@@ -20,7 +21,10 @@ struct RunInfo {
 };
 
 // Creates log.dir (and parents) and writes config.yaml and run_info.json.
-RunDir prepare_run_dir(const Config& cfg, const RunInfo& info);
+// resume_step >= 0: the run resumes from that step's checkpoint; metrics.jsonl
+// keeps its lines up to that step (later ones are logged again). Otherwise an
+// existing metrics.jsonl is refused.
+RunDir prepare_run_dir(const Config& cfg, const RunInfo& info, int64_t resume_step = -1);
 // The provenance JSON (version, git commit, build flags, BLAS and MPI versions, layout).
 std::string run_info_json(const Config& cfg, const RunInfo& info);
 

@@ -270,6 +270,13 @@ void fill_derived(Config& cfg);
 // Every leaf key path, in the order to_yaml writes them.
 std::vector<std::string> config_key_paths();
 
+// The first key path (in to_yaml order) whose value differs, with both values
+// as YAML text; nullopt when the settings are equal.
+struct ConfigDifference {
+  std::string key, a, b;
+};
+std::optional<ConfigDifference> first_difference(const Config& a, const Config& b);
+
 // Layout of a job of `world_size` ranks: dp and microbatches derived and checked:
 //   tp * pp * dp == world_size, global_batch == micro_batch * microbatches * dp.
 struct Layout {

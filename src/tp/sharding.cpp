@@ -15,11 +15,15 @@ void copy_elem(char* dst, int64_t di, const char* src, int64_t si, size_t es) {
 }  // namespace
 
 Tensor master_weight(const FlatParams& params, const ParamEntry& e, comm::Group& tp) {
-  const TpShard& shard = params.shard();
+  return gather_logical(e, params.value(e), params.shard(), tp);
+}
+
+Tensor gather_logical(const ParamEntry& e, const Tensor& local, const TpShard& shard, comm::Group& tp) {
   LATTICE_CHECK(tp.size() == shard.size && tp.rank() == shard.rank,
-                "tp::master_weight: parameters sharded as rank {} of {}, but the group '{}' is rank {} of {}",
+                "tp::gather_logical: parameters sharded as rank {} of {}, but the group '{}' is rank {} of {}",
                 shard.rank, shard.size, tp.name(), tp.rank(), tp.size());
-  Tensor local = params.value(e);
+  LATTICE_CHECK(local.numel() == e.numel, "tp::gather_logical: '{}' has {} local elements, got a view of {}",
+                e.spec.name, e.numel, local.numel());
   const bool padded =
       e.spec.placement == Placement::vocab && shape_numel(e.local_shape) * shard.size != shape_numel(e.spec.shape);
   if (e.spec.placement == Placement::replicated || (shard.size == 1 && !padded))

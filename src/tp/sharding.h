@@ -20,6 +20,10 @@ namespace lattice::tp {
 // replicated entries are copied without communication.
 Tensor master_weight(const FlatParams& params, const ParamEntry& e, comm::Group& tp);
 
+// The same for any buffer laid out like the parameters (optimizer state):
+// `local` is entry e's view (local_shape) of that buffer on this tp rank.
+Tensor gather_logical(const ParamEntry& e, const Tensor& local, const TpShard& shard, comm::Group& tp);
+
 // This rank's shard (local_shape(spec, shard), CPU, the dtype of `logical`)
 // of a logical tensor. `logical` has spec.shape, or, when source_transposed
 // (a 2-D weight stored (C, OC) as HF Conv1D does), the transposed shape; it is

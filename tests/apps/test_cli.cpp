@@ -144,9 +144,16 @@ TEST_F(Cli, TrainsAndWritesTheRunDirectory) {
   EXPECT_FALSE(eval[0].contains("loss"));
   EXPECT_LT(eval[1]["val_loss"].get<double>(), eval[0]["val_loss"].get<double>() + 0.5);
 
-  // The same run directory again is refused, and nothing in it is touched.
+  // The run ended with a checkpoint of step 40; the same command again resumes
+  // it and finds nothing left to do, and with resume: never the run directory
+  // is refused. Nothing in it is touched either way.
+  EXPECT_TRUE(fs::exists(run_dir + "/checkpoints/step_0000040/manifest.json"));
   auto size = fs::file_size(run_dir + "/metrics.jsonl");
-  expect_one_line_error(run("train tiny.yaml", dir), {"log.dir", "metrics.jsonl"});
+  CmdResult again = run("train tiny.yaml", dir);
+  EXPECT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(again.out.find("nothing to do"), std::string::npos) << again.out;
+  EXPECT_EQ(fs::file_size(run_dir + "/metrics.jsonl"), size);
+  expect_one_line_error(run("train tiny.yaml checkpoint.resume=never", dir), {"log.dir", "metrics.jsonl"});
   EXPECT_EQ(fs::file_size(run_dir + "/metrics.jsonl"), size);
 }
 
@@ -277,4 +284,25 @@ TEST_F(Cli, KilledRankEndsTheJobPromptly) {
   ASSERT_NE(r.out.find("rc="), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("rc=0 "), std::string::npos) << r.out;
   EXPECT_LT(std::stod(r.out.substr(r.out.find("ms=") + 3)), 10000.0) << r.out;
+}
+
+// lattice convert: bad arguments and a missing directory are one line and a
+// non-zero exit; the golden HF GPT-2 converts in and out with one line each.
+TEST_F(Cli, ConvertBadArgumentsAreOneLineAndGoodOnesConvert) {
+  expect_one_line_error(run("convert", dir), {"--to-hf", "--from-hf"});
+  expect_one_line_error(run("convert --sideways a b", dir), {"--sideways"});
+  expect_one_line_error(run("convert --from-hf only_one", dir), {"two directories", "1 argument"});
+  expect_one_line_error(run("convert --from-hf nope ckpt", dir), {"nope"});
+  expect_one_line_error(run("convert --to-hf nope hf", dir), {"nope"});
+  const char* src = std::getenv("LATTICE_SOURCE_DIR");
+  ASSERT_NE(src, nullptr);
+  CmdResult in = run("convert --from-hf '" + std::string(src) + "/tests/checkpoint/data/hf_gpt2_tiny' ckpt", dir);
+  EXPECT_EQ(in.status, 0) << in.out;
+  EXPECT_EQ(lines(in.out), 1) << in.out;
+  EXPECT_NE(in.out.find("ckpt/step_0000000"), std::string::npos) << in.out;
+  CmdResult out = run("convert --to-hf ckpt/step_0000000 hf", dir);
+  EXPECT_EQ(out.status, 0) << out.out;
+  EXPECT_EQ(lines(out.out), 1) << out.out;
+  EXPECT_TRUE(fs::exists(dir + "/hf/config.json") && fs::exists(dir + "/hf/model.safetensors"));
+  expect_one_line_error(run("convert --to-hf ckpt/step_0000000 hf", dir), {"hf", "not empty"});
 }

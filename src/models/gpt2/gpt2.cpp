@@ -270,6 +270,11 @@ double Gpt2::head_forward(Context& ctx, const Tensor& x, const Tensor& targets) 
   return sum;
 }
 
+Tensor Gpt2::logits(const ModelContext& base) const {
+  LATTICE_CHECK(span_.head, "gpt2: logits come from the chunk with the head");
+  return static_cast<const Context&>(base).logits;
+}
+
 double Gpt2::forward(ModelContext& base, const Tensor& input, const Tensor& targets, const StepCoords& coords,
                      Tensor* output) {
   auto& ctx = static_cast<Context&>(base);

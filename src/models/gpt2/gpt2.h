@@ -59,6 +59,10 @@ class Gpt2 final : public LanguageModel {
   void backward(ModelContext& ctx, float dloss, const Tensor* doutput = nullptr, Tensor* dinput = nullptr) override;
   double flops_per_token(int64_t T) const override;
   const Gpt2Config& config() const { return cfg_; }
+  // The logits (B, T, V_l) of the last forward on `ctx` (a chunk with the head):
+  // this rank's padded vocabulary rows. Read them before backward, which
+  // overwrites them with dlogits.
+  Tensor logits(const ModelContext& ctx) const;
 
  private:
   // Value and gradient views of one parameter.

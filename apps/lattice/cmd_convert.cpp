@@ -1,0 +1,43 @@
+// lattice convert --to-hf CKPT_STEP_DIR OUT_DIR
+// lattice convert --from-hf HF_DIR OUT_CHECKPOINT_DIR
+// Hugging Face GPT-2 interop (checkpoint/hf_gpt2.h). One line on success.
+#include <fmt/format.h>
+
+#include "checkpoint/hf_gpt2.h"
+#include "cli.h"
+#include "core/error.h"
+
+namespace lattice::cli {
+
+namespace {
+
+std::string describe(const checkpoint::ConvertSummary& s) {
+  const ModelConfig& m = s.model;
+  return fmt::format("gpt2: {} layers, {} heads, d_model {}, vocab {}, {} positions, {} head, {} parameters", m.n_layer,
+                     m.n_head, m.d_model, m.vocab_size, m.max_seq_len, m.tie_embeddings ? "tied" : "untied",
+                     s.parameters);
+}
+
+}  // namespace
+
+int convert(const Args& args) {
+  const bool to_hf = !args.empty() && args[0] == "--to-hf", from_hf = !args.empty() && args[0] == "--from-hf";
+  if (!to_hf && !from_hf)
+    LATTICE_FAIL("convert: expected --to-hf CKPT_STEP_DIR OUT_DIR or --from-hf HF_DIR OUT_CHECKPOINT_DIR, got '{}'",
+                 args.empty() ? "" : args[0]);
+  if (args.size() != 3)
+    LATTICE_FAIL("convert {}: expected two directories ({}), got {} argument(s)", args[0],
+                 to_hf ? "CKPT_STEP_DIR OUT_DIR" : "HF_DIR OUT_CHECKPOINT_DIR", args.size() - 1);
+  if (to_hf) {
+    checkpoint::ConvertSummary s = checkpoint::convert_to_hf(args[1], args[2]);
+    fmt::print("exported {} -> {} (config.json, model.safetensors; load with GPT2LMHeadModel.from_pretrained)\n",
+               describe(s), s.out);
+  } else {
+    checkpoint::ConvertSummary s = checkpoint::convert_from_hf(args[1], args[2]);
+    fmt::print("imported {} -> {} (model only, step 0; train from it with checkpoint.resume={})\n", describe(s), s.out,
+               s.out);
+  }
+  return 0;
+}
+
+}  // namespace lattice::cli

@@ -1,0 +1,311 @@
+#include "booster/checkpointing.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "checkpoint/atomic_dir.h"
+#include "checkpoint/index.h"
+#include "tp/sharding.h"
+
+namespace lattice {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kModelIndex = "model.safetensors.index.json";
+constexpr const char* kOptimizerIndex = "optimizer.safetensors.index.json";
+constexpr const char* kTrainerState = "trainer_state.json";
+
+// ---- gathering strings on every rank (file digests and index entries) ----
+
+std::vector<std::string> all_gather_strings(comm::Group& g, const std::string& mine) {
+  if (g.size() == 1) return {mine};
+  Tensor len = Tensor::from<int32_t>({int32_t(mine.size())}, {1});
+  Tensor lens = Tensor::zeros({g.size()}, DType::i32);
+  g.all_gather(lens, len)->wait();
+  int32_t longest = 0;
+  for (int r = 0; r < g.size(); ++r) longest = std::max(longest, lens.data<int32_t>()[r]);
+  Tensor buf = Tensor::zeros({std::max<int64_t>(1, longest)}, DType::i32);
+  for (size_t i = 0; i < mine.size(); ++i) buf.data<int32_t>()[i] = static_cast<unsigned char>(mine[i]);
+  Tensor all = Tensor::zeros({g.size() * buf.numel()}, DType::i32);
+  g.all_gather(all, buf)->wait();
+  std::vector<std::string> out;
+  for (int r = 0; r < g.size(); ++r) {
+    std::string s;
+    const int32_t* p = all.data<int32_t>() + r * buf.numel();
+    for (int32_t i = 0; i < lens.data<int32_t>()[r]; ++i) s.push_back(char(p[i]));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string part; std::getline(ss, part, sep);) out.push_back(part);
+  return out;
+}
+
+void pause_for_tests(int64_t step) {
+  const char* s = std::getenv("LATTICE_TEST_CHECKPOINT_PAUSE_S");
+  const char* at = std::getenv("LATTICE_TEST_CHECKPOINT_PAUSE_STEP");
+  if (!s || !*s || (at && *at && std::atoll(at) != step)) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(s)));
+}
+
+// The logical tensors this rank's stage writes: `prefix` + name -> tensor, in
+// table order; only the gathering ranks (dp rank 0) get them, only writers keep them.
+checkpoint::NamedTensors gather_stage(const FlatParams& params, const Tensor& buffer, const std::string& prefix,
+                                      comm::Group& tp, bool keep) {
+  checkpoint::NamedTensors out;
+  for (const ParamEntry& e : params.entries()) {
+    if (e.spec.tie_replica) continue;
+    Tensor t = tp::gather_logical(e, buffer.view(e.offset, e.local_shape), params.shard(), tp);
+    if (keep) out.push_back({prefix + e.spec.name, std::move(t)});
+  }
+  return out;
+}
+
+// "file<TAB>size<TAB>xxh64<TAB>data bytes" and "index<TAB>tensor<TAB>file" lines for rank 0.
+std::string write_stage_file(const std::string& dir, const std::string& index, const std::string& file,
+                             const checkpoint::NamedTensors& tensors) {
+  checkpoint::FileDigest d = checkpoint::write_safetensors(dir + "/" + file, tensors, {{"format", "pt"}});
+  uint64_t data = 0;
+  std::string lines;
+  for (const auto& [name, t] : tensors) {
+    data += uint64_t(t.nbytes());
+    lines += fmt::format("T\t{}\t{}\t{}\n", index, name, file);
+  }
+  return fmt::format("F\t{}\t{}\t{}\t{}\n", file, d.size, checkpoint::checksum_hex(d.checksum), data) + lines;
+}
+
+// Rank 0: the digests, indexes and trainer state, then the commit.
+void commit_on_rank0(checkpoint::CheckpointWriter& w, const std::vector<std::string>& reports,
+                     const TrainerState& state) {
+  std::map<std::string, checkpoint::TensorIndex> indexes;
+  std::map<std::string, uint64_t> file_data;
+  for (const std::string& report : reports)
+    for (const std::string& line : split(report, '\n')) {
+      std::vector<std::string> f = split(line, '\t');
+      if (f.empty()) continue;
+      if (f[0] == "F") {
+        checkpoint::FileDigest d{.size = std::stoull(f[2])};
+        LATTICE_CHECK(checkpoint::parse_checksum_hex(f[3], d.checksum), "checkpoint: bad digest line '{}'", line);
+        w.add_file(f[1], d);
+        file_data[f[1]] = std::stoull(f[4]);
+      } else {
+        indexes[f[1]].weight_map[f[2]] = f[3];
+      }
+    }
+  for (auto& [name, index] : indexes) {
+    std::set<std::string> files;
+    for (const auto& [tensor, file] : index.weight_map) files.insert(file);
+    for (const std::string& file : files) index.total_size += file_data[file];
+    w.write_file(name, checkpoint::index_json(index));
+  }
+  w.write_file(kTrainerState, trainer_state_json(state));
+  w.commit();
+}
+
+// Copies this rank's slice of every logical tensor `prefix` + name into
+// `buffer` (laid out like the parameters).
+void load_stage(const checkpoint::IndexedTensors& in, const FlatParams& params, Tensor& buffer,
+                const std::string& prefix) {
+  for (const ParamEntry& e : params.entries()) {
+    const std::string name = prefix + e.spec.name;
+    LATTICE_CHECK(in.contains(name),
+                  "checkpoint {}: no tensor '{}' — it was written for another model or optimizer; resume with the "
+                  "config it was written with, or start a new run (checkpoint.resume: never)",
+                  in.dir(), name);
+    const checkpoint::SafetensorsInfo& info = in.info(name);
+    LATTICE_CHECK(info.shape == e.spec.shape && info.dtype == DType::f32,
+                  "checkpoint {}: tensor '{}' is {} {}, this model needs F32 {} — the checkpoint belongs to another "
+                  "model shape",
+                  in.dir(), name, checkpoint::safetensors_dtype_name(info.dtype), shape_str(info.shape),
+                  shape_str(e.spec.shape));
+    Tensor local = tp::shard_from_logical(e.spec, params.shard(), in.read(name), false);
+    buffer.view(e.offset, e.local_shape).copy_from(local);
+  }
+}
+
+}  // namespace
+
+std::string trainer_state_json(const TrainerState& s) {
+  nlohmann::ordered_json j;
+  j["format"] = "lattice-trainer-state";
+  j["version"] = 1;
+  j["step"] = s.step;
+  j["optimizer_updates"] = s.optimizer_updates;
+  j["skipped_steps"] = s.skipped_steps;
+  j["consumed_samples"] = s.consumed_samples;
+  j["consumed_tokens"] = s.consumed_tokens;
+  j["seed"] = s.seed;
+  j["data_position"] = {{"step", s.step}};
+  if (!s.config.empty()) {
+    j["config_hash"] = checkpoint::checksum_hex(checkpoint::checksum64(s.config.data(), s.config.size()));
+    j["config"] = s.config;
+  }
+  j["layout"] = {{"tp", s.layout.tp},         {"pp", s.layout.pp},
+                 {"dp", s.layout.dp},         {"microbatches", s.layout.microbatches},
+                 {"schedule", s.schedule},    {"virtual_stages", s.virtual_stages},
+                 {"zero", s.zero}};
+  j["vocab_size"] = s.vocab_size;
+  j["padded_vocab_size"] = s.padded_vocab_size;
+  j["optimizer"] = s.optimizer;
+  j["arch"] = s.arch;
+  return j.dump(2) + "\n";
+}
+
+TrainerState read_trainer_state(const std::string& step_dir) {
+  const std::string path = step_dir + "/" + kTrainerState;
+  std::ifstream f(path, std::ios::binary);
+  LATTICE_CHECK(f.good(), "checkpoint {}: cannot open {}", step_dir, kTrainerState);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  json j = json::parse(ss.str(), nullptr, false);
+  LATTICE_CHECK(!j.is_discarded() && j.is_object() && j.value("format", "") == "lattice-trainer-state",
+                "{}: not a Lattice trainer state (format 'lattice-trainer-state')", path);
+  TrainerState s;
+  try {
+    s.step = j.at("step").get<int64_t>();
+    s.optimizer_updates = j.value("optimizer_updates", int64_t(0));
+    s.skipped_steps = j.value("skipped_steps", int64_t(0));
+    s.consumed_samples = j.value("consumed_samples", int64_t(0));
+    s.consumed_tokens = j.value("consumed_tokens", int64_t(0));
+    s.seed = j.value("seed", uint64_t(0));
+    s.config = j.value("config", std::string());
+    if (j.contains("layout")) {
+      const json& l = j["layout"];
+      s.layout = {l.value("tp", 1), l.value("pp", 1), l.value("dp", 1), l.value("microbatches", 1)};
+      s.schedule = l.value("schedule", std::string());
+      s.virtual_stages = l.value("virtual_stages", 1);
+      s.zero = l.value("zero", 0);
+    }
+    s.vocab_size = j.value("vocab_size", int64_t(0));
+    s.padded_vocab_size = j.value("padded_vocab_size", int64_t(0));
+    s.optimizer = j.value("optimizer", std::string());
+    s.arch = j.value("arch", std::string());
+  } catch (const json::exception& e) {
+    LATTICE_FAIL("{}: {}", path, e.what());
+  }
+  LATTICE_CHECK(s.step >= 0 && s.optimizer_updates >= 0 && s.optimizer_updates <= s.step,
+                "{}: step {} and optimizer_updates {} are inconsistent", path, s.step, s.optimizer_updates);
+  return s;
+}
+
+void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerState& state, int keep_last) {
+  mesh::ProcessGroupMesh& mesh = r.mesh;
+  const mesh::Coord me = mesh.this_coord();
+  const int stages = mesh.size(mesh::Axis::pp);
+  const bool gathers = me.dp == 0, writer = gathers && me.tp == 0;
+  checkpoint::CheckpointWriter w;
+  if (mesh.this_rank() == 0) w.begin(step_dir);  // creates <step_dir>.tmp
+  mesh.world().barrier()->wait();
+  const std::string tmp = step_dir + ".tmp";
+
+  std::string report;
+  if (gathers) {
+    checkpoint::NamedTensors model = gather_stage(r.params, r.params.values(), "", mesh.tp(), writer);
+    if (writer) {
+      report += write_stage_file(tmp, kModelIndex, checkpoint::shard_file_name("model", me.pp + 1, stages), model);
+      pause_for_tests(state.step);
+    }
+  }
+  checkpoint::NamedTensors optim;
+  for (auto& [name, buf] : r.optimizer.state()) {
+    Tensor local = *buf;
+    if (r.zero) {  // every dp rank holds one shard: the whole local buffer first (collective over dp)
+      local = Tensor::zeros({r.params.padded_numel()}, buf->dtype());
+      mesh.dp().all_gather(local, *buf)->wait();
+    }
+    if (!gathers) continue;
+    checkpoint::NamedTensors part = gather_stage(r.params, local, name + ".", mesh.tp(), writer);
+    for (auto& t : part) optim.push_back(std::move(t));
+  }
+  if (writer && !optim.empty())
+    report += write_stage_file(tmp, kOptimizerIndex, checkpoint::shard_file_name("optimizer", me.pp + 1, stages), optim);
+
+  std::vector<std::string> reports = all_gather_strings(mesh.world(), report);
+  if (mesh.this_rank() == 0) {
+    commit_on_rank0(w, reports, state);
+    if (keep_last > 0) checkpoint::keep_last(fs::path(step_dir).parent_path().string(), keep_last);
+  }
+  mesh.world().barrier()->wait();  // nobody goes on (or exits) before the commit
+}
+
+void load_checkpoint(const std::string& step_dir, RankState& r) {
+  load_stage(checkpoint::IndexedTensors::open(step_dir, kModelIndex), r.params, r.params.values(), "");
+  if (!fs::exists(step_dir + "/" + kOptimizerIndex)) return;  // model only: a fresh optimizer
+  checkpoint::IndexedTensors in = checkpoint::IndexedTensors::open(step_dir, kOptimizerIndex);
+  for (auto& [name, buf] : r.optimizer.state()) {
+    Tensor local = Tensor::zeros({r.params.padded_numel()}, buf->dtype());
+    load_stage(in, r.params, local, name + ".");
+    if (r.zero)
+      buf->copy_from(local.view(r.zero->shard_begin(), {r.zero->shard_numel()}));
+    else
+      buf->copy_from(local.view(0, {buf->numel()}));
+  }
+}
+
+std::optional<std::string> resolve_resume(const Config& cfg, comm::Group& world, std::vector<std::string>* notes) {
+  const std::string& mode = cfg.checkpoint.resume;
+  if (mode == "never") return std::nullopt;
+  if (mode != "auto") {  // a step directory, which must verify (checked by rank 0)
+    if (world.rank() == 0) {
+      LATTICE_CHECK(fs::is_directory(mode),
+                    "checkpoint.resume: '{}' is not a directory — name a step directory (…/step_NNNNNNN), or use "
+                    "auto or never",
+                    mode);
+      checkpoint::verify_checkpoint_dir(mode);
+    }
+    world.barrier()->wait();
+    return mode;
+  }
+  double step = -1;
+  if (world.rank() == 0 && fs::is_directory(cfg.checkpoint.dir)) {
+    std::optional<checkpoint::LatestCheckpoint> found = checkpoint::find_latest_complete(cfg.checkpoint.dir);
+    if (found) step = double(found->step);
+    if (notes) {
+      for (const std::string& s : found ? found->skipped : std::vector<std::string>{})
+        notes->push_back(s + fmt::format(": resuming from {} instead", checkpoint::step_dir_name(found->step)));
+    }
+  }
+  if (world.size() > 1) {
+    Tensor t = Tensor::from<double>({step}, {1});
+    world.broadcast(t, 0)->wait();
+    step = t.data<double>()[0];
+  }
+  if (step < 0) return std::nullopt;
+  return cfg.checkpoint.dir + "/" + checkpoint::step_dir_name(int64_t(step));
+}
+
+void check_resume_config(const Config& cfg, const TrainerState& state, const std::string& step_dir) {
+  if (state.config.empty()) return;  // model only
+  Config saved = parse_config(state.config, step_dir + "/" + kTrainerState);
+  // What may change on resume (ARCHITECTURE.md §5) is taken from the new config.
+  saved.parallel = cfg.parallel;
+  saved.runtime.threads = cfg.runtime.threads;
+  saved.log = cfg.log;
+  saved.checkpoint = cfg.checkpoint;
+  saved.train.stop_at_step = cfg.train.stop_at_step;
+  std::optional<ConfigDifference> d = first_difference(saved, cfg);
+  if (!d) return;
+  throw ConfigError(fmt::format(
+      "{}: {} is {} but checkpoint {} was written with {} — on resume only parallel.*, runtime.threads, log.*, "
+      "checkpoint.* and train.stop_at_step may change; restore the setting, or start a new run (checkpoint.resume: "
+      "never, or another log.dir)",
+      cfg.source, d->key, d->b, step_dir, d->a),
+      d->key);
+}
+
+}  // namespace lattice

@@ -1,0 +1,77 @@
+// Training checkpoints that any layout can load (docs/checkpoint-format.md).
+//
+// save_checkpoint (collective over the world): on every pipeline stage the
+// ranks of dp rank 0 gather each parameter, and each optimizer-state buffer
+// laid out like it, from its tp shards into the logical tensor (ZeRO-1 shards
+// are first all-gathered over dp); the stage's tp rank 0 writes
+// model-<s>-of-<P> and optimizer-<s>-of-<P> into `<step_dir>.tmp/`, all stages
+// in parallel. Rank 0 then writes the two indexes and trainer_state.json and
+// commits (checkpoint/atomic_dir.h: manifest last, rename, `latest`), and
+// prunes to checkpoint.keep_last. A tied replica is not written: the owner's
+// tensor is the logical one.
+//
+// load_checkpoint (no communication): every rank memory-maps the files through
+// the indexes and copies its tp slice of each logical tensor into its
+// parameters and optimizer state (its dp shard under ZeRO-1). A model-only
+// checkpoint (no optimizer index) leaves the optimizer state as it is (zero).
+//
+// Test hook: LATTICE_TEST_CHECKPOINT_PAUSE_S=<seconds> makes every writer
+// sleep after its model file (only when writing step
+// LATTICE_TEST_CHECKPOINT_PAUSE_STEP, if set), with the step directory still
+// `.tmp`, so a test can kill the job in the middle of a write.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "config/config.h"
+#include "core/param.h"
+#include "mesh/process_group_mesh.h"
+#include "optim/optimizer.h"
+#include "optim/zero.h"
+
+namespace lattice {
+
+struct TrainerState {
+  int64_t step = 0;               // optimizer steps completed (the directory's number)
+  int64_t optimizer_updates = 0;  // updates applied (steps minus skipped ones): Adam's bias correction
+  int64_t skipped_steps = 0;
+  int64_t consumed_samples = 0, consumed_tokens = 0;
+  uint64_t seed = 0;
+  std::string config;  // to_yaml of the run's config; "" in a model-only checkpoint
+  Layout layout;
+  std::string schedule;
+  int virtual_stages = 1, zero = 0;
+  int64_t vocab_size = 0, padded_vocab_size = 0;
+  std::string optimizer, arch;
+};
+
+std::string trainer_state_json(const TrainerState& s);
+// Reads <step_dir>/trainer_state.json; one Error line naming the file and field.
+TrainerState read_trainer_state(const std::string& step_dir);
+
+// One rank's trainable state.
+struct RankState {
+  FlatParams& params;
+  optim::Optimizer& optimizer;
+  optim::ZeroOptimizer* zero;  // the optimizer when parallel.zero = 1, else null
+  mesh::ProcessGroupMesh& mesh;
+};
+
+void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerState& state, int keep_last);
+void load_checkpoint(const std::string& step_dir, RankState& r);
+
+// Which checkpoint a start resumes from (rank 0 decides, every rank gets the
+// answer; collective over `world`): the step directory, or nullopt to start
+// at step 1. `notes` receives one line per fallback ("step_0000020 is
+// incomplete (...): resuming from step_0000010").
+std::optional<std::string> resolve_resume(const Config& cfg, comm::Group& world, std::vector<std::string>* notes);
+
+// Throws one line when `cfg` may not continue the run `state` was written by:
+// only parallel.*, runtime.threads, log.*, checkpoint.* and train.stop_at_step
+// may differ (ARCHITECTURE.md §5). A model-only checkpoint is checked for the
+// model's shape only, by the load itself.
+void check_resume_config(const Config& cfg, const TrainerState& state, const std::string& step_dir);
+
+}  // namespace lattice

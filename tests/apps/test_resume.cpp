@@ -1,0 +1,226 @@
+// Checkpoints and resume end to end, through the lattice binary under mpirun
+// (issue 6): a run stopped at step N (train.stop_at_step) and resumed gives
+// exactly the losses and the final checkpoint bytes of the uninterrupted run
+// on the same layout, at (1,1,1) and (2,2,2); across layouts ((2,2,1) into
+// (1,4,2) and (1,1,1); ZeRO-1 under dp = 2 into dp = 1) the losses match
+// within relative 1e-5. A rank killed with SIGKILL in the middle of a
+// checkpoint write leaves the previous checkpoint to resume from; SIGUSR1 to
+// mpirun ends the job with a checkpoint and exit 0; bad resumes are one line.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_runner.h"
+#include "support/test_support.h"
+
+namespace fs = std::filesystem;
+using lattice::test::CmdResult;
+
+namespace {
+
+CmdResult run(const std::string& args, const std::string& cwd, int ranks = 0) {
+  return lattice::test::run_lattice(args, cwd, ranks);
+}
+
+// step -> loss of the training lines of a run directory; a step logged twice fails.
+std::map<int, double> losses(const std::string& run_dir) {
+  std::map<int, double> out;
+  std::ifstream f(run_dir + "/metrics.jsonl");
+  for (std::string line; std::getline(f, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (!j.contains("loss")) continue;
+    const int step = j["step"].get<int>();
+    EXPECT_EQ(out.count(step), 0u) << run_dir << ": step " << step << " logged twice";
+    out[step] = j["loss"].get<double>();
+  }
+  return out;
+}
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f.good()) << path;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A shell script that starts `lattice train r.yaml ARGS` on 2 ranks in the
+// background (mpirun under `timeout`, $mp the timeout process, output in
+// LOG), then runs `then`. ENV names variables exported to the ranks.
+std::string background_job(const std::string& dir, const std::string& env, const std::string& args,
+                           const std::string& log, const std::string& then) {
+  std::string exports;
+  for (size_t i = 0; i < env.size();) {
+    size_t sp = env.find(' ', i), eq = env.find('=', i);
+    exports += " -x " + env.substr(i, eq - i);
+    i = sp == std::string::npos ? env.size() : sp + 1;
+  }
+  return "cd '" + dir + "' || exit 1; " + env + " timeout 120 " + std::string(LATTICE_MPIEXEC) +
+         " -q --oversubscribe --bind-to none -x OMP_NUM_THREADS=1" + exports + " -np 2 '" +
+         lattice::test::lattice_bin() + "' train r.yaml " + args + " >" + log + " 2>&1 & mp=$!; " + then;
+}
+
+std::string shell(const std::string& script) {
+  std::string out;
+  FILE* q = popen(("bash -s 2>&1 <<'EOS'\n" + script + "\nEOS\n").c_str(), "r");
+  char buf[512];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, q)) > 0) out.append(buf, n);
+  pclose(q);
+  return out;
+}
+
+class Resume : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = lattice::test::make_temp_dir("resume");
+    std::string text;
+    for (int i = 0; i < 500; ++i) text += "all the world's a stage, and all the men and women " + std::to_string(i % 13) + "\n";
+    std::ofstream(dir + "/a.txt") << text;
+    CmdResult r = run("data prepare --input a.txt --tokenizer bytes --out d/t", dir);
+    ASSERT_EQ(r.status, 0) << r.out;
+    std::ofstream(dir + "/r.yaml") << R"(model: { arch: gpt2, n_layer: 4, n_head: 2, d_model: 32, vocab_size: 260, max_seq_len: 16,
+         dropout: 0.1 }
+parallel: { dp_bucket_mb: 0.01 }
+train: { steps: 12, global_batch: 8, micro_batch: 2, seq_len: 16 }
+optimizer: { lr: 0.003, schedule: { warmup_steps: 3, decay: cosine } }
+data: { train: "d/t_train_*.bin", tokenizer: bytes }
+runtime: { seed: 21, threads: 1 }
+)";
+  }
+  void TearDown() override { fs::remove_all(dir); }
+
+  // Trains r.yaml in run directory `log` with `args` on `ranks` ranks (0: no mpirun).
+  CmdResult train(const std::string& log, const std::string& args, int ranks) {
+    CmdResult r = run("train r.yaml log.dir=" + log + " " + args, dir, ranks);
+    EXPECT_EQ(r.status, 0) << args << "\n" << r.out;
+    return r;
+  }
+  std::string ckpt(const std::string& log, int step, const std::string& file) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%07d", step);
+    return dir + "/" + log + "/checkpoints/" + name + "/" + file;
+  }
+  std::string dir;
+};
+
+void expect_exact(const std::map<int, double>& got, const std::map<int, double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
+}
+
+void expect_close(const std::map<int, double>& got, const std::map<int, double>& want, double rel) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [step, loss] : want) EXPECT_NEAR(got.at(step), loss, rel * loss) << "step " << step;
+}
+
+}  // namespace
+
+TEST_F(Resume, ExactOnTheSameLayout) {
+  struct Case {
+    std::string layout;
+    int ranks;
+  };
+  for (const Case& c : {Case{"", 0}, Case{"parallel.tp=2 parallel.pp=2 parallel.dp=2", 8},
+                        Case{"parallel.tp=2 parallel.pp=2 parallel.dp=2 parallel.zero=1", 8}}) {
+    SCOPED_TRACE(c.layout);
+    const std::string tag = std::to_string(c.ranks) + (c.layout.find("zero") != std::string::npos ? "z" : "");
+    train("whole" + tag, c.layout, c.ranks);
+    train("split" + tag, c.layout + " train.stop_at_step=5", c.ranks);
+    EXPECT_EQ(losses(dir + "/split" + tag).size(), 5u);
+    CmdResult r = train("split" + tag, c.layout, c.ranks);
+    EXPECT_NE(r.out.find("resuming from"), std::string::npos) << r.out;
+    expect_exact(losses(dir + "/split" + tag), losses(dir + "/whole" + tag));
+    // The final state, bit for bit: every checkpoint file of step 12 (the
+    // trainer state records the same config and layout too).
+    for (const auto& e : fs::directory_iterator(fs::path(ckpt("whole" + tag, 12, "")))) {
+      const std::string name = e.path().filename().string();
+      if (name == "trainer_state.json" || name == "manifest.json") continue;  // they hold log.dir
+      EXPECT_EQ(bytes_of(e.path().string()), bytes_of(ckpt("split" + tag, 12, name))) << name;
+    }
+  }
+}
+
+TEST_F(Resume, AcrossLayoutsAndZero) {
+  train("ref", "", 0);
+  const auto ref = losses(dir + "/ref");
+  // (2,2,1) stopped at 5, resumed on (1,4,2) and on (1,1,1).
+  train("a", "parallel.tp=2 parallel.pp=2 train.stop_at_step=5", 4);
+  fs::copy(dir + "/a", dir + "/b", fs::copy_options::recursive);
+  train("a", "parallel.pp=4 parallel.dp=2", 8);
+  expect_close(losses(dir + "/a"), ref, 1e-5);
+  train("b", "", 0);
+  expect_close(losses(dir + "/b"), ref, 1e-5);
+  // ZeRO-1 state written under dp = 2, loaded under dp = 1 (no ZeRO).
+  train("z", "parallel.dp=2 parallel.zero=1 train.stop_at_step=5", 2);
+  train("z", "parallel.dp=1 parallel.zero=0", 0);
+  expect_close(losses(dir + "/z"), ref, 1e-5);
+}
+
+TEST_F(Resume, KilledDuringACheckpointWriteResumesFromThePreviousOne) {
+  train("ref", "parallel.pp=2", 2);
+  // Checkpoints every 3 steps; the write of step 6 pauses with its model file
+  // written and is killed there (SIGKILL to one rank).
+  const std::string out = shell(background_job(
+      dir, "LATTICE_TEST_CHECKPOINT_PAUSE_S=60 LATTICE_TEST_CHECKPOINT_PAUSE_STEP=6",
+      "log.dir=k parallel.pp=2 checkpoint.every=3", "k.log",
+      "for i in $(seq 600); do ls k/checkpoints/step_0000006.tmp/model-* >/dev/null 2>&1 && break; sleep 0.1; done; "
+      "launcher=$(pgrep -P $mp | head -n 1); victim=$(pgrep -P $launcher | tail -n 1); "
+      "kill -9 $victim; wait $mp; echo \"rc=$?\"; tail -3 k.log"));
+  ASSERT_NE(out.find("rc="), std::string::npos) << out;
+  EXPECT_EQ(out.find("rc=0"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(dir + "/k/checkpoints/step_0000006.tmp")) << out;
+  EXPECT_FALSE(fs::exists(dir + "/k/checkpoints/step_0000006")) << out;
+  EXPECT_TRUE(fs::exists(ckpt("k", 3, "manifest.json")));
+  // The next start resumes from step 3 and ends where the uninterrupted run did.
+  CmdResult r = train("k", "parallel.pp=2 checkpoint.every=3", 2);
+  EXPECT_NE(r.out.find("step_0000003 (step 3"), std::string::npos) << r.out;
+  expect_exact(losses(dir + "/k"), losses(dir + "/ref"));
+  EXPECT_FALSE(fs::exists(dir + "/k/checkpoints/step_0000006.tmp")) << "the stale write is replaced";
+}
+
+TEST_F(Resume, Sigusr1ToMpirunCheckpointsAndExitsZero) {
+  // USR1 goes to mpirun (the child of `timeout`), as a user or a batch script sends it.
+  const std::string out = shell(background_job(
+      dir, "", "log.dir=s parallel.dp=2 train.steps=100000", "s.log",
+      "for i in $(seq 600); do [ -s s/metrics.jsonl ] && break; sleep 0.1; done; "
+      "kill -USR1 $(pgrep -P $mp); wait $mp; echo \"rc=$?\"; cat s.log"));
+  EXPECT_NE(out.find("rc=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("stopping after step"), std::string::npos) << out;
+  const auto l = losses(dir + "/s");
+  ASSERT_FALSE(l.empty()) << out;
+  const int last = l.rbegin()->first;
+  EXPECT_LT(last, 100000);
+  EXPECT_TRUE(fs::exists(ckpt("s", last, "manifest.json"))) << out;
+  EXPECT_EQ(bytes_of(dir + "/s/checkpoints/latest").substr(0, 12), fs::path(ckpt("s", last, "")).parent_path().filename().string());
+}
+
+TEST_F(Resume, BadResumesAreOneLine) {
+  auto one_line = [](const CmdResult& r, const std::vector<std::string>& needles) {
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    for (const auto& n : needles) EXPECT_NE(r.out.find(n), std::string::npos) << "missing '" << n << "': " << r.out;
+  };
+  one_line(run("train r.yaml log.dir=x checkpoint.resume=nowhere/step_0000001", dir), {"checkpoint.resume", "nowhere"});
+  train("c", "train.stop_at_step=3", 0);
+  // Another model on the same run directory: the key that differs is named.
+  one_line(run("train r.yaml log.dir=c model.d_model=64", dir), {"model.d_model", "64", "32", "step_0000003"});
+  one_line(run("train r.yaml log.dir=c optimizer.lr=0.1", dir), {"optimizer.lr"});
+  // A truncated file in the newest checkpoint: auto falls back to the previous one and says so.
+  train("c", "train.stop_at_step=6 checkpoint.every=3", 0);
+  const std::string victim = ckpt("c", 6, "model-00001-of-00001.safetensors");
+  fs::resize_file(victim, fs::file_size(victim) / 2);
+  CmdResult r = train("c", "", 0);
+  EXPECT_NE(r.out.find("step_0000006"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("resuming from step_0000003 instead"), std::string::npos) << r.out;
+  EXPECT_EQ(losses(dir + "/c").size(), 12u);
+  // Naming the damaged directory itself is refused with the file named.
+  one_line(run("train r.yaml log.dir=c2 checkpoint.resume=" + dir + "/c/checkpoints/step_0000006", dir),
+           {"model-00001-of-00001.safetensors"});
+}
