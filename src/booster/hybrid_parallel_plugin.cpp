@@ -120,6 +120,13 @@ double HybridParallelPlugin::flops_per_token() const {
   return chunks_.front()->flops_per_token(cfg_.train.seq_len) / double(mesh_.world_size());
 }
 
+void HybridParallelPlugin::prepare_batch(const StepCoords& coords, int64_t m) {
+  const ModelEntry& model = model_entry(cfg_.model.arch);
+  if (!model.prepare_batch) return;
+  Tensor in = microbatch(inputs_, m), tg = microbatch(targets_, m);
+  model.prepare_batch(cfg_.model, coords, in, tg);
+}
+
 double HybridParallelPlugin::sum_over(comm::Group& g, double v) { return all_reduce_scalar(g, v, comm::ReduceOp::sum); }
 
 double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoords& base, int64_t first_sample,
@@ -157,9 +164,11 @@ StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
   const int64_t M = layout_.microbatches, B = cfg_.train.micro_batch, T = cfg_.train.seq_len;
   const int64_t first = int64_t(mesh_.this_coord().dp) * M * B;  // this dp rank's slice of the global batch
   // The whole step's batch first, so the global valid-token count is fixed before backward.
-  for (int64_t m = 0; m < M; ++m)
+  for (int64_t m = 0; m < M; ++m) {
     train_->fill_batch(step - 1, first + m * B, B, microbatch(inputs_, m).data<int32_t>(),
                        microbatch(targets_, m).data<int32_t>());
+    prepare_batch(StepCoords{cfg_.runtime.seed, step, first + m * B, true}, m);
+  }
   StepStats s;
   s.valid_tokens = int64_t(sum_over(mesh_.dp(), double(count_valid(targets_))));
   s.tokens = int64_t(cfg_.train.global_batch) * T;
@@ -224,9 +233,11 @@ double HybridParallelPlugin::evaluate(int64_t batches) {
   if (batches <= 0) batches = (val_->n_windows() + GB - 1) / GB;  // the whole val set
   double loss = 0, valid = 0;
   for (int64_t k = 0; k < batches; ++k) {
-    for (int64_t m = 0; m < M; ++m)
+    for (int64_t m = 0; m < M; ++m) {
       val_->fill_eval_batch(k, first + m * B, B, microbatch(inputs_, m).data<int32_t>(),
                             microbatch(targets_, m).data<int32_t>());
+      prepare_batch(StepCoords{cfg_.runtime.seed, 0, k * GB + first + m * B, false}, m);
+    }
     valid += double(count_valid(targets_));
     loss += run_plan(eval_plan_, StepCoords{cfg_.runtime.seed, 0, k * GB, false}, first, 0.0f, nullptr);
   }

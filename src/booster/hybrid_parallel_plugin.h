@@ -63,6 +63,8 @@ class HybridParallelPlugin final : public Plugin {
   double run_plan(const pipeline::Plan& plan, const StepCoords& base, int64_t first_sample, float dloss,
                   pipeline::RunStats* stats);
   double sum_over(comm::Group& g, double v);
+  // The model's objective on microbatch m of inputs_/targets_ (ModelEntry::prepare_batch).
+  void prepare_batch(const StepCoords& coords, int64_t m);
 
   Config cfg_;
   mesh::ProcessGroupMesh& mesh_;

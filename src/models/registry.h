@@ -1,8 +1,11 @@
-// The model registry: model.arch -> the model's parameter table and class.
-// `lattice train` and the plugins build every model through here, so adding a
-// model means adding a folder and one entry in registry.cpp.
+// The model registry: model.arch -> everything the framework needs from a
+// model. `lattice train`, `lattice plan`, verify-layout and checkpoints build
+// every model through here, so adding a model is a folder (parameter table,
+// sharding policy, forward/backward) plus one ModelEntry in registry.cpp
+// (docs/adding-a-model.md walks through it).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,10 +14,32 @@
 #include "config/config.h"
 #include "core/param.h"
 #include "models/model.h"
+#include "models/policy.h"
 
 namespace lattice {
 
+struct ModelEntry {
+  ModelArch arch;
+  // The parameter table with the policy applied (apply_policy); throws one
+  // line for a config the model cannot take.
+  std::function<std::vector<ParamSpec>(const ModelConfig&)> param_specs;
+  std::function<ShardingPolicy(const ModelConfig&)> policy;
+  std::function<std::unique_ptr<LanguageModel>(const ModelConfig&, FlatParams&, comm::Group&, StageSpan)> build;
+  std::function<ActivationBytes(const ModelConfig&, const StageSpan&, const TpShard&, DType, int64_t B, int64_t T)>
+      activation_bytes;
+  // Optional: the model's training objective on a batch the loader filled with
+  // windows (inputs) and next tokens (targets), both (B, T) i32, rewritten in
+  // place; e.g. BERT's masked-LM masking. `coords` keys its randomness
+  // (sample0 = global index of row 0), so it must not depend on the layout.
+  std::function<void(const ModelConfig&, const StepCoords& coords, Tensor& inputs, Tensor& targets)> prepare_batch;
+};
+
+const std::vector<ModelEntry>& model_registry();
+const ModelEntry& model_entry(ModelArch arch);  // one line listing the registered archs if absent
+std::vector<std::string> registered_archs();
+
 std::vector<ParamSpec> model_param_specs(const ModelConfig& cfg);
+ShardingPolicy model_sharding_policy(const ModelConfig& cfg);
 // The model object for pipeline chunk `span` (the whole model by default).
 // `params` must hold the chunk's entries (select_stage_params of
 // model_param_specs(cfg)) sharded for this rank of `tp` (a group of one rank
@@ -25,6 +50,5 @@ std::unique_ptr<LanguageModel> build_model(const ModelConfig& cfg, FlatParams& p
 // microbatch (B, T) in `dtype`, without building it (lattice plan).
 ActivationBytes model_activation_bytes(const ModelConfig& cfg, const StageSpan& span, const TpShard& shard, DType dtype,
                                        int64_t B, int64_t T);
-std::vector<std::string> registered_archs();
 
 }  // namespace lattice

@@ -5,7 +5,8 @@
 // (1,4,2) and (1,1,1); ZeRO-1 under dp = 2 into dp = 1) the losses match
 // within relative 1e-5. A rank killed with SIGKILL in the middle of a
 // checkpoint write leaves the previous checkpoint to resume from; SIGUSR1 to
-// mpirun ends the job with a checkpoint and exit 0; bad resumes are one line.
+// mpirun, or SIGTERM to the ranks, ends the job with a checkpoint and exit 0;
+// bad resumes are one line.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -185,7 +186,7 @@ TEST_F(Resume, KilledDuringACheckpointWriteResumesFromThePreviousOne) {
   EXPECT_FALSE(fs::exists(dir + "/k/checkpoints/step_0000006.tmp")) << "the stale write is replaced";
 }
 
-TEST_F(Resume, Sigusr1ToMpirunCheckpointsAndExitsZero) {
+TEST_F(Resume, Sigusr1ToMpirunAndSigtermToRanksCheckpointAndExitZero) {
   // USR1 goes to mpirun (the child of `timeout`), as a user or a batch script sends it.
   const std::string out = shell(background_job(
       dir, "", "log.dir=s parallel.dp=2 train.steps=100000", "s.log",
@@ -199,6 +200,20 @@ TEST_F(Resume, Sigusr1ToMpirunCheckpointsAndExitsZero) {
   EXPECT_LT(last, 100000);
   EXPECT_TRUE(fs::exists(ckpt("s", last, "manifest.json"))) << out;
   EXPECT_EQ(bytes_of(dir + "/s/checkpoints/latest").substr(0, 12), fs::path(ckpt("s", last, "")).parent_path().filename().string());
+
+  // SIGTERM to the ranks themselves (what srun sends at a time limit) does the
+  // same; the job resumes from the first one's checkpoint.
+  const std::string term = shell(background_job(
+      dir, "", "log.dir=s parallel.dp=2 train.steps=100000", "t.log",
+      "for i in $(seq 600); do [ $(grep -c loss s/metrics.jsonl) -gt " + std::to_string(l.size()) +
+          " ] && break; sleep 0.1; done; "
+          "kill -TERM $(pgrep -P $(pgrep -P $mp)); wait $mp; echo \"rc=$?\"; cat t.log"));
+  EXPECT_NE(term.find("rc=0"), std::string::npos) << term;
+  EXPECT_NE(term.find("resuming from"), std::string::npos) << term;
+  EXPECT_NE(term.find("stopping after step"), std::string::npos) << term;
+  const auto l2 = losses(dir + "/s");
+  EXPECT_GT(l2.rbegin()->first, last);
+  EXPECT_TRUE(fs::exists(ckpt("s", l2.rbegin()->first, "manifest.json"))) << term;
 }
 
 TEST_F(Resume, BadResumesAreOneLine) {

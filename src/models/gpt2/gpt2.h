@@ -5,12 +5,12 @@
 // `h.0.attn.c_attn.weight`, ...); linear weights are stored (OC, C) — HF's
 // Conv1D stores (C, OC), so HF interop transposes them.
 //
-// Tensor parallelism (Megatron): the sharding policy is the placement column
-// of the parameter table — QKV and fc are column-parallel (whole heads per
-// rank), the two output projections row-parallel, the token embedding and LM
-// head vocab-parallel (vocabulary padded, loss on the sharded logits), norms,
-// biases after a reduce and the position embedding replicated. With a tp group
-// of one rank this is the plain single-rank model.
+// Tensor parallelism (Megatron), from sharding_policy() (models/policy.h):
+// QKV and fc are column-parallel (whole heads per rank), the two output
+// projections row-parallel, the token embedding and LM head vocab-parallel
+// (vocabulary padded, loss on the sharded logits), norms, biases after a
+// reduce and the position embedding replicated. With a tp group of one rank
+// this is the plain single-rank model.
 //
 // Shapes: B, T, C, NH, V, L as in core/shapes.h; F = 4C; a "_l" suffix is
 // this rank's share (NH_l = NH / tp, F_l = F / tp, V_l = padded V / tp).
@@ -21,8 +21,10 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "config/config.h"
 #include "core/param.h"
 #include "models/model.h"
+#include "models/policy.h"
 #include "tp/embedding.h"
 #include "tp/linear.h"
 
@@ -36,8 +38,26 @@ struct Gpt2Config {
   float init_std = 0.02f;
 };
 
-// The parameter table: the one place that lists GPT-2's parameters.
+// The parameter table: the one place that lists GPT-2's parameters, with the
+// placements its sharding policy gives them.
 std::vector<ParamSpec> param_specs(const Gpt2Config& cfg);
+// Megatron's GPT-2 split: fused QKV and fc column-parallel, both output
+// projections row-parallel, wte (and an untied head) vocab-parallel, the rest
+// replicated; a tied head shares wte with the head layer (n_layer).
+ShardingPolicy sharding_policy(const Gpt2Config& cfg);
+
+}  // namespace lattice::gpt2
+
+namespace lattice {
+struct ModelEntry;
+}
+
+namespace lattice::gpt2 {
+
+// model.* keys -> Gpt2Config (one line for what GPT-2 cannot take), and the
+// registry entry (gpt2_registry.cpp).
+Gpt2Config config_of(const ModelConfig& m);
+ModelEntry registry_entry();
 
 class Gpt2 final : public LanguageModel {
  public:
