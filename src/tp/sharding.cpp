@@ -8,8 +8,16 @@ namespace {
 
 Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
 
-void copy_elem(char* dst, int64_t di, const char* src, int64_t si, size_t es) {
-  std::memcpy(dst + di * es, src + si * es, es);
+void copy_elems(char* dst, int64_t di, const char* src, int64_t si, int64_t n, size_t es) {
+  std::memcpy(dst + di * es, src + si * es, size_t(n) * es);
+}
+
+// Every placement keeps whole runs of the local last dim contiguous in the
+// logical tensor (a row of a column/vocab split, a row's block of a row
+// split), so 2-D and larger tensors move a local row per memcpy; 1-D tensors
+// (a fused column bias is not contiguous) move element by element.
+int64_t contiguous_run(const ParamSpec& spec, const Shape& local) {
+  return spec.shape.size() >= 2 && !local.empty() ? local.back() : 1;
 }
 
 }  // namespace
@@ -40,11 +48,12 @@ Tensor gather_logical(const ParamEntry& e, const Tensor& local, const TpShard& s
   const size_t es = dtype_size(local.dtype());
   const char* src = static_cast<const char*>(host.raw());
   char* dst = static_cast<char*>(out.raw());
+  const int64_t run = contiguous_run(e.spec, e.local_shape);
   for (int r = 0; r < shard.size; ++r) {
     const TpShard rs{r, shard.size, shard.vocab_multiple};
-    for (int64_t i = 0; i < e.numel; ++i) {
+    for (int64_t i = 0; i < e.numel; i += run) {
       const int64_t logical = local_to_logical(e.spec, rs, i);
-      if (logical >= 0) copy_elem(dst, logical, src, r * e.numel + i, es);
+      if (logical >= 0) copy_elems(dst, logical, src, r * e.numel + i, run, es);
     }
   }
   return out;
@@ -65,11 +74,12 @@ Tensor shard_from_logical(const ParamSpec& spec, const TpShard& shard, const Ten
   char* dst = static_cast<char*>(out.raw());
   const int64_t OC = spec.shape.empty() ? 1 : spec.shape[0];
   const int64_t C = OC ? shape_numel(spec.shape) / OC : 0;
-  for (int64_t i = 0; i < out.numel(); ++i) {
+  const int64_t run = transposed ? 1 : contiguous_run(spec, ls);
+  for (int64_t i = 0; i < out.numel(); i += run) {
     int64_t l = local_to_logical(spec, shard, i);
     if (l < 0) continue;                       // vocabulary padding row
     if (transposed) l = (l % C) * OC + l / C;  // element (o, c) of (OC, C) sits at (c, o) of (C, OC)
-    copy_elem(dst, i, src, l, es);
+    copy_elems(dst, i, src, l, run, es);
   }
   return out;
 }
