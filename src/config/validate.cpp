@@ -154,8 +154,11 @@ void validate_parallel(const Config& c) {
           p.virtual_stages);
   const ModelConfig& m = c.model;
   require(m.n_head % p.tp == 0, c, "parallel.tp", "model.n_head ({}) is not divisible by tp ({})", m.n_head, p.tp);
-  require(m.n_kv_head % p.tp == 0, c, "parallel.tp", "model.n_kv_head ({}) is not divisible by tp ({})", m.n_kv_head,
-          p.tp);
+  // k/v heads split over tp, or (n_kv_head dividing tp) each held by tp / n_kv_head ranks.
+  require(m.n_kv_head % p.tp == 0 || p.tp % m.n_kv_head == 0, c, "parallel.tp",
+          "model.n_kv_head ({}) is neither divisible by tp ({}) nor a divisor of it — each tp rank needs whole k/v "
+          "heads, shared by an equal number of ranks",
+          m.n_kv_head, p.tp);
   require(m.d_ff % p.tp == 0, c, "parallel.tp", "model.d_ff ({}) is not divisible by tp ({})", m.d_ff, p.tp);
   validate_stages(c);
 }

@@ -151,4 +151,37 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
 void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum, float lr, float mu, float weight_decay,
                 float grad_scale = 1.0f);
 
+// ---- BERT: bidirectional attention, exact GELU ------------------------------
+// Bidirectional (non-causal) multi-head self-attention with a key padding
+// mask (core/kernels/cpu/attention_masked.h). qkv, out, att and dropout as for
+// attention_forward, but every query attends to every key j with
+// key_mask[b, j] != 0; key_mask (B, T) i32 may be null (every key valid).
+// att (B, NH, T, T) is 0 at masked keys (and on a row with no valid key).
+void attention_masked_forward(Tensor& out, Tensor& att, const Tensor& qkv, const Tensor* key_mask, int n_head,
+                              const Dropout& d, int head_offset = 0);
+// dqkv (B, T, 3 * NH * HS) overwrite; `scratch` (B, NH, T, T) workspace. The
+// mask is read from att (zero where masked), so backward does not take it.
+void attention_masked_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv,
+                               const Tensor& att, int n_head, const Dropout& d, int head_offset = 0);
+
+// GELU with erf: out = 0.5 x (1 + erf(x / sqrt 2)) (BERT). Any shape.
+void gelu_erf_forward(Tensor& out, const Tensor& inp);
+void gelu_erf_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp);
+
+// ---- rotary position embeddings and grouped k/v heads (LLaMA) ---------------
+// RoPE, HF's rotate-half convention: row (b, t) of inp (B, T, W) holds heads of
+// HS columns; each of heads [0, n_rot) is x = [x1 | x2] (HS/2 each), rotated by
+// a_i = t * theta^(-2i / HS): out1 = x1 cos a - x2 sin a, out2 = x2 cos a + x1 sin a.
+// The columns after n_rot * HS are copied. out may be inp (in place).
+void rope_forward(Tensor& out, const Tensor& inp, int n_rot, int64_t head_size, double theta);
+// dinp (B, T, W) = the transposed rotation of dout (overwrite; may be in place).
+void rope_backward(Tensor& dinp, const Tensor& dout, int n_rot, int64_t head_size, double theta);
+
+// inp (N, (NH + 2 KV) HS) = [q | k | v] with NH query and KV key/value heads;
+// out (N, 3 NH HS) = [q | k' | v'], head h of k', v' being kv head h / (NH / KV)
+// (the layout attention_forward takes).
+void repeat_kv_forward(Tensor& out, const Tensor& inp, int n_head, int n_kv_head);
+// dinp (N, (NH + 2 KV) HS) = [dq | group sums of dk' | of dv'] (overwrite).
+void repeat_kv_backward(Tensor& dinp, const Tensor& dout, int n_head, int n_kv_head);
+
 }  // namespace lattice::ops

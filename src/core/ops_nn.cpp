@@ -3,10 +3,13 @@
 // ops and optimizer updates.
 #include "core/backend.h"
 #include "core/kernels/cpu/attention.h"
+#include "core/kernels/cpu/attention_masked.h"
 #include "core/kernels/cpu/dropout.h"
 #include "core/kernels/cpu/embedding.h"
+#include "core/kernels/cpu/gelu_erf.h"
 #include "core/kernels/cpu/loss.h"
 #include "core/kernels/cpu/loss_shard.h"
+#include "core/kernels/cpu/rope.h"
 #include "core/ops.h"
 #include "core/ops_internal.h"
 
@@ -223,6 +226,122 @@ void shard_cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const T
     using T = decltype(t);
     cpu::shard_cross_entropy_backward<T>(dlogits.data<T>(), logits.data<T>(), lse.data<T>(), targets.data<int32_t>(),
                                          T(dloss), col_start, n_valid, ignore_index, r.n, r.c);
+  });
+}
+
+// ---- BERT: bidirectional attention with a key padding mask, exact GELU ----
+
+void attention_masked_forward(Tensor& out, Tensor& att, const Tensor& qkv, const Tensor* key_mask, int n_head,
+                              const Dropout& d, int head_offset) {
+  check_same("attention_masked_forward", {&out, &att, &qkv});
+  cpu::AttentionDims ad = attention_dims("attention_masked_forward", out, att, qkv, n_head, d, head_offset);
+  if (key_mask) {
+    check_ids("attention_masked_forward", *key_mask, qkv);
+    LATTICE_CHECK(key_mask->numel() == ad.B * ad.T, "ops::attention_masked_forward: key_mask {} for (B, T) = ({}, {})",
+                  shape_str(key_mask->shape()), ad.B, ad.T);
+  }
+  const int32_t* mask = key_mask ? key_mask->data<int32_t>() : nullptr;
+  on_cpu("attention_masked_forward", out, [&](auto t) {
+    using T = decltype(t);
+    cpu::attention_masked_forward<T>(out.data<T>(), att.data<T>(), qkv.data<T>(), mask, d.key, d.sample0, d.p, ad);
+  });
+}
+
+void attention_masked_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv,
+                               const Tensor& att, int n_head, const Dropout& d, int head_offset) {
+  check_same("attention_masked_backward", {&dqkv, &scratch, &dout, &qkv, &att});
+  cpu::AttentionDims ad = attention_dims("attention_masked_backward", dout, att, qkv, n_head, d, head_offset);
+  LATTICE_CHECK(dqkv.numel() == qkv.numel() && scratch.numel() == att.numel(),
+                "ops::attention_masked_backward: dqkv {} scratch {} for qkv {} att {}", shape_str(dqkv.shape()),
+                shape_str(scratch.shape()), shape_str(qkv.shape()), shape_str(att.shape()));
+  on_cpu("attention_masked_backward", dqkv, [&](auto t) {
+    using T = decltype(t);
+    cpu::attention_masked_backward<T>(dqkv.data<T>(), scratch.data<T>(), dout.data<T>(), qkv.data<T>(),
+                                      att.data<T>(), d.key, d.sample0, d.p, ad);
+  });
+}
+
+void gelu_erf_forward(Tensor& out, const Tensor& inp) {
+  check_same("gelu_erf_forward", {&out, &inp});
+  LATTICE_CHECK(out.numel() == inp.numel(), "ops::gelu_erf_forward: out {} for inp {}", shape_str(out.shape()),
+                shape_str(inp.shape()));
+  on_cpu("gelu_erf_forward", out, [&](auto t) {
+    using T = decltype(t);
+    cpu::gelu_erf_forward<T>(out.data<T>(), inp.data<T>(), out.numel());
+  });
+}
+
+void gelu_erf_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+  check_same("gelu_erf_backward", {&dinp, &dout, &inp});
+  LATTICE_CHECK(dinp.numel() == inp.numel() && dout.numel() == inp.numel(),
+                "ops::gelu_erf_backward: dinp {} dout {} for inp {}", shape_str(dinp.shape()),
+                shape_str(dout.shape()), shape_str(inp.shape()));
+  on_cpu("gelu_erf_backward", dinp, [&](auto t) {
+    using T = decltype(t);
+    cpu::gelu_erf_backward<T>(dinp.data<T>(), dout.data<T>(), inp.data<T>(), dinp.numel());
+  });
+}
+
+// ---- rotary position embeddings and grouped k/v heads ---------------------
+
+namespace {
+cpu::RopeDims rope_dims(const char* op, const Tensor& y, const Tensor& x, int n_rot, int64_t HS, double theta) {
+  LATTICE_CHECK(x.ndim() == 3 && y.numel() == x.numel(), "ops::{}: inp {} must be (B, T, W), out {} alike", op,
+                shape_str(x.shape()), shape_str(y.shape()));
+  LATTICE_CHECK(HS > 0 && HS % 2 == 0 && n_rot >= 0 && n_rot * HS <= x.dim(2) && theta > 0,
+                "ops::{}: {} heads of size {} (even) must fit in {} columns, theta {} > 0", op, n_rot, HS, x.dim(2),
+                theta);
+  return {x.dim(0), x.dim(1), x.dim(2), n_rot, HS, theta};
+}
+
+struct KvDims {
+  int64_t N, NH, KV, HS;
+};
+KvDims kv_dims(const char* op, const Tensor& packed, const Tensor& expanded, int NH, int KV) {
+  LATTICE_CHECK(NH > 0 && KV > 0 && NH % KV == 0, "ops::{}: n_head {} is not a multiple of n_kv_head {}", op, NH, KV);
+  Rows r = rows_of(expanded);
+  LATTICE_CHECK(r.c % (3 * int64_t(NH)) == 0, "ops::{}: {} is not (N, 3 NH HS) with NH = {}", op,
+                shape_str(expanded.shape()), NH);
+  const int64_t HS = r.c / (3 * int64_t(NH));
+  LATTICE_CHECK(packed.numel() == r.n * (NH + 2 * KV) * HS, "ops::{}: {} is not (N, (NH + 2 KV) HS) = ({}, {})", op,
+                shape_str(packed.shape()), r.n, (NH + 2 * KV) * HS);
+  return {r.n, NH, KV, HS};
+}
+}  // namespace
+
+void rope_forward(Tensor& out, const Tensor& inp, int n_rot, int64_t head_size, double theta) {
+  check_same("rope_forward", {&out, &inp});
+  cpu::RopeDims d = rope_dims("rope_forward", out, inp, n_rot, head_size, theta);
+  on_cpu("rope_forward", out, [&](auto t) {
+    using T = decltype(t);
+    cpu::rope_forward<T>(out.data<T>(), inp.data<T>(), d);
+  });
+}
+
+void rope_backward(Tensor& dinp, const Tensor& dout, int n_rot, int64_t head_size, double theta) {
+  check_same("rope_backward", {&dinp, &dout});
+  cpu::RopeDims d = rope_dims("rope_backward", dinp, dout, n_rot, head_size, theta);
+  on_cpu("rope_backward", dinp, [&](auto t) {
+    using T = decltype(t);
+    cpu::rope_backward<T>(dinp.data<T>(), dout.data<T>(), d);
+  });
+}
+
+void repeat_kv_forward(Tensor& out, const Tensor& inp, int n_head, int n_kv_head) {
+  check_same("repeat_kv_forward", {&out, &inp});
+  KvDims d = kv_dims("repeat_kv_forward", inp, out, n_head, n_kv_head);
+  on_cpu("repeat_kv_forward", out, [&](auto t) {
+    using T = decltype(t);
+    cpu::repeat_kv_forward<T>(out.data<T>(), inp.data<T>(), d.N, d.NH, d.KV, d.HS);
+  });
+}
+
+void repeat_kv_backward(Tensor& dinp, const Tensor& dout, int n_head, int n_kv_head) {
+  check_same("repeat_kv_backward", {&dinp, &dout});
+  KvDims d = kv_dims("repeat_kv_backward", dinp, dout, n_head, n_kv_head);
+  on_cpu("repeat_kv_backward", dinp, [&](auto t) {
+    using T = decltype(t);
+    cpu::repeat_kv_backward<T>(dinp.data<T>(), dout.data<T>(), d.N, d.NH, d.KV, d.HS);
   });
 }
 

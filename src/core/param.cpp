@@ -21,6 +21,11 @@ int64_t padded_vocab(int64_t vocab, const TpShard& shard) {
   return (vocab + m - 1) / m * m;
 }
 
+int tp_replicas(const ParamSpec& s, const TpShard& shard) {
+  if (s.placement != Placement::column || s.max_shards <= 0 || shard.size <= s.max_shards) return 1;
+  return shard.size / s.max_shards;
+}
+
 void check_shardable(const ParamSpec& s, const TpShard& shard) {
   const int tp = shard.size;
   LATTICE_CHECK(tp >= 1 && shard.rank >= 0 && shard.rank < tp, "tp shard rank {} of {}", shard.rank, tp);
@@ -28,7 +33,11 @@ void check_shardable(const ParamSpec& s, const TpShard& shard) {
   LATTICE_CHECK(!s.shape.empty(), "parameter '{}' is a scalar and cannot be split", s.name);
   if (s.placement == Placement::column) {
     int64_t rows = s.shape[0];
-    LATTICE_CHECK(s.n_fused >= 1 && rows % s.n_fused == 0 && (rows / s.n_fused) % tp == 0,
+    LATTICE_CHECK(s.max_shards <= 0 || s.max_shards % tp == 0 || tp % s.max_shards == 0,
+                  "parameter '{}' {}: tp = {} is neither a divisor nor a multiple of its {} blocks", s.name,
+                  shape_str(s.shape), tp, s.max_shards);
+    const int splits = tp / tp_replicas(s, shard);
+    LATTICE_CHECK(s.n_fused >= 1 && rows % s.n_fused == 0 && (rows / s.n_fused) % splits == 0,
                   "parameter '{}' {}: {} fused part(s) of {} rows cannot be split over tp = {}", s.name,
                   shape_str(s.shape), s.n_fused, rows / std::max(1, s.n_fused), tp);
   } else {
@@ -42,7 +51,7 @@ Shape local_shape(const ParamSpec& s, const TpShard& shard) {
   Shape out = s.shape;
   switch (s.placement) {
     case Placement::replicated: break;
-    case Placement::column: out[0] /= shard.size; break;
+    case Placement::column: out[0] /= shard.size / tp_replicas(s, shard); break;
     case Placement::row: out.back() /= shard.size; break;
     case Placement::vocab: out[0] = padded_vocab(s.shape[0], shard) / shard.size; break;
   }
@@ -55,9 +64,10 @@ int64_t local_to_logical(const ParamSpec& s, const TpShard& shard, int64_t local
   const int64_t inner = ls[0] ? shape_numel(ls) / ls[0] : 0;  // elements per dim-0 row (local)
   switch (s.placement) {
     case Placement::column: {
-      const int64_t part = s.shape[0] / s.n_fused, local_part = part / shard.size;
+      const int reps = tp_replicas(s, shard);
+      const int64_t part = s.shape[0] / s.n_fused, local_part = part / (shard.size / reps);
       const int64_t row = local / inner, f = row / local_part, r = row % local_part;
-      return (f * part + shard.rank * local_part + r) * inner + local % inner;
+      return (f * part + (shard.rank / reps) * local_part + r) * inner + local % inner;
     }
     case Placement::row: {
       const int64_t cols = s.shape.back(), local_cols = cols / shard.size;

@@ -66,6 +66,10 @@ struct ParamSpec {
   bool weight_decay = false;
   InitKind init = InitKind::zeros;
   float init_std = 0.0f;  // for InitKind::normal
+  int max_shards = 0;  // column only, > 0: each part splits into at most this many blocks
+                       // (LLaMA k/v: n_kv_head); a larger tp holds each block on
+                       // tp / max_shards consecutive ranks (tp_replicas), whose
+                       // gradients the model sums (tp/replicas.h)
 };
 
 // This rank's place in the tensor-parallel group, for slicing logical tensors.
@@ -80,9 +84,15 @@ struct TpShard {
 
 int64_t padded_vocab(int64_t vocab, const TpShard& shard);
 
+// How many tp ranks hold each block of `spec`: tp / max_shards for a column
+// tensor whose max_shards (> 0) is below tp, otherwise 1 (replicated tensors
+// count as not split: their weight in the grad norm is the caller's).
+int tp_replicas(const ParamSpec& spec, const TpShard& shard);
+
 // How a placement slices the logical tensor (shapes of ParamSpec):
-//   column  dim 0 = n_fused parts of P rows; rank r keeps rows
-//           [f P + r P/tp, f P + (r+1) P/tp) of every part f, in part order
+//   column  dim 0 = n_fused parts of P rows; with S = tp / tp_replicas blocks
+//           and s = r / tp_replicas, rank r keeps rows
+//           [f P + s P/S, f P + (s+1) P/S) of every part f, in part order
 //   row     last dim split evenly, rank r keeps block r
 //   vocab   dim 0 padded to padded_vocab(), rank r keeps block r
 //   replicated  everything

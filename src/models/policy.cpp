@@ -55,6 +55,7 @@ std::vector<ParamSpec> apply_policy(std::vector<ParamSpec> table, const Sharding
     const Role role = r ? r->role : Role::replicated;
     s.placement = placement_of(role, int(s.shape.size()));
     s.n_fused = s.placement == Placement::column ? (r ? r->n_fused : 1) : 1;
+    s.max_shards = s.placement == Placement::column && r ? r->max_shards : 0;
     LATTICE_CHECK(s.placement != Placement::vocab || s.shape.size() == 2,
                   "policy: '{}' has role {} but is not a 2-D (rows, C) tensor", s.name, role_name(role));
     LATTICE_CHECK(s.n_fused >= 1 && (s.shape.empty() || s.shape[0] % s.n_fused == 0),

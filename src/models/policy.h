@@ -43,6 +43,8 @@ struct PolicyRule {
   std::string suffix;  // matched against the end of the parameter name
   Role role = Role::replicated;
   int n_fused = 1;  // logical matrices fused along dim 0 (QKV = 3, gate-up = 2)
+  int max_shards = 0;  // column roles: split into at most this many blocks, each then
+                       // replicated on tp / max_shards ranks (LLaMA k/v: n_kv_head); 0: no limit
 };
 
 struct TieRule {

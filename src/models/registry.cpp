@@ -1,11 +1,14 @@
 #include "models/registry.h"
 
+#include "models/bert/bert.h"
 #include "models/gpt2/gpt2.h"
+#include "models/llama/llama.h"
 
 namespace lattice {
 
 const std::vector<ModelEntry>& model_registry() {
-  static const std::vector<ModelEntry> entries = {gpt2::registry_entry()};
+  static const std::vector<ModelEntry> entries = {gpt2::registry_entry(), bert::registry_entry(),
+                                                  llama::registry_entry()};
   return entries;
 }
 

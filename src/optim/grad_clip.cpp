@@ -12,7 +12,9 @@ double weighted_grad_squares(const FlatParams& params, int tp_size, int64_t begi
     const int64_t lo = std::max(begin, e.offset), hi = std::min(end, e.offset + e.numel);
     if (e.spec.tie_replica || lo >= hi) continue;
     const double sq = ops::sum_squares(params.grads().view(lo, {hi - lo}));
-    sum += e.spec.placement == Placement::replicated ? sq / double(tp_size) : sq;
+    // A column block held by several tp ranks (LLaMA's replicated k/v heads) counts once.
+    const TpShard shard{0, tp_size, 1};
+    sum += e.spec.placement == Placement::replicated ? sq / double(tp_size) : sq / double(tp_replicas(e.spec, shard));
   }
   return sum;
 }

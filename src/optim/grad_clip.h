@@ -10,8 +10,8 @@ namespace lattice::optim {
 
 // Sum of squared gradients over the flat elements [begin, end) of this rank's
 // buffers, weighted so that each logical element counts once over the tp
-// group: sharded entries fully, replicated entries 1/tp_size (every tp rank
-// holds them), tie replicas not at all (their owner counts them). Summed over
+// group: sharded entries fully (a column block held by tp_replicas ranks 1/tp_replicas),
+// replicated entries 1/tp_size (every tp rank holds them), tie replicas not at all (their owner counts them). Summed over
 // ranks whose ranges together cover every stage's buffer once (tp x pp; with
 // ZeRO-1 every rank's dp shard) it is the squared global norm.
 double weighted_grad_squares(const FlatParams& params, int tp_size, int64_t begin, int64_t end);

@@ -47,7 +47,7 @@ struct LayoutCase {
   int virtual_stages = 1;
   std::string recompute = "[]";
   int zero = 0;
-  double bucket_mb = 0.03;  // small buckets: several per layer start during backward
+  double bucket_mb = 0.01;  // small buckets: several per layer start during backward
 };
 
 // The models under test: GPT-2 runs every layout; each other registered
@@ -63,6 +63,16 @@ const std::vector<ModelCase>& models() {
        "{ arch: gpt2, n_layer: 8, n_head: 4, d_model: 32, vocab_size: 299, max_seq_len: 16, dropout: 0.1, "
        "vocab_multiple: 8 }",
        true},
+      // BERT: bidirectional attention, masked-LM batches (prepare_batch), the decoder tied across pp.
+      {"bert", "{ arch: bert, n_layer: 4, n_head: 4, d_model: 32, d_ff: 48, vocab_size: 299, max_seq_len: 16, "
+       "dropout: 0.1, vocab_multiple: 8 }"},
+      // LLaMA: k/v heads 1 and 2 are replicated at tp 4 (and 1 at tp 2); n_head splits.
+      {"llama-kv1", "{ arch: llama, n_layer: 4, n_head: 4, n_kv_head: 1, d_model: 32, d_ff: 64, vocab_size: 299, "
+       "max_seq_len: 16, dropout: 0.1, tie_embeddings: false, vocab_multiple: 8 }"},
+      {"llama-kv2", "{ arch: llama, n_layer: 4, n_head: 4, n_kv_head: 2, d_model: 32, d_ff: 64, vocab_size: 299, "
+       "max_seq_len: 16, tie_embeddings: true, rope_theta: 500, vocab_multiple: 8 }"},
+      {"llama-kv4", "{ arch: llama, n_layer: 4, n_head: 4, d_model: 32, d_ff: 64, vocab_size: 299, "
+       "max_seq_len: 16, tie_embeddings: false, vocab_multiple: 8 }"},
   };
   return m;
 }
@@ -121,13 +131,14 @@ Trace train(const Config& cfg, mesh::ProcessGroupMesh& mesh) {
     t.loss.push_back(s.loss_sum / double(s.valid_tokens));
     t.norm.push_back(u.grad_norm);
   }
-  // The tied embedding's replicas (first and last stage) are bit-identical.
-  if (plugin.params().has("wte.weight") && mesh.tie().size() > 1) {
-    Tensor mine = plugin.params().value("wte.weight").clone(), lo = mine.clone(), hi = mine.clone();
+  // A tied parameter's replicas (first and last stage) are bit-identical.
+  for (const ParamEntry& e : plugin.params().entries()) {
+    if (e.spec.tie_group.empty() || mesh.tie().size() == 1) continue;
+    Tensor mine = plugin.params().value(e).clone(), lo = mine.clone(), hi = mine.clone();
     mesh.tie().all_reduce(lo, {.op = comm::ReduceOp::min})->wait();
     mesh.tie().all_reduce(hi, {.op = comm::ReduceOp::max})->wait();
-    EXPECT_EQ(std::memcmp(lo.raw(), mine.raw(), mine.nbytes()), 0) << "tied replicas differ";
-    EXPECT_EQ(std::memcmp(hi.raw(), mine.raw(), mine.nbytes()), 0) << "tied replicas differ";
+    EXPECT_EQ(std::memcmp(lo.raw(), mine.raw(), mine.nbytes()), 0) << e.spec.name << ": tied replicas differ";
+    EXPECT_EQ(std::memcmp(hi.raw(), mine.raw(), mine.nbytes()), 0) << e.spec.name << ": tied replicas differ";
   }
   return t;
 }

@@ -499,6 +499,8 @@ TEST(Config, ValidateChecks) {
       {{"parallel.virtual_stages=2"}, "parallel.virtual_stages: is 2, but only the interleaved schedule"},
       {{"parallel.schedule=interleaved"}, "parallel.schedule: interleaved needs pp >= 2 and virtual_stages >= 2"},
       {{"parallel.tp=8"}, "parallel.tp: model.n_head (4) is not divisible by tp (8)"},
+      {{"model.arch=llama", "model.n_head=12", "model.d_model=96", "model.n_kv_head=6", "parallel.tp=4"},
+       "parallel.tp: model.n_kv_head (6) is neither divisible by tp (4) nor a divisor of it"},
       {{"parallel.order=[tp, xp, pp]"}, "parallel.order: unknown axis 'xp' — expected a permutation of tp, dp, pp"},
       {{"parallel.order=[tp, tp, pp]"}, "parallel.order: axis 'tp' appears twice"},
       {{"parallel.order=[tp, dp]"}, "parallel.order: lists 2 of the 3 axes"},
@@ -604,6 +606,18 @@ TEST(Config, DocsListEveryKey) {
   for (const auto& k : keys) EXPECT_TRUE(documented.count(k)) << k << " is not in docs/config.md";
   for (const auto& d : documented)
     EXPECT_NE(std::find(keys.begin(), keys.end(), d), keys.end()) << d << " is documented but not a key";
+}
+
+// LLaMA's k/v heads split over tp (tp divides n_kv_head) or are replicated on
+// tp / n_kv_head ranks (n_kv_head divides tp); both are accepted.
+TEST(Config, LlamaKvHeadsSplitOrReplicateOverTp) {
+  for (const char* kv : {"1", "2", "4"})
+    for (const char* tp : {"1", "2", "4"}) {
+      Config c = parse_config(kMinimal, "t.yaml", {"model.arch=llama", std::string("model.n_kv_head=") + kv,
+                                                   std::string("parallel.tp=") + tp});
+      EXPECT_EQ(c.model.n_kv_head, std::stoi(kv));
+      EXPECT_EQ(c.parallel.tp, std::stoi(tp));
+    }
 }
 
 }  // namespace

@@ -1,0 +1,108 @@
+#include "core/kernels/cpu/rope.h"
+
+#include <cmath>
+#include <vector>
+
+namespace lattice::cpu {
+
+namespace {
+
+// cos and sin of a_i = t * theta^(-2i / HS) for t < T, i < HS/2, computed in
+// double: (T, HS/2) each.
+void rope_tables(std::vector<double>& cs, std::vector<double>& sn, const RopeDims& d) {
+  const int64_t H = d.HS / 2;
+  cs.resize(size_t(d.T * H));
+  sn.resize(size_t(d.T * H));
+  for (int64_t i = 0; i < H; ++i) {
+    const double inv_freq = std::pow(d.theta, -2.0 * double(i) / double(d.HS));
+    for (int64_t t = 0; t < d.T; ++t) {
+      cs[size_t(t * H + i)] = std::cos(double(t) * inv_freq);
+      sn[size_t(t * H + i)] = std::sin(double(t) * inv_freq);
+    }
+  }
+}
+
+// sign = +1: rotate by a (forward); -1: by -a (backward).
+template <typename T>
+void rope_apply(T* out, const T* inp, const RopeDims& d, double sign) {
+  std::vector<double> cs, sn;
+  rope_tables(cs, sn, d);
+  const int64_t H = d.HS / 2, rot = d.n_rot * d.HS;
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < d.B * d.T; ++row) {
+    const int64_t t = row % d.T;
+    const double* c = cs.data() + t * H;
+    const double* s = sn.data() + t * H;
+    const T* x = inp + row * d.W;
+    T* y = out + row * d.W;
+    for (int64_t h = 0; h < d.n_rot; ++h) {
+      const T* x1 = x + h * d.HS;
+      T* y1 = y + h * d.HS;
+      for (int64_t i = 0; i < H; ++i) {
+        const double a = double(x1[i]), b = double(x1[i + H]), si = sign * s[i];
+        y1[i] = T(a * c[i] - b * si);
+        y1[i + H] = T(b * c[i] + a * si);
+      }
+    }
+    if (y != x)
+      for (int64_t j = rot; j < d.W; ++j) y[j] = x[j];
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void rope_forward(T* out, const T* inp, const RopeDims& d) {
+  rope_apply(out, inp, d, 1.0);
+}
+
+template <typename T>
+void rope_backward(T* dinp, const T* dout, const RopeDims& d) {
+  rope_apply(dinp, dout, d, -1.0);
+}
+
+template <typename T>
+void repeat_kv_forward(T* out, const T* inp, int64_t N, int64_t NH, int64_t KV, int64_t HS) {
+  const int64_t group = NH / KV, C = NH * HS, W = (NH + 2 * KV) * HS;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = inp + n * W;
+    T* y = out + n * 3 * C;
+    for (int64_t j = 0; j < C; ++j) y[j] = x[j];
+    for (int64_t part = 0; part < 2; ++part)  // k, then v
+      for (int64_t h = 0; h < NH; ++h) {
+        const T* src = x + C + (part * KV + h / group) * HS;
+        T* dst = y + (1 + part) * C + h * HS;
+        for (int64_t j = 0; j < HS; ++j) dst[j] = src[j];
+      }
+  }
+}
+
+template <typename T>
+void repeat_kv_backward(T* dinp, const T* dout, int64_t N, int64_t NH, int64_t KV, int64_t HS) {
+  const int64_t group = NH / KV, C = NH * HS, W = (NH + 2 * KV) * HS;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* dy = dout + n * 3 * C;
+    T* dx = dinp + n * W;
+    for (int64_t j = 0; j < C; ++j) dx[j] = dy[j];
+    for (int64_t j = C; j < W; ++j) dx[j] = T(0);
+    for (int64_t part = 0; part < 2; ++part)
+      for (int64_t h = 0; h < NH; ++h) {
+        T* dst = dx + C + (part * KV + h / group) * HS;
+        const T* src = dy + (1 + part) * C + h * HS;
+        for (int64_t j = 0; j < HS; ++j) dst[j] += src[j];
+      }
+  }
+}
+
+#define LATTICE_INSTANTIATE(T)                                                          \
+  template void rope_forward<T>(T*, const T*, const RopeDims&);                         \
+  template void rope_backward<T>(T*, const T*, const RopeDims&);                        \
+  template void repeat_kv_forward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t); \
+  template void repeat_kv_backward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t);
+LATTICE_INSTANTIATE(float)
+LATTICE_INSTANTIATE(double)
+#undef LATTICE_INSTANTIATE
+
+}  // namespace lattice::cpu

@@ -1,0 +1,182 @@
+// BERT encoder with the masked-LM head (Devlin et al. 2019; HF BertForMaskedLM).
+//
+// Embeddings: word + learned position + token-type (every position is
+// segment 0: a window is one segment), then LayerNorm and dropout. Blocks are
+// post-LN: x -> LN(x + drop(attn(x))) -> LN(h + drop(mlp(h))), with
+// bidirectional attention masked only at [PAD] keys, GELU with erf in the MLP.
+// MLM head: transform dense + GELU + LayerNorm, then the decoder (the word
+// embeddings, tied by default) + a per-token bias; the loss is the cross-entropy
+// at the selected (masked) positions only, every other target kIgnoreIndex.
+// Parameter names follow Hugging Face BertForMaskedLM (`bert.embeddings.*`,
+// `bert.encoder.layer.N.*`, `cls.predictions.*`); linear weights are (OC, C)
+// like torch.nn.Linear.
+//
+// Tensor parallelism, from sharding_policy() (models/policy.h): query, key and
+// value column-parallel (whole heads per rank), attention.output.dense and
+// output.dense row-parallel, intermediate.dense column-parallel, the word
+// embeddings (and an untied decoder) vocab-parallel, everything else
+// replicated. The decoder bias is replicated: each rank adds its vocabulary
+// slice to its logits and all-gathers the slices' gradients (tp mappings).
+// Under pp the tied word embeddings span the first and the last stage.
+// The key bias cannot change a softmax row (it shifts all of a query's scores
+// alike): its exact gradient is zero, and backward keeps it exactly zero.
+//
+// Masked-LM data (bert_mlm.cpp, the registry's prepare_batch): the last four
+// ids of model.vocab_size are [PAD], [MASK], [CLS], [SEP] (special_ids()); a
+// window of T tokens becomes [CLS] x_0 .. x_{T-3} [SEP] (the window's last two
+// tokens are dropped so the sequence stays T long).
+//
+// Padding: the key mask comes from the token ids, which only the chunk with
+// the embedding reads. Loader windows never hold [PAD]; a model split into
+// pipeline chunks refuses inputs that do (later chunks could not mask them).
+//
+// Shapes: B, T, C, NH, V, L, F as in core/shapes.h; a "_l" suffix is this
+// rank's share (NH_l = NH / tp, C_l = C / tp, F_l = F / tp, V_l = padded V / tp).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "config/config.h"
+#include "core/param.h"
+#include "models/model.h"
+#include "models/policy.h"
+#include "tp/embedding.h"
+#include "tp/linear.h"
+
+namespace lattice {
+struct ModelEntry;
+}
+
+namespace lattice::bert {
+
+struct BertConfig {
+  int n_layer = 2, n_head = 2, d_model = 64, d_ff = 256, vocab_size = 261, max_seq_len = 64;
+  int type_vocab_size = 2;
+  bool tie_embeddings = true;  // decoder = word embeddings (HF default)
+  float dropout = 0.0f;        // hidden and attention-probability dropout
+  float norm_eps = 1e-12f;
+  float init_std = 0.02f;
+};
+
+// The special ids: the last four of the vocabulary, in the order
+// config/validate.cpp counts them. With vocab_size = the tokenizer's size + 4
+// (bytes: 261) they are exactly the ids after the tokenizer's own specials
+// (data/tokenizer.h numbering): 257..260 for bytes, 50257..50260 for gpt2.
+struct SpecialIds {
+  int32_t pad, mask, cls, sep;
+  int32_t n_regular;  // ids [0, n_regular) are ordinary tokens (random replacements come from them)
+};
+SpecialIds special_ids(int vocab_size);
+
+// Masked-LM rates (BERT's).
+inline constexpr float kMaskRate = 0.15f;       // share of the ordinary positions selected
+inline constexpr float kMaskTokenRate = 0.8f;   // of those: -> [MASK]
+inline constexpr float kRandomTokenRate = 0.1f; // -> a random ordinary token (the rest keep theirs)
+
+// Rewrites a loader batch in place into a masked-LM batch: inputs (B, T) i32
+// windows -> [CLS] x_0 .. x_{T-3} [SEP] with the selected positions replaced;
+// targets (B, T) i32 -> the original token at selected positions, kIgnoreIndex
+// elsewhere. Position t of row b draws from Philox keyed by (coords.seed,
+// RngPurpose::mask_lm, coords.step) with counter (coords.sample0 + b, t) (site
+// 0 selects, 1 picks mask/random/keep, 2 the random token), so the masks do
+// not depend on how the global batch is split. [PAD], [CLS] and [SEP]
+// positions are never selected. Requires T >= 3.
+void mask_lm_batch(const BertConfig& cfg, const StepCoords& coords, Tensor& inputs, Tensor& targets);
+
+// The parameter table (HF names) with the policy applied.
+std::vector<ParamSpec> param_specs(const BertConfig& cfg);
+ShardingPolicy sharding_policy(const BertConfig& cfg);
+
+// model.* keys -> BertConfig (one line for what BERT cannot take), and the
+// registry entry (bert_registry.cpp).
+BertConfig config_of(const ModelConfig& m);
+ModelEntry registry_entry();
+
+class Bert final : public LanguageModel {
+ public:
+  // Runs the chunk `span` (the whole model by default). `params` must hold the
+  // chunk's entries (select_stage_params of param_specs(cfg)) sharded for this
+  // rank of `tp`, laid out in table order (query, key and value of a layer are
+  // adjacent, so their local shards read as one fused (3 C_l, C) weight).
+  Bert(const BertConfig& cfg, FlatParams& params, comm::Group& tp, StageSpan span = {});
+  ~Bert() override;
+
+  std::string arch() const override { return "bert"; }
+  std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const override;
+  ActivationBytes activation_bytes(int64_t B, int64_t T) const override;
+  static ActivationBytes activation_bytes_of(const BertConfig& cfg, StageSpan span, const TpShard& shard, DType dtype,
+                                             int64_t B, int64_t T);
+  double forward(ModelContext& ctx, const Tensor& input, const Tensor& targets, const StepCoords& coords,
+                 Tensor* output = nullptr) override;
+  void backward(ModelContext& ctx, float dloss, const Tensor* doutput = nullptr, Tensor* dinput = nullptr) override;
+  double flops_per_token(int64_t T) const override;
+  const BertConfig& config() const { return cfg_; }
+  // The logits (B, T, V_l) of the last forward on `ctx` (chunk with the head);
+  // backward overwrites them with dlogits.
+  Tensor logits(const ModelContext& ctx) const;
+
+ private:
+  struct P {
+    Tensor w, g;
+  };
+  // The parameters of block i; qkv_w / qkv_b are the fused views of query, key, value.
+  struct LayerView {
+    P qkv_w, qkv_b, attn_out_w, attn_out_b, attn_ln_w, attn_ln_b;
+    P fc_w, fc_b, out_w, out_b, out_ln_w, out_ln_b;
+  };
+  struct Context;
+  struct BlockActs;
+  struct Workspace {
+    int64_t B = 0, T = 0;
+    Tensor c1, c2, c3, f1, f2, qkv_grad, att_grad, qkv_bias_grad, dbuf[2];
+    Tensor bias_full, bias_l;  // (1, padded V), (1, V_l): the decoder bias and this rank's slice (head)
+    std::unique_ptr<BlockActs> acts;  // scratch activations of recomputed blocks
+  };
+  struct Dims {
+    int64_t C = 0, NH_l = 0, C_l = 0, F_l = 0, V_l = 0, V_pad = 0;
+  };
+  enum class BlockPart { all, output, scratch };
+  using MakeTensor = std::function<Tensor(Shape)>;
+  static Dims dims_of(const BertConfig& cfg, const TpShard& shard);
+  static BlockActs make_block_acts(const MakeTensor& make, const Dims& d, int64_t B, int64_t T, BlockPart part);
+  static void make_context_tensors(Context& ctx, const MakeTensor& make, const Dims& d, const BertConfig& cfg,
+                                   const StageSpan& span, int64_t B, int64_t T);
+  static void make_workspace_tensors(Workspace& ws, const MakeTensor& make, const Dims& d, const StageSpan& span,
+                                     int64_t B, int64_t T);
+  BlockActs& acts_for(Context& ctx, size_t i);
+  Workspace& workspace(int64_t B, int64_t T);
+  P fused(FlatParams& params, const std::string& prefix, const std::string& kind);
+
+  int head_offset() const { return int(heads_l_) * tp_.rank(); }
+  bool whole_model() const;
+  void block_forward(BlockActs& a, const Tensor& x, LayerView& p, Context& ctx, int layer);
+  void block_backward(Tensor& dx, Tensor& dout, BlockActs& a, const Tensor& x, LayerView& p, Context& ctx,
+                      int layer);
+  void qkv_bias_backward(Tensor& dbias, const Tensor& dbias_qkv);
+  void embed_forward(Context& ctx, const Tensor& ids);
+  void embed_backward(Context& ctx, Tensor& dout, Tensor& scratch);
+  double head_forward(Context& ctx, const Tensor& x, const Tensor& targets);
+  void head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx);
+
+  BertConfig cfg_;
+  StageSpan span_;
+  comm::Group& tp_;
+  Workspace ws_;
+  TpShard shard_;
+  Dims dims_;
+  SpecialIds ids_;
+  int64_t heads_l_ = 0, vocab_start_ = 0;
+  DType dtype_ = DType::f32;
+  Device device_;
+  P word_, pos_, type_, emb_ln_w_, emb_ln_b_;                      // embedding
+  P tr_w_, tr_b_, tr_ln_w_, tr_ln_b_, decoder_, decoder_bias_;     // MLM head
+  std::vector<LayerView> layers_;  // blocks [span_.first_layer, span_.end_layer)
+  tp::VocabParallelEmbedding embed_;
+  tp::ColumnParallelLinear qkv_, fc_, decoder_head_;
+  tp::RowParallelLinear attn_out_, mlp_out_;
+};
+
+}  // namespace lattice::bert

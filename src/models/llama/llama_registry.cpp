@@ -1,0 +1,46 @@
+// LLaMA's registry entry: model.* keys -> LlamaConfig, and the functions the
+// framework calls (models/registry.h).
+#include "models/llama/llama.h"
+#include "models/registry.h"
+
+namespace lattice::llama {
+
+LlamaConfig config_of(const ModelConfig& m) {
+  const int kv = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
+  LATTICE_CHECK(m.n_head > 0 && m.d_model % m.n_head == 0, "model.d_model: {} is not divisible by model.n_head ({})",
+                m.d_model, m.n_head);
+  LATTICE_CHECK(kv > 0 && m.n_head % kv == 0, "model.n_kv_head: model.n_head ({}) is not divisible by n_kv_head ({})",
+                m.n_head, kv);
+  LATTICE_CHECK((m.d_model / m.n_head) % 2 == 0,
+                "model.d_model: llama's rotary embeddings need an even head size, got d_model / n_head = {}",
+                m.d_model / m.n_head);
+  LlamaConfig c;
+  c.n_layer = m.n_layer;
+  c.n_head = m.n_head;
+  c.n_kv_head = kv;
+  c.d_model = m.d_model;
+  c.d_ff = m.d_ff > 0 ? m.d_ff : 4 * m.d_model;
+  c.vocab_size = m.vocab_size;
+  c.max_seq_len = m.max_seq_len;
+  c.tie_embeddings = m.tie_embeddings;
+  c.dropout = m.dropout;
+  c.norm_eps = float(m.norm_eps);
+  c.rope_theta = m.rope_theta > 0 ? m.rope_theta : 10000.0;
+  c.init_std = float(m.init_std);
+  return c;
+}
+
+ModelEntry registry_entry() {
+  ModelEntry e;
+  e.arch = ModelArch::llama;
+  e.param_specs = [](const ModelConfig& m) { return param_specs(config_of(m)); };
+  e.policy = [](const ModelConfig& m) { return sharding_policy(config_of(m)); };
+  e.build = [](const ModelConfig& m, FlatParams& p, comm::Group& tp, StageSpan span) -> std::unique_ptr<LanguageModel> {
+    return std::make_unique<Llama>(config_of(m), p, tp, span);
+  };
+  e.activation_bytes = [](const ModelConfig& m, const StageSpan& span, const TpShard& shard, DType dtype, int64_t B,
+                          int64_t T) { return Llama::activation_bytes_of(config_of(m), span, shard, dtype, B, T); };
+  return e;
+}
+
+}  // namespace lattice::llama
