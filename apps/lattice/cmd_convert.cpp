@@ -1,6 +1,8 @@
 // lattice convert --to-hf CKPT_STEP_DIR OUT_DIR
 // lattice convert --from-hf HF_DIR OUT_CHECKPOINT_DIR
-// Hugging Face GPT-2 interop (checkpoint/hf_gpt2.h). One line on success.
+// Hugging Face GPT-2 and LLaMA interop (checkpoint/hf_gpt2.h, checkpoint/hf_llama.h):
+// the arch comes from the checkpoint's config or config.json's model_type.
+// One line on success.
 #include <fmt/format.h>
 
 #include "checkpoint/hf_gpt2.h"
@@ -13,8 +15,11 @@ namespace {
 
 std::string describe(const checkpoint::ConvertSummary& s) {
   const ModelConfig& m = s.model;
-  return fmt::format("gpt2: {} layers, {} heads, d_model {}, vocab {}, {} positions, {} head, {} parameters", m.n_layer,
-                     m.n_head, m.d_model, m.vocab_size, m.max_seq_len, m.tie_embeddings ? "tied" : "untied",
+  const std::string heads = m.arch == ModelArch::gpt2 || m.n_kv_head == m.n_head
+                                ? fmt::format("{} heads", m.n_head)
+                                : fmt::format("{} heads ({} k/v)", m.n_head, m.n_kv_head);
+  return fmt::format("{}: {} layers, {}, d_model {}, vocab {}, {} positions, {} head, {} parameters", enum_name(m.arch),
+                     m.n_layer, heads, m.d_model, m.vocab_size, m.max_seq_len, m.tie_embeddings ? "tied" : "untied",
                      s.parameters);
 }
 
@@ -30,8 +35,8 @@ int convert(const Args& args) {
                  to_hf ? "CKPT_STEP_DIR OUT_DIR" : "HF_DIR OUT_CHECKPOINT_DIR", args.size() - 1);
   if (to_hf) {
     checkpoint::ConvertSummary s = checkpoint::convert_to_hf(args[1], args[2]);
-    fmt::print("exported {} -> {} (config.json, model.safetensors; load with GPT2LMHeadModel.from_pretrained)\n",
-               describe(s), s.out);
+    fmt::print("exported {} -> {} (config.json, model.safetensors; load with {}.from_pretrained)\n", describe(s), s.out,
+               s.hf_class);
   } else {
     checkpoint::ConvertSummary s = checkpoint::convert_from_hf(args[1], args[2]);
     fmt::print("imported {} -> {} (model only, step 0; train from it with checkpoint.resume={})\n", describe(s), s.out,

@@ -1,9 +1,11 @@
-// The GPT-2 shapes bench_train_step measures, the same two configs as the
-// PyTorch reference (shared/reference/torch_gpt2_bench.py, CONFIGS), and small
-// statistics helpers shared by the measuring files.
+// The models bench_train_step measures: the two GPT-2 shapes of the PyTorch
+// reference (shared/reference/torch_gpt2_bench.py, CONFIGS), and the zoo
+// models (llama, bert) at the shapes of a config file (configs/<arch>-tiny.yaml
+// by default, bench_configs.cpp); plus small statistics helpers shared by the
+// measuring files.
 //
 // Shapes: L layers, C model width, NH heads, V vocabulary, T sequence length,
-// B batch rows, block = max_seq_len (rows of wpe).
+// B batch rows, F MLP width, block = max_seq_len (rows of a position table).
 #pragma once
 
 #include <algorithm>
@@ -11,20 +13,27 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
+
 namespace lattice::bench {
 
 struct BenchConfig {
-  std::string name;
-  int L, C, NH, V, T, B, block;
+  std::string name;  // printed label: small, tiny (gpt2), llama-tiny, bert-tiny
+  int L = 0, C = 0, NH = 0, V = 0, T = 0, B = 0, block = 0;
+  int F = 0;           // MLP width (4 C for gpt2)
+  int data_vocab = 0;  // token ids of the random batches: [0, data_vocab) (bert: its ordinary ids)
+  ModelConfig model;   // what the registry builds (model.arch picks the model)
+  std::string source;  // the config file the shapes came from ("" for the built-in gpt2 shapes)
+  std::string ref_config;  // --config value for the PyTorch script
 };
 
-inline const std::vector<BenchConfig>& bench_configs() {
-  static const std::vector<BenchConfig> configs = {
-      {"small", 12, 768, 12, 50257, 256, 4, 1024},  // GPT-2 124M, B=4, T=256
-      {"tiny", 4, 256, 4, 8192, 128, 8, 128},
-  };
-  return configs;
-}
+// The built-in GPT-2 configs: small (124M, B=4, T=256) and tiny, as the
+// reference's CONFIGS; dropout 0, tied embeddings, no vocabulary padding.
+const std::vector<BenchConfig>& gpt2_bench_configs();
+
+// A zoo model at the shapes of `yaml_path` (load_config): model.*, B =
+// train.micro_batch, T = train.seq_len; dropout forced to 0 (as for gpt2).
+BenchConfig bench_config_from_file(const std::string& name, const std::string& yaml_path);
 
 // Median, min and max of a non-empty sample (seconds or any unit).
 struct Stats {

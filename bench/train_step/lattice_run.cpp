@@ -14,7 +14,7 @@
 #include "core/threads.h"
 #include "core/rng.h"
 #include "core/timer.h"
-#include "models/gpt2/gpt2.h"
+#include "models/registry.h"
 #include "optim/optimizer.h"
 
 namespace lattice::bench {
@@ -45,19 +45,7 @@ double sgemm_gflops(int64_t m, int64_t n, int64_t k, bool trans_b, int reps) {
   return 2.0 * double(m) * double(n) * double(k) / best / 1e9;
 }
 
-gpt2::Gpt2Config model_config(const BenchConfig& cfg) {
-  gpt2::Gpt2Config m;
-  m.n_layer = cfg.L;
-  m.n_head = cfg.NH;
-  m.d_model = cfg.C;
-  m.vocab_size = cfg.V;
-  m.max_seq_len = cfg.block;
-  m.tie_embeddings = true;
-  m.dropout = 0.0f;
-  return m;
-}
-
-// Uniform random token ids for step s: inputs and next-token targets (B, T).
+// Uniform random token ids in [0, V) for step s: inputs and next-token targets (B, T).
 void random_batch(Tensor& x, Tensor& y, int V, int64_t step) {
   RngKey k;
   k.seed = 1;
@@ -74,17 +62,26 @@ void random_batch(Tensor& x, Tensor& y, int V, int64_t step) {
   }
 }
 
-// N of the FLOP model from the parameter table, checked against the model's own formula.
-int64_t checked_flop_params(const FlatParams& params, const gpt2::Gpt2& model, const BenchConfig& cfg) {
+// N of the FLOP model. For gpt2 it is counted from the parameter table (all
+// but wpe) and checked against the model's formula; the other archs report
+// the N of their own flops_per_token (the PyTorch scripts check theirs
+// against the same formula, and main.cpp compares the two GFLOP/step).
+int64_t flop_params(const FlatParams& params, const LanguageModel& model, const BenchConfig& cfg) {
+  const double attention = 12.0 * cfg.L * double(cfg.C) * cfg.T, got = model.flops_per_token(cfg.T);
+  if (cfg.model.arch != ModelArch::gpt2) return std::llround((got - attention) / 6.0);
   int64_t n = 0;
   for (const ParamEntry& e : params.entries())
     if (e.spec.name != "wpe.weight") n += e.numel;
-  double expect = 6.0 * double(n) + 12.0 * cfg.L * double(cfg.C) * cfg.T;
-  double got = model.flops_per_token(cfg.T);
+  double expect = 6.0 * double(n) + attention;
   LATTICE_CHECK(std::fabs(got - expect) <= 1e-9 * expect,
                 "bench: Gpt2::flops_per_token({}) = {}, but 6 N + 12 L C T with N = {} gives {}", cfg.T, got, n,
                 expect);
   return n;
+}
+
+int64_t valid_targets(const Tensor& y) {
+  const int32_t* p = y.data<int32_t>();
+  return std::count_if(p, p + y.numel(), [](int32_t t) { return t != kIgnoreIndex; });
 }
 
 bool cpu_has_avx2() {
@@ -112,37 +109,45 @@ std::string blas_core_warning() {
 SgemmRate measure_sgemm(const BenchConfig& cfg, int reps) {
   SgemmRate r;
   r.square = sgemm_gflops(1024, 1024, 1024, false, reps);
-  r.model = sgemm_gflops(int64_t(cfg.B) * cfg.T, 4 * int64_t(cfg.C), cfg.C, true, reps);
+  r.model = sgemm_gflops(int64_t(cfg.B) * cfg.T, cfg.F, cfg.C, true, reps);
   return r;
 }
 
 LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup,
                           const std::function<void(const std::string&)>& log) {
-  const gpt2::Gpt2Config mcfg = model_config(cfg);
-  FlatParams params(gpt2::param_specs(mcfg), DType::f32);
+  const ModelConfig& mcfg = cfg.model;
+  const ModelEntry& entry = model_entry(mcfg.arch);
+  const TpShard shard{.rank = 0, .size = 1, .vocab_multiple = mcfg.vocab_multiple};  // as the trainer pads
+  FlatParams params(model_param_specs(mcfg), DType::f32, Device::cpu(), shard);
   params.init(1234);
   comm::Group tp = comm::self_group("tp");  // one rank: the tp mappings are no-ops
-  gpt2::Gpt2 model(mcfg, params, tp);
+  std::unique_ptr<LanguageModel> model = build_model(mcfg, params, tp);
   auto opt = optim::make_optimizer({.name = "adamw", .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1}, params);
-  auto ctx = model.make_context(cfg.B, cfg.T);
+  auto ctx = model->make_context(cfg.B, cfg.T);
 
   LatticeResult res;
   res.n_params = params.numel();
-  res.n_flop_params = checked_flop_params(params, model, cfg);
+  res.n_flop_params = flop_params(params, *model, cfg);
   res.tokens_per_step = int64_t(cfg.B) * cfg.T;
-  res.flops_per_step = model.flops_per_token(cfg.T) * double(res.tokens_per_step);
+  res.flops_per_step = model->flops_per_token(cfg.T) * double(res.tokens_per_step);
   res.activation_bytes = ctx->bytes();
 
   Tensor x = Tensor::empty({cfg.B, cfg.T}, DType::i32), y = Tensor::empty({cfg.B, cfg.T}, DType::i32);
   std::vector<double> step_s, zero_s, fwd_s, bwd_s, opt_s;
+  int64_t valid_sum = 0;
   for (int i = 0; i < warmup + steps; ++i) {
-    random_batch(x, y, cfg.V, i);  // outside the timed region, as in the reference
     const int64_t step = i + 1;
+    const StepCoords coords{.seed = 1, .step = step, .sample0 = 0, .train = true};
+    random_batch(x, y, cfg.data_vocab, i);  // outside the timed region, as in the references
+    if (entry.prepare_batch) entry.prepare_batch(mcfg, coords, x, y);  // e.g. BERT's masked LM
+    const int64_t valid = valid_targets(y);
+    LATTICE_CHECK(valid > 0, "bench: step {} has no target to score", i);
+    valid_sum += valid;
     double tz = 0, tf = 0, tb = 0, to = 0, loss = 0;
     Timer total;
     { ScopedTimer t(tz); params.zero_grad(); }
-    { ScopedTimer t(tf); loss = model.forward(*ctx, x, y, {1, step, 0, true}) / double(res.tokens_per_step); }
-    { ScopedTimer t(tb); model.backward(*ctx, 1.0f / float(res.tokens_per_step)); }
+    { ScopedTimer t(tf); loss = model->forward(*ctx, x, y, coords) / double(valid); }
+    { ScopedTimer t(tb); model->backward(*ctx, 1.0f / float(valid)); }
     { ScopedTimer t(to); opt->step(params, 3e-4, step, 1.0f); }
     const double dt = total.seconds();
     const bool timed = i >= warmup;
@@ -154,6 +159,7 @@ LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup,
     step_s.push_back(dt * 1e3), zero_s.push_back(tz * 1e3), fwd_s.push_back(tf * 1e3);
     bwd_s.push_back(tb * 1e3), opt_s.push_back(to * 1e3);
   }
+  res.scored_per_step = double(valid_sum) / double(warmup + steps);
   res.step_ms = stats_of(step_s);
   res.zero_ms = stats_of(zero_s), res.fwd_ms = stats_of(fwd_s), res.bwd_ms = stats_of(bwd_s);
   res.opt_ms = stats_of(opt_s);

@@ -1,11 +1,14 @@
 // Measuring Lattice on one rank: the sgemm rate of this machine at the current
-// thread count (the MFU denominator) and the GPT-2 training step
-// (zero_grad + forward + backward + AdamW), timed per phase.
+// thread count (the MFU denominator) and the training step of any registered
+// model (zero_grad + forward + backward + AdamW), timed per phase. The model
+// is built by ModelConfig through the registry (models/registry.h), its
+// vocabulary padded as the trainer pads it (model.vocab_multiple), and its
+// batches go through the arch's prepare_batch (BERT: masked LM) before timing.
 //
 // Both run at the thread count set beforehand with lattice::set_num_threads.
-// FLOP model (the PyTorch reference's): flops/token = 6 N + 12 L C T, N = all
-// parameters except wpe (a tied head counts once); run_lattice checks that
-// Gpt2::flops_per_token agrees with N counted from the parameter table.
+// FLOP model (the PyTorch references'): the model's flops_per_token, 6 N +
+// 12 L C T; for gpt2 (N = all parameters except wpe, a tied head once)
+// run_lattice checks it against N counted from the parameter table.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +21,7 @@
 namespace lattice::bench {
 
 // sgemm GFLOP/s, best of `reps` timed products after one warm-up:
-// square = 1024 x 1024 x 1024; model = the MLP c_fc shape (B*T, 4C, C) as
+// square = 1024 x 1024 x 1024; model = the MLP input shape (B*T, F, C) as
 // linear_forward calls it (inp @ weight^T).
 struct SgemmRate {
   double square = 0, model = 0;
@@ -40,11 +43,13 @@ struct LatticeResult {
   int64_t tokens_per_step = 0;
   Stats step_ms;                            // whole step
   Stats zero_ms, fwd_ms, bwd_ms, opt_ms;    // per phase
-  double first_loss = 0, last_loss = 0;     // mean token loss
+  double first_loss = 0, last_loss = 0;     // mean loss over the scored tokens
+  double scored_per_step = 0;               // targets that count (BERT: the masked positions)
   int64_t activation_bytes = 0;
 };
 
-// Times `warmup` untimed + `steps` timed training steps on random token ids.
+// Times `warmup` untimed + `steps` timed training steps of cfg.model on random
+// token ids.
 // `log` receives one line per step.
 LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup,
                           const std::function<void(const std::string&)>& log);

@@ -1,17 +1,25 @@
-// bench_train_step: the single-rank GPT-2 training step (zero_grad + forward +
-// backward + AdamW) of Lattice, next to the PyTorch reference on the same
-// shapes, threads and FLOP model. Prints per-step lines while it runs, then a
-// markdown table and raw RESULT lines for BENCHMARKS.md.
+// bench_train_step: the single-rank training step (zero_grad + forward +
+// backward + AdamW) of a Lattice model (GPT-2, LLaMA or BERT, built through the
+// registry), next to a PyTorch reference of the same model on the same shapes,
+// threads and FLOP model. Prints per-step lines while it runs, then a markdown
+// table and raw RESULT lines for BENCHMARKS.md.
 //
-//   bench_train_step [--config small|tiny|all] [--threads N[,N...]] [--steps S]
-//                    [--warmup W] [--torch] [--reference PATH] [--python PATH]
-//                    [--peak GFLOPS] [--breakdown]
+//   bench_train_step [--arch gpt2|llama|bert|all[,...]] [--config NAME|all|FILE.yaml]
+//                    [--threads N[,N...]] [--steps S] [--warmup W] [--torch]
+//                    [--reference PATH] [--python PATH] [--peak GFLOPS] [--breakdown]
+//
+// --arch (default gpt2): gpt2 runs the built-in shapes small and tiny (--config
+// small|tiny|all, reference shared/reference/torch_gpt2_bench.py, or
+// --reference PATH); llama and bert run configs/<arch>-tiny.yaml (--config
+// tiny|all) or the given FILE.yaml, against bench/train_step/torch_<arch>_bench.py,
+// which gets the shapes of the config on its command line.
 //
 // --peak 0 (default) measures the sgemm rate per thread count in this run and
 // uses it as the MFU denominator; a positive value replaces the measurement.
-// --breakdown adds a per-op time table (op_breakdown.h) for each row.
+// --breakdown adds a per-op time table (op_breakdown.h) for each gpt2 row.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -22,6 +30,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/param.h"
 #include "core/threads.h"
 #include "train_step/lattice_run.h"
 #include "train_step/op_breakdown.h"
@@ -38,6 +47,7 @@ struct Options {
   int steps = 5, warmup = 2;
   bool torch = false, breakdown = false;
   std::string reference = LATTICE_BENCH_REFERENCE, python = "/usr/bin/python3";
+  std::string zoo_dir = LATTICE_BENCH_ZOO_DIR;  // the llama / bert reference scripts
   double peak = 0;
 };
 
@@ -50,6 +60,7 @@ struct Row {
   LatticeResult lat;
   std::optional<TorchResult> torch;
   std::string torch_error;
+  bool flops_differ = false;  // the reference's FLOP model disagrees with the model's
   std::vector<OpTime> ops;
 };
 
@@ -67,9 +78,44 @@ std::vector<int> parse_int_list(const std::string& s) {
   return out;
 }
 
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t end = s.find(',', pos);
+    if (end == std::string::npos) end = s.size();
+    out.push_back(s.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return out;
+}
+
+// The configs of `arch` that --config selects.
+std::vector<BenchConfig> configs_for(const std::string& arch, const std::string& config) {
+  std::vector<BenchConfig> out;
+  if (arch == "gpt2") {
+    for (const BenchConfig& c : gpt2_bench_configs())
+      if (config == "all" || config == c.name) out.push_back(c);
+    if (out.empty()) throw std::invalid_argument("--config " + config + ": gpt2 has small, tiny or all");
+    return out;
+  }
+  if (arch != "llama" && arch != "bert")
+    throw std::invalid_argument("--arch " + arch + ": expected gpt2, llama, bert or all");
+  const bool file = config.size() > 5 && config.substr(config.size() - 5) == ".yaml";
+  if (!file && config != "tiny" && config != "all")
+    throw std::invalid_argument("--config " + config + ": " + arch + " has tiny, all or a FILE.yaml");
+  const std::string path = file ? config : std::string(LATTICE_BENCH_SOURCE_DIR) + "/configs/" + arch + "-tiny.yaml";
+  BenchConfig c = bench_config_from_file(file ? arch : arch + "-tiny", path);
+  if (std::string(enum_name(c.model.arch)) != arch)
+    throw std::invalid_argument(path + " is model.arch " + std::string(enum_name(c.model.arch)) + ", not " + arch);
+  c.ref_config = file ? "file" : "tiny";
+  out.push_back(c);
+  return out;
+}
+
 Options parse_options(int argc, char** argv) {
   Options o;
-  std::string config = "all";
+  std::string config = "all", archs = "gpt2";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -77,6 +123,7 @@ Options parse_options(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--config") config = value();
+    else if (a == "--arch") archs = value();
     else if (a == "--threads") o.threads = parse_int_list(value());
     else if (a == "--steps") o.steps = std::stoi(value());
     else if (a == "--warmup") o.warmup = std::stoi(value());
@@ -87,9 +134,8 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--peak") o.peak = std::stod(value());
     else throw std::invalid_argument("unknown option " + a + " (see the header of bench/train_step/main.cpp)");
   }
-  for (const BenchConfig& c : bench_configs())
-    if (config == "all" || config == c.name) o.configs.push_back(c);
-  if (o.configs.empty()) throw std::invalid_argument("--config " + config + ": expected small, tiny or all");
+  for (const std::string& arch : split_list(archs == "all" ? "gpt2,llama,bert" : archs))
+    for (const BenchConfig& c : configs_for(arch, config)) o.configs.push_back(c);
   if (o.threads.empty()) o.threads = {int(std::max(1u, std::thread::hardware_concurrency()))};
   if (o.steps < 1 || o.warmup < 0) throw std::invalid_argument("--steps must be >= 1 and --warmup >= 0");
   return o;
@@ -113,6 +159,53 @@ void say(const std::string& s) {
   std::fflush(stdout);
 }
 
+// The reference run for a config: its script and, for the zoo models, the
+// shapes of the config on the command line.
+TorchRun reference_run(const Options& o, const BenchConfig& cfg, int threads, double peak) {
+  TorchRun run{o.python, o.reference, cfg.ref_config, {}, threads, o.steps, o.warmup, peak};
+  const ModelConfig& m = cfg.model;
+  if (m.arch == ModelArch::gpt2) return run;
+  const std::string arch(enum_name(m.arch));
+  run.script = o.zoo_dir + "/torch_" + arch + "_bench.py";
+  const int64_t rows = padded_vocab(m.vocab_size, TpShard{.rank = 0, .size = 1, .vocab_multiple = m.vocab_multiple});
+  auto arg = [&](const std::string& k, const std::string& v) { run.extra_args.insert(run.extra_args.end(), {k, v}); };
+  arg("--layers", std::to_string(m.n_layer));
+  arg("--d-model", std::to_string(m.d_model));
+  arg("--heads", std::to_string(m.n_head));
+  arg("--d-ff", std::to_string(m.d_ff));
+  arg("--vocab", std::to_string(m.vocab_size));
+  arg("--vocab-rows", std::to_string(rows));
+  arg("--seq", std::to_string(cfg.T));
+  arg("--batch", std::to_string(cfg.B));
+  arg("--norm-eps", fmt::format("{}", m.norm_eps));
+  if (m.arch == ModelArch::llama) {
+    arg("--kv-heads", std::to_string(m.n_kv_head));
+    arg("--rope-theta", fmt::format("{}", m.rope_theta));
+    if (m.tie_embeddings) run.extra_args.push_back("--tie");
+  } else {
+    arg("--max-seq-len", std::to_string(m.max_seq_len));
+    if (!m.tie_embeddings) run.extra_args.push_back("--untie");
+  }
+  return run;
+}
+
+void run_reference(const Options& o, const BenchConfig& cfg, Row& r) {
+  const std::string ttag = fmt::format("[pytorch {} threads={}]", cfg.name, r.threads);
+  try {
+    r.torch = run_torch(reference_run(o, cfg, r.threads, r.peak), [&](const std::string& l) { say(ttag + " " + l); });
+  } catch (const std::exception& e) {
+    r.torch_error = e.what();
+    say(ttag + " FAILED: " + r.torch_error);
+    return;
+  }
+  auto f = r.torch->fields.find("flops_per_step");  // the zoo scripts print theirs
+  if (f == r.torch->fields.end()) return;
+  const double theirs = std::stod(f->second), ours = r.lat.flops_per_step;
+  r.flops_differ = std::abs(theirs - ours) > 1e-9 * ours;
+  if (r.flops_differ)
+    say(fmt::format("{} WARNING: FLOP/step {} differs from Lattice's {}: the models differ", ttag, theirs, ours));
+}
+
 Row measure(const Options& o, const BenchConfig& cfg, int threads) {
   Row r;
   r.cfg = cfg;
@@ -123,22 +216,17 @@ Row measure(const Options& o, const BenchConfig& cfg, int threads) {
   say(fmt::format("{} load average before: {}", tag, r.load_before));
   r.sgemm = measure_sgemm(cfg, 5);
   r.peak = o.peak > 0 ? o.peak : r.sgemm.peak();
-  say(fmt::format("{} sgemm GFLOP/s: 1024^3 {:.1f}, c_fc shape ({}, {}, {}) {:.1f}; MFU denominator {:.1f}", tag,
-                  r.sgemm.square, cfg.B * cfg.T, 4 * cfg.C, cfg.C, r.sgemm.model, r.peak));
+  say(fmt::format("{} sgemm GFLOP/s: 1024^3 {:.1f}, MLP-in shape ({}, {}, {}) {:.1f}; MFU denominator {:.1f}", tag,
+                  r.sgemm.square, cfg.B * cfg.T, cfg.F, cfg.C, r.sgemm.model, r.peak));
+  if (!cfg.source.empty()) say(fmt::format("{} model from {} (dropout 0), B {} T {}", tag, cfg.source, cfg.B, cfg.T));
   r.lat = run_lattice(cfg, o.steps, o.warmup, [&](const std::string& l) { say(tag + " " + l); });
-  say(fmt::format("{} params {} (N for flops {}), GFLOP/step {:.2f}, activations {:.1f} MiB", tag, r.lat.n_params,
-                  r.lat.n_flop_params, r.lat.flops_per_step / 1e9, double(r.lat.activation_bytes) / (1 << 20)));
-  if (o.breakdown) r.ops = op_breakdown(cfg, 2);
-  if (o.torch) {
-    const std::string ttag = fmt::format("[pytorch {} threads={}]", cfg.name, threads);
-    try {
-      r.torch = run_torch({o.python, o.reference, cfg.name, threads, o.steps, o.warmup, r.peak},
-                          [&](const std::string& l) { say(ttag + " " + l); });
-    } catch (const std::exception& e) {
-      r.torch_error = e.what();
-      say(ttag + " FAILED: " + r.torch_error);
-    }
-  }
+  say(fmt::format("{} params {} (N for flops {}), GFLOP/step {:.2f}, scored targets/step {:.0f}, activations "
+                  "{:.1f} MiB",
+                  tag, r.lat.n_params, r.lat.n_flop_params, r.lat.flops_per_step / 1e9, r.lat.scored_per_step,
+                  double(r.lat.activation_bytes) / (1 << 20)));
+  if (o.breakdown && cfg.model.arch == ModelArch::gpt2) r.ops = op_breakdown(cfg, 2);
+  if (o.breakdown && cfg.model.arch != ModelArch::gpt2) say(tag + " --breakdown: only the gpt2 op sequence is replayed");
+  if (o.torch) run_reference(o, cfg, r);
   return r;
 }
 
@@ -188,15 +276,16 @@ void print_raw(const std::vector<Row>& rows) {
     std::string torch = r.torch ? fmt::format(" torch_median_ms={:.1f} torch_ms_over_lattice_ms={:.3f}",
                                               r.torch->median_ms, r.torch->median_ms / r.lat.step_ms.median)
                                 : "";
-    say(fmt::format("RESULT system=lattice config={} threads={} median_ms={:.1f} min_ms={:.1f} max_ms={:.1f} "
+    say(fmt::format("RESULT system=lattice arch={} config={} threads={} median_ms={:.1f} min_ms={:.1f} max_ms={:.1f} "
                     "tokens_per_s={:.0f} achieved_GFLOPs={:.1f} MFU={:.1f}% sgemm_GFLOPs={:.1f} "
                     "sgemm_1024_GFLOPs={:.1f} sgemm_model_GFLOPs={:.1f} zero_grad_ms={:.1f} forward_ms={:.1f} "
                     "backward_ms={:.1f} adamw_ms={:.1f} blas_core={} load_before={}{}",
-                    r.cfg.name, r.threads, r.lat.step_ms.median, r.lat.step_ms.min, r.lat.step_ms.max,
-                    lattice_tokens(r), g, 100 * g / r.peak, r.peak, r.sgemm.square, r.sgemm.model,
+                    enum_name(r.cfg.model.arch), r.cfg.name, r.threads, r.lat.step_ms.median, r.lat.step_ms.min,
+                    r.lat.step_ms.max, lattice_tokens(r), g, 100 * g / r.peak, r.peak, r.sgemm.square, r.sgemm.model,
                     r.lat.zero_ms.median, r.lat.fwd_ms.median, r.lat.bwd_ms.median, r.lat.opt_ms.median, lattice::blas_core(),
                     r.load_before.empty() ? "?" : r.load_before.substr(0, r.load_before.find(' ')), torch));
     if (r.torch) say(r.torch->result_line);
+    if (r.flops_differ) say("RESULT system=pytorch config=" + r.cfg.name + " FLOP_MODEL_DIFFERS");
     if (!r.torch_error.empty()) say("RESULT system=pytorch config=" + r.cfg.name + " FAILED: " + r.torch_error);
   }
 }

@@ -40,11 +40,12 @@ double number(const std::map<std::string, std::string>& f, const std::string& ke
 
 TorchResult run_torch(const TorchRun& run, const std::function<void(const std::string&)>& log) {
   LATTICE_CHECK(std::filesystem::exists(run.script),
-                "torch reference: {} not found; pass --reference PATH to torch_gpt2_bench.py", run.script);
+                "torch reference: {} not found; pass --reference PATH to the script", run.script);
   std::string cmd = "OMP_WAIT_POLICY=PASSIVE " + shell_quote(run.python) + " " + shell_quote(run.script) +
                     " --config " + shell_quote(run.config) + " --threads " + std::to_string(run.threads) +
                     " --steps " + std::to_string(run.steps) + " --warmup " + std::to_string(run.warmup);
   if (run.peak_gflops > 0) cmd += " --peak-gflops " + std::to_string(run.peak_gflops);
+  for (const std::string& a : run.extra_args) cmd.append(" ").append(shell_quote(a));
   cmd += " 2>&1";
   log("$ " + cmd);
   FILE* pipe = popen(cmd.c_str(), "r");

@@ -1,4 +1,5 @@
-// Runs the PyTorch reference (shared/reference/torch_gpt2_bench.py) as a child
+// Runs a PyTorch reference (shared/reference/torch_gpt2_bench.py, or
+// bench/train_step/torch_{llama,bert}_bench.py for the zoo models) as a child
 // process and parses its "RESULT key=value ..." summary line.
 //
 // The child gets OMP_WAIT_POLICY=PASSIVE: Debian's torch runs its OpenMP pool
@@ -9,13 +10,15 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace lattice::bench {
 
 struct TorchRun {
   std::string python = "/usr/bin/python3";  // the interpreter that has torch
-  std::string script;                       // path to torch_gpt2_bench.py
+  std::string script;                       // path to the reference script
   std::string config;
+  std::vector<std::string> extra_args;      // appended as given (the zoo scripts' shapes)
   int threads = 1, steps = 5, warmup = 2;
   double peak_gflops = 0;  // passed on for the script's MFU column
 };

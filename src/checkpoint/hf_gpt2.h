@@ -57,10 +57,13 @@ struct ConvertSummary {
   ModelConfig model;
   int64_t parameters = 0;  // logical elements written
   std::string out;         // the directory written
+  std::string hf_class;    // "GPT2LMHeadModel" or "LlamaForCausalLM"
 };
-// lattice convert --to-hf STEP_DIR OUT_DIR: a verified checkpoint to HF.
+// lattice convert --to-hf STEP_DIR OUT_DIR: a verified checkpoint to HF, as
+// GPT-2 or LLaMA (checkpoint/hf_llama.h) by the arch of its config.
 ConvertSummary convert_to_hf(const std::string& step_dir, const std::string& out_dir);
-// lattice convert --from-hf HF_DIR PARENT: a model-only PARENT/step_0000000.
+// lattice convert --from-hf HF_DIR PARENT: a model-only PARENT/step_0000000,
+// read as GPT-2 or LLaMA by config.json's model_type.
 ConvertSummary convert_from_hf(const std::string& hf_dir, const std::string& out_parent);
 
 }  // namespace lattice::checkpoint

@@ -80,14 +80,20 @@ void check_logical_model(const LogicalModel& m, const std::string& where) {
 }
 
 ordered_json model_state_json(const ModelConfig& m) {
-  return {{"arch", std::string(enum_name(m.arch))},
-          {"n_layer", m.n_layer},
-          {"n_head", m.n_head},
-          {"d_model", m.d_model},
-          {"vocab_size", m.vocab_size},
-          {"max_seq_len", m.max_seq_len},
-          {"tie_embeddings", m.tie_embeddings},
-          {"norm_eps", m.norm_eps}};
+  ordered_json j = {{"arch", std::string(enum_name(m.arch))},
+                    {"n_layer", m.n_layer},
+                    {"n_head", m.n_head},
+                    {"d_model", m.d_model},
+                    {"vocab_size", m.vocab_size},
+                    {"max_seq_len", m.max_seq_len},
+                    {"tie_embeddings", m.tie_embeddings},
+                    {"norm_eps", m.norm_eps}};
+  if (m.arch != ModelArch::gpt2) {  // GQA, the MLP width and rotary are free there
+    j["n_kv_head"] = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
+    j["d_ff"] = m.d_ff > 0 ? m.d_ff : 4 * m.d_model;
+    j["rope_theta"] = m.rope_theta;
+  }
+  return j;
 }
 
 ModelConfig model_from_state_json(const json& j, const std::string& where) {
@@ -110,6 +116,14 @@ ModelConfig model_from_state_json(const json& j, const std::string& where) {
   LATTICE_CHECK(j.contains("norm_eps") && j["norm_eps"].is_number() && j["norm_eps"].get<double>() > 0,
                 "{}: model.norm_eps is missing or not a positive number", where);
   m.norm_eps = j["norm_eps"].get<double>();
+  // Written for archs other than gpt2 (model_state_json); absent: gpt2's values.
+  if (j.contains("n_kv_head")) m.n_kv_head = state_int(j, "n_kv_head", where);
+  if (j.contains("d_ff")) m.d_ff = state_int(j, "d_ff", where);
+  if (j.contains("rope_theta")) {
+    LATTICE_CHECK(j["rope_theta"].is_number() && j["rope_theta"].get<double>() >= 0,
+                  "{}: model.rope_theta is {}, expected a non-negative number", where, j["rope_theta"].dump());
+    m.rope_theta = j["rope_theta"].get<double>();
+  }
   return m;
 }
 

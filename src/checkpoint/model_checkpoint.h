@@ -13,6 +13,7 @@
 // as given, no `config` and no optimizer files, plus a "model" object
 //   {"arch", "n_layer", "n_head", "d_model", "vocab_size", "max_seq_len",
 //    "tie_embeddings", "norm_eps"}
+// and, for archs other than gpt2, "n_kv_head", "d_ff" and "rope_theta",
 // so that a trainer starting from it can check the shapes against its config.
 #pragma once
 

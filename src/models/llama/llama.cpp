@@ -306,6 +306,11 @@ double Llama::head_forward(Context& ctx, const Tensor& x, const Tensor& targets)
   return sum;
 }
 
+Tensor Llama::logits(const ModelContext& base) const {
+  LATTICE_CHECK(span_.head, "llama: logits come from the chunk with the head");
+  return static_cast<const Context&>(base).logits;
+}
+
 double Llama::forward(ModelContext& base, const Tensor& input, const Tensor& targets, const StepCoords& coords,
                       Tensor* output) {
   auto& ctx = static_cast<Context&>(base);

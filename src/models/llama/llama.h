@@ -80,6 +80,10 @@ class Llama final : public LanguageModel {
   void backward(ModelContext& ctx, float dloss, const Tensor* doutput = nullptr, Tensor* dinput = nullptr) override;
   double flops_per_token(int64_t T) const override;
   const LlamaConfig& config() const { return cfg_; }
+  // The logits (B, T, V_l) of the last forward on `ctx` (a chunk with the head):
+  // this rank's padded vocabulary rows. Read them before backward, which
+  // overwrites them with dlogits.
+  Tensor logits(const ModelContext& ctx) const;
 
  private:
   struct P {
