@@ -4,6 +4,7 @@
 
 #include "booster/peak_flops.h"
 #include "booster/stop_signal.h"
+#include "booster/tensorboard.h"
 #include "checkpoint/atomic_dir.h"
 #include "core/timer.h"
 #include "optim/lr_schedule.h"
@@ -47,6 +48,8 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
   // Every rank runs the loop; only the logging rank (a non-empty path) writes and prints.
   std::unique_ptr<MetricsWriter> metrics;
   logger_ = !metrics_path.empty();
+  std::unique_ptr<TensorBoardWriter> tb;
+  if (logger_ && cfg_.log.tensorboard) tb = std::make_unique<TensorBoardWriter>(cfg_.log.dir + "/tb");
   if (logger_) metrics = std::make_unique<MetricsWriter>(metrics_path);
   const optim::LrSchedule schedule = lr_schedule(cfg_);
   const int64_t last = cfg_.train.stop_at_step > 0 ? cfg_.train.stop_at_step : cfg_.train.steps;
@@ -86,12 +89,18 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
     sum.final_loss = r.loss;
     if (metrics && (step % cfg_.log.every == 0 || step == 1 || step == last)) {
       metrics->log_train(r);
+      if (tb)
+        tb->scalars(step, {{"train/loss", float(r.loss)}, {"train/lr", float(r.lr)},
+                           {"train/grad_norm", float(r.grad_norm)}, {"perf/tokens_per_s", float(r.tokens_per_s)},
+                           {"perf/step_ms", float(r.step_ms)}, {"perf/mfu", float(r.mfu)},
+                           {"perf/peak_mem_bytes", float(r.peak_mem_bytes)}});
       print_(progress_line(r, last, elapsed / double(step - resumed.step) * double(last - step)));
     }
     if (eval_due(step, last)) {
       double val = plugin_->evaluate(cfg_.train.eval_steps);  // collective
       if (metrics) {
         metrics->log_eval(step, val);
+        if (tb) tb->scalars(step, {{"val/loss", float(val)}});
         print_(fmt::format("step {}/{} | val_loss {:.6f}", step, last, val));
       }
       sum.last_val_loss = val;

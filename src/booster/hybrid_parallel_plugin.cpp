@@ -41,7 +41,6 @@ void refuse_unsupported(const Config& cfg, const Layout& layout) {
     config_fail(cfg, key, what + " is not available in this version yet; remove the setting");
   };
   if (cfg.runtime.device != DeviceType::cpu) refuse("runtime.device", "training on cuda");
-  if (cfg.log.tensorboard) refuse("log.tensorboard", "TensorBoard output");
 }
 
 constexpr int64_t kTracedSteps = 3;  // a timeline of the first steps is what a user reads
