@@ -67,7 +67,15 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
     const double lr = optim::learning_rate(schedule, step);
     StepStats s = plugin_->execute_pipeline(step);
     UpdateStats u = plugin_->optimizer_step(step, lr);
-    const double dt = plugin_->max_over_ranks(timer.seconds());  // the slowest rank's step
+    // Every per-step maximum over the ranks in one collective: the slowest
+    // rank's step time, the largest peak memory, exposed sync time and pipeline
+    // idle fraction, and the stop request (a signal may reach the ranks at
+    // different steps; all must stop after the same one).
+    const std::vector<double> m = plugin_->max_over_ranks(
+        {timer.seconds(), double(plugin_->local_peak_mem_bytes()), s.grad_sync_s, s.bubble,
+         stop_requested() ? 1.0 : 0.0});
+    const double dt = m[0];
+    const bool stop = m[4] > 0;
     elapsed += dt;
     skipped += u.skipped ? 1 : 0;
 
@@ -80,11 +88,11 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
     r.tokens_per_s = double(s.tokens) / dt;
     r.step_ms = dt * 1e3;
     r.mfu = plugin_->flops_per_token() * double(s.tokens) / dt / peak;
-    r.peak_mem_bytes = plugin_->peak_mem_bytes();  // collective: every rank calls it
+    r.peak_mem_bytes = int64_t(m[1]);
     r.skipped = skipped;
-    r.bubble = s.bubble;
+    r.bubble = m[3];
     r.bubble_theory = s.bubble_theory;
-    r.grad_sync_ms = plugin_->max_over_ranks(s.grad_sync_s) * 1e3;
+    r.grad_sync_ms = m[2] * 1e3;
     sum.steps_done = step;
     sum.final_loss = r.loss;
     if (metrics && (step % cfg_.log.every == 0 || step == 1 || step == last)) {
@@ -105,8 +113,6 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
       }
       sum.last_val_loss = val;
     }
-    // Every rank must agree to stop: a signal may reach the ranks at different steps.
-    const bool stop = plugin_->max_over_ranks(stop_requested() ? 1.0 : 0.0) > 0;
     const int every = cfg_.checkpoint.every;
     if (stop || step == last || (every > 0 && step % every == 0)) sum.last_checkpoint = checkpoint(step, skipped);
     if (stop) {

@@ -13,6 +13,7 @@
 
 #include "checkpoint/atomic_dir.h"
 #include "checkpoint/index.h"
+#include "comm/gather_strings.h"
 #include "tp/sharding.h"
 
 namespace lattice {
@@ -25,29 +26,6 @@ namespace {
 constexpr const char* kModelIndex = "model.safetensors.index.json";
 constexpr const char* kOptimizerIndex = "optimizer.safetensors.index.json";
 constexpr const char* kTrainerState = "trainer_state.json";
-
-// ---- gathering strings on every rank (file digests and index entries) ----
-
-std::vector<std::string> all_gather_strings(comm::Group& g, const std::string& mine) {
-  if (g.size() == 1) return {mine};
-  Tensor len = Tensor::from<int32_t>({int32_t(mine.size())}, {1});
-  Tensor lens = Tensor::zeros({g.size()}, DType::i32);
-  g.all_gather(lens, len)->wait();
-  int32_t longest = 0;
-  for (int r = 0; r < g.size(); ++r) longest = std::max(longest, lens.data<int32_t>()[r]);
-  Tensor buf = Tensor::zeros({std::max<int64_t>(1, longest)}, DType::i32);
-  for (size_t i = 0; i < mine.size(); ++i) buf.data<int32_t>()[i] = static_cast<unsigned char>(mine[i]);
-  Tensor all = Tensor::zeros({g.size() * buf.numel()}, DType::i32);
-  g.all_gather(all, buf)->wait();
-  std::vector<std::string> out;
-  for (int r = 0; r < g.size(); ++r) {
-    std::string s;
-    const int32_t* p = all.data<int32_t>() + r * buf.numel();
-    for (int32_t i = 0; i < lens.data<int32_t>()[r]; ++i) s.push_back(char(p[i]));
-    out.push_back(std::move(s));
-  }
-  return out;
-}
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -235,7 +213,7 @@ void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerSta
   if (writer && !optim.empty())
     report += write_stage_file(tmp, kOptimizerIndex, checkpoint::shard_file_name("optimizer", me.pp + 1, stages), optim);
 
-  std::vector<std::string> reports = all_gather_strings(mesh.world(), report);
+  std::vector<std::string> reports = comm::all_gather_strings(mesh.world(), report);
   if (mesh.this_rank() == 0) {
     commit_on_rank0(w, reports, state);
     if (keep_last > 0) checkpoint::keep_last(fs::path(step_dir).parent_path().string(), keep_last);

@@ -198,7 +198,7 @@ StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
   s.grad_sync_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
   s.loss_sum = sum_over(mesh_.dp(), sum_over(mesh_.pp(), loss));  // only the last stage has a loss
   if (layout_.pp > 1) {
-    s.bubble = max_over_ranks(run.wait_s / std::max(1e-12, run.wait_s + run.compute_s));
+    s.bubble = run.wait_s / std::max(1e-12, run.wait_s + run.compute_s);
     s.bubble_theory = pipeline::bubble_theory(layout_.pp, int(M), stages_->virtual_stages());
   }
   return s;
@@ -245,10 +245,7 @@ double HybridParallelPlugin::evaluate(int64_t batches) {
   return valid > 0 ? loss / valid : 0.0;
 }
 
-int64_t HybridParallelPlugin::peak_mem_bytes() {
-  double peak = double(memory_stats(Device::cpu()).peak_bytes);
-  return int64_t(all_reduce_scalar(mesh_.world(), peak, comm::ReduceOp::max));
-}
+int64_t HybridParallelPlugin::local_peak_mem_bytes() const { return memory_stats(Device::cpu()).peak_bytes; }
 
 void HybridParallelPlugin::write_trace(const std::string& path) const {
   pipeline::write_chrome_trace(path, trace_, mesh_.this_rank());
@@ -284,6 +281,12 @@ TrainerState HybridParallelPlugin::load_checkpoint(const std::string& step_dir) 
   return st;
 }
 
-double HybridParallelPlugin::max_over_ranks(double v) { return all_reduce_scalar(mesh_.world(), v, comm::ReduceOp::max); }
+std::vector<double> HybridParallelPlugin::max_over_ranks(std::vector<double> v) {
+  if (mesh_.world().size() == 1 || v.empty()) return v;
+  Tensor t = Tensor::from<double>(v, {int64_t(v.size())});
+  mesh_.world().all_reduce(t, {.op = comm::ReduceOp::max})->wait();
+  std::copy_n(t.data<double>(), v.size(), v.begin());
+  return v;
+}
 
 }  // namespace lattice

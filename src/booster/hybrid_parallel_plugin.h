@@ -48,8 +48,8 @@ class HybridParallelPlugin final : public Plugin {
   bool has_validation() const override { return val_ != nullptr; }
   int64_t param_count() const override;
   double flops_per_token() const override;
-  int64_t peak_mem_bytes() override;
-  double max_over_ranks(double v) override;
+  int64_t local_peak_mem_bytes() const override;
+  std::vector<double> max_over_ranks(std::vector<double> v) override;
   void write_trace(const std::string& path) const override;
   void save_checkpoint(const std::string& step_dir, int64_t step, int64_t skipped) override;
   TrainerState load_checkpoint(const std::string& step_dir) override;

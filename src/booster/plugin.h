@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "booster/checkpointing.h"
 
@@ -22,8 +23,9 @@ struct StepStats {
   double loss_sum = 0;        // sum of token losses over the step's global batch
   int64_t valid_tokens = 0;   // tokens whose target is not ignored
   int64_t tokens = 0;         // tokens processed (global batch * seq_len)
-  // Pipeline runs only (< 0 otherwise): the largest idle fraction of a stage
-  // (time blocked in P2P over time in the schedule) and the schedule's theory.
+  // Pipeline runs only (< 0 otherwise): this rank's idle fraction (time
+  // blocked in P2P over time in the schedule; the loop logs the largest) and
+  // the schedule's theory.
   double bubble = -1, bubble_theory = -1;
   // Seconds this rank spent after its schedule finished until its gradients
   // were summed over the tie and dp groups: the exposed (not overlapped) part
@@ -51,9 +53,10 @@ class Plugin {
   virtual bool has_validation() const = 0;
   virtual int64_t param_count() const = 0;
   virtual double flops_per_token() const = 0;  // training FLOPs per token, per rank (model FLOPs / world)
-  // Collective over the job (every rank calls them, in the same order):
-  virtual int64_t peak_mem_bytes() = 0;         // allocator peak, largest rank
-  virtual double max_over_ranks(double v) = 0;  // e.g. the slowest rank's step time
+  virtual int64_t local_peak_mem_bytes() const = 0;  // this rank's allocator peak
+  // Collective over the job: the element-wise maximum of `v` over every rank
+  // (the loop takes all its per-step maxima in one call).
+  virtual std::vector<double> max_over_ranks(std::vector<double> v) = 0;
   // Collective: writes the checkpoint of the state after `step` updates
   // (`skipped` of them skipped) to `step_dir` (docs/checkpoint-format.md).
   virtual void save_checkpoint(const std::string& step_dir, int64_t step, int64_t skipped) = 0;

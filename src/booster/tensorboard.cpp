@@ -1,7 +1,5 @@
 #include "booster/tensorboard.h"
 
-#include <unistd.h>
-
 #include <array>
 #include <chrono>
 #include <cstring>
@@ -85,9 +83,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   LATTICE_CHECK(!ec, "log.tensorboard: cannot create '{}': {}", dir, ec.message());
-  char host[256] = "localhost";
-  gethostname(host, sizeof host - 1);
-  path_ = dir + "/events.out.tfevents." + std::to_string(int64_t(now_s())) + "." + host;
+  path_ = dir + "/events.out.tfevents." + std::to_string(int64_t(now_s())) + "." + host_name();
   f_ = std::fopen(path_.c_str(), "ab");
   LATTICE_CHECK(f_ != nullptr, "log.tensorboard: cannot open '{}' for writing", path_);
   std::string first;

@@ -1,40 +1,23 @@
 // format_rank_map: gathers every rank's host name and device over the world
-// group (fixed-size byte records carried as i32) and lays out the table.
+// group (comm::all_gather_strings) and lays out the table.
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 
+#include "comm/gather_strings.h"
 #include "core/error.h"
 #include "mesh/process_group_mesh.h"
 
 namespace lattice::mesh {
 
-namespace {
-
-constexpr int kRecordInts = 32;  // 128 bytes: host name, '\0', device, '\0'
-
-Tensor pack_record(const std::string& host, const std::string& device) {
-  Tensor t = Tensor::zeros({kRecordInts}, DType::i32);
-  std::string text = host.substr(0, 100) + '\0' + device.substr(0, 24);
-  std::memcpy(t.raw(), text.data(), std::min(text.size(), size_t(kRecordInts * 4 - 1)));
-  return t;
-}
-
-}  // namespace
-
 std::string format_rank_map(ProcessGroupMesh& mesh, const std::string& device) {
   comm::Group& world = mesh.world();
-  Tensor mine = pack_record(host_name(), device);
-  Tensor all = Tensor::zeros({int64_t(world.size()) * kRecordInts}, DType::i32);
-  world.all_gather(all, mine)->wait();
-
   std::vector<std::string> hosts, devices;
   size_t host_w = 4;
-  for (int r = 0; r < world.size(); ++r) {
-    const char* rec = static_cast<const char*>(all.raw()) + size_t(r) * kRecordInts * 4;
-    hosts.emplace_back(rec);
-    devices.emplace_back(rec + hosts.back().size() + 1);
+  for (const std::string& rec : comm::all_gather_strings(world, host_name() + '\0' + device)) {
+    const size_t nul = rec.find('\0');
+    hosts.push_back(rec.substr(0, nul));
+    devices.push_back(rec.substr(nul + 1));
     host_w = std::max(host_w, hosts.back().size());
   }
   std::string s = fmt::format("rank map: tp={} pp={} dp={} ({} ranks)\n", mesh.size(Axis::tp), mesh.size(Axis::pp),

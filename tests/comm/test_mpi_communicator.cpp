@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "comm/gather_strings.h"
 #include "comm/mpi_communicator.h"
 
 namespace lattice::comm {
@@ -124,6 +125,23 @@ TEST(MpiCommunicator, AllGatherPlacesBlockRAtOffsetRN) {
     c->all_gather(out, mine, {})->wait();
     for (int q = 0; q < p; ++q)
       for (int64_t j = 0; j < n; ++j) ASSERT_EQ(at(out, q * n + j), q * 10 + j) << c->name() << " in place";
+  }
+}
+
+// Strings of different lengths (empty, with a NUL, every byte value) come back
+// in group-rank order on every rank.
+TEST(MpiCommunicator, AllGatherStringsKeepsLengthsAndBytes) {
+  Groups g;
+  auto text_of = [](int world_rank) {
+    std::string s(size_t(world_rank * 3), 'a');
+    if (world_rank % 2 == 1) s += std::string("x\0y\xff", 4);
+    return s;
+  };
+  for (Communicator* c : g.all()) {
+    Group view(c->split(0, c->rank(), c->name()));  // a Group to call the helper with
+    std::vector<std::string> got = all_gather_strings(view, text_of(g.world->rank()));
+    ASSERT_EQ(got.size(), size_t(c->size()));
+    for (int r = 0; r < c->size(); ++r) EXPECT_EQ(got[size_t(r)], text_of(c->world_ranks()[size_t(r)])) << c->name();
   }
 }
 
