@@ -41,7 +41,7 @@
 #include "comm/communicator.h"
 #include "config/config.h"
 #include "core/param.h"
-#include "models/model.h"
+#include "models/chunk_model.h"
 #include "models/policy.h"
 #include "tp/embedding.h"
 #include "tp/linear.h"
@@ -95,84 +95,43 @@ ShardingPolicy sharding_policy(const BertConfig& cfg);
 BertConfig config_of(const ModelConfig& m);
 ModelEntry registry_entry();
 
-class Bert final : public LanguageModel {
+class Bert final : public ChunkModel {
  public:
   // Runs the chunk `span` (the whole model by default). `params` must hold the
   // chunk's entries (select_stage_params of param_specs(cfg)) sharded for this
   // rank of `tp`, laid out in table order (query, key and value of a layer are
   // adjacent, so their local shards read as one fused (3 C_l, C) weight).
   Bert(const BertConfig& cfg, FlatParams& params, comm::Group& tp, StageSpan span = {});
-  ~Bert() override;
 
-  std::string arch() const override { return "bert"; }
-  std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const override;
-  ActivationBytes activation_bytes(int64_t B, int64_t T) const override;
   static ActivationBytes activation_bytes_of(const BertConfig& cfg, StageSpan span, const TpShard& shard, DType dtype,
                                              int64_t B, int64_t T);
-  double forward(ModelContext& ctx, const Tensor& input, const Tensor& targets, const StepCoords& coords,
-                 Tensor* output = nullptr) override;
-  void backward(ModelContext& ctx, float dloss, const Tensor* doutput = nullptr, Tensor* dinput = nullptr) override;
   double flops_per_token(int64_t T) const override;
   const BertConfig& config() const { return cfg_; }
-  // The logits (B, T, V_l) of the last forward on `ctx` (chunk with the head);
-  // backward overwrites them with dlogits.
-  Tensor logits(const ModelContext& ctx) const;
 
  private:
-  struct P {
-    Tensor w, g;
-  };
   // The parameters of block i; qkv_w / qkv_b are the fused views of query, key, value.
   struct LayerView {
-    P qkv_w, qkv_b, attn_out_w, attn_out_b, attn_ln_w, attn_ln_b;
-    P fc_w, fc_b, out_w, out_b, out_ln_w, out_ln_b;
+    ParamView qkv_w, qkv_b, attn_out_w, attn_out_b, attn_ln_w, attn_ln_b;
+    ParamView fc_w, fc_b, out_w, out_b, out_ln_w, out_ln_b;
   };
-  struct Context;
-  struct BlockActs;
-  struct Workspace {
-    int64_t B = 0, T = 0;
-    Tensor c1, c2, c3, f1, f2, qkv_grad, att_grad, qkv_bias_grad, dbuf[2];
-    Tensor bias_full, bias_l;  // (1, padded V), (1, V_l): the decoder bias and this rank's slice (head)
-    std::unique_ptr<BlockActs> acts;  // scratch activations of recomputed blocks
-  };
-  struct Dims {
-    int64_t C = 0, NH_l = 0, C_l = 0, F_l = 0, V_l = 0, V_pad = 0;
-  };
-  enum class BlockPart { all, output, scratch };
-  using MakeTensor = std::function<Tensor(Shape)>;
-  static Dims dims_of(const BertConfig& cfg, const TpShard& shard);
-  static BlockActs make_block_acts(const MakeTensor& make, const Dims& d, int64_t B, int64_t T, BlockPart part);
-  static void make_context_tensors(Context& ctx, const MakeTensor& make, const Dims& d, const BertConfig& cfg,
-                                   const StageSpan& span, int64_t B, int64_t T);
-  static void make_workspace_tensors(Workspace& ws, const MakeTensor& make, const Dims& d, const StageSpan& span,
-                                     int64_t B, int64_t T);
-  BlockActs& acts_for(Context& ctx, size_t i);
-  Workspace& workspace(int64_t B, int64_t T);
-  P fused(FlatParams& params, const std::string& prefix, const std::string& kind);
 
+  void embed_forward(Context& ctx, const Tensor& ids) override;
+  void embed_backward(Context& ctx, Tensor& demb, Tensor& scratch) override;
+  void block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, SavedTensors& saved) override;
+  void block_backward(Context& ctx, int i, const Tensor& x, const Tensor& dout, Tensor& dx,
+                      SavedTensors& saved) override;
+  double head_forward(Context& ctx, const Tensor& x) override;
+  void head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx) override;
+  void qkv_bias_backward(Tensor& dbias, const Tensor& dbias_qkv);
+  const Tensor* key_mask(const Context& ctx) const;
   int head_offset() const { return int(heads_l_) * tp_.rank(); }
   bool whole_model() const;
-  void block_forward(BlockActs& a, const Tensor& x, LayerView& p, Context& ctx, int layer);
-  void block_backward(Tensor& dx, Tensor& dout, BlockActs& a, const Tensor& x, LayerView& p, Context& ctx,
-                      int layer);
-  void qkv_bias_backward(Tensor& dbias, const Tensor& dbias_qkv);
-  void embed_forward(Context& ctx, const Tensor& ids);
-  void embed_backward(Context& ctx, Tensor& dout, Tensor& scratch);
-  double head_forward(Context& ctx, const Tensor& x, const Tensor& targets);
-  void head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx);
 
   BertConfig cfg_;
-  StageSpan span_;
-  comm::Group& tp_;
-  Workspace ws_;
-  TpShard shard_;
-  Dims dims_;
   SpecialIds ids_;
-  int64_t heads_l_ = 0, vocab_start_ = 0;
-  DType dtype_ = DType::f32;
-  Device device_;
-  P word_, pos_, type_, emb_ln_w_, emb_ln_b_;                      // embedding
-  P tr_w_, tr_b_, tr_ln_w_, tr_ln_b_, decoder_, decoder_bias_;     // MLM head
+  int64_t heads_l_ = 0;
+  ParamView word_, pos_, type_, emb_ln_w_, emb_ln_b_;                   // embedding
+  ParamView tr_w_, tr_b_, tr_ln_w_, tr_ln_b_, decoder_, decoder_bias_;  // MLM head
   std::vector<LayerView> layers_;  // blocks [span_.first_layer, span_.end_layer)
   tp::VocabParallelEmbedding embed_;
   tp::ColumnParallelLinear qkv_, fc_, decoder_head_;

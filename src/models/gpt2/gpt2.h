@@ -23,7 +23,7 @@
 #include "comm/communicator.h"
 #include "config/config.h"
 #include "core/param.h"
-#include "models/model.h"
+#include "models/chunk_model.h"
 #include "models/policy.h"
 #include "tp/embedding.h"
 #include "tp/linear.h"
@@ -59,88 +59,39 @@ namespace lattice::gpt2 {
 Gpt2Config config_of(const ModelConfig& m);
 ModelEntry registry_entry();
 
-class Gpt2 final : public LanguageModel {
+class Gpt2 final : public ChunkModel {
  public:
   // Runs the chunk `span` (the whole model by default). Binds views into
   // `params`, which must hold the chunk's entries (select_stage_params of
   // param_specs(cfg)) sharded for this rank of `tp` (FlatParams::shard()).
   Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp, StageSpan span = {});
-  ~Gpt2() override;
 
-  std::string arch() const override { return "gpt2"; }
-  std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const override;
-  ActivationBytes activation_bytes(int64_t B, int64_t T) const override;
-  // The same for chunk `span` of a model sharded as `shard`, without building it
+  // What chunk `span` of a model sharded as `shard` holds, without building it
   // (lattice plan). Throws the constructor's and make_context's one-line errors.
   static ActivationBytes activation_bytes_of(const Gpt2Config& cfg, StageSpan span, const TpShard& shard, DType dtype,
                                              int64_t B, int64_t T);
-  double forward(ModelContext& ctx, const Tensor& input, const Tensor& targets, const StepCoords& coords,
-                 Tensor* output = nullptr) override;
-  void backward(ModelContext& ctx, float dloss, const Tensor* doutput = nullptr, Tensor* dinput = nullptr) override;
   double flops_per_token(int64_t T) const override;
   const Gpt2Config& config() const { return cfg_; }
-  // The logits (B, T, V_l) of the last forward on `ctx` (a chunk with the head):
-  // this rank's padded vocabulary rows. Read them before backward, which
-  // overwrites them with dlogits.
-  Tensor logits(const ModelContext& ctx) const;
 
  private:
-  // Value and gradient views of one parameter.
-  struct P {
-    Tensor w, g;
-  };
   // The parameters of block i (LayerView: no pointer arithmetic in the loop).
   struct LayerView {
-    P ln_1_w, ln_1_b, c_attn_w, c_attn_b, attn_proj_w, attn_proj_b;
-    P ln_2_w, ln_2_b, c_fc_w, c_fc_b, mlp_proj_w, mlp_proj_b;
+    ParamView ln_1_w, ln_1_b, c_attn_w, c_attn_b, attn_proj_w, attn_proj_b;
+    ParamView ln_2_w, ln_2_b, c_fc_w, c_fc_b, mlp_proj_w, mlp_proj_b;
   };
-  struct Context;
-  struct BlockActs;
-  // Backward scratch shared by every context of this chunk (not saved state).
-  struct Workspace {
-    int64_t B = 0, T = 0;
-    Tensor c1, c2, c3, f1, f2, qkv_grad, att_grad, dbuf[2];
-    std::unique_ptr<BlockActs> acts;  // scratch activations of recomputed blocks
-  };
-  // This rank's sizes that every activation shape is made of.
-  struct Dims {
-    int64_t C = 0, NH_l = 0, C_l = 0, F_l = 0, V_l = 0;
-  };
-  // Which tensors of a block: all; only `out` (a recomputed block in a
-  // context); all but `out` (the workspace scratch, which borrows the context's).
-  enum class BlockPart { all, output, scratch };
-  // Makes one tensor of a shape: allocates it, or only counts its bytes, so
-  // allocation and byte count (activation_bytes) read the same tensor lists below.
-  using MakeTensor = std::function<Tensor(Shape)>;
-  static Dims dims_of(const Gpt2Config& cfg, const TpShard& shard);
-  static BlockActs make_block_acts(const MakeTensor& make, const Dims& d, int64_t B, int64_t T, BlockPart part);
-  static void make_context_tensors(Context& ctx, const MakeTensor& make, const Dims& d, const Gpt2Config& cfg,
-                                   const StageSpan& span, int64_t B, int64_t T);
-  static void make_workspace_tensors(Workspace& ws, const MakeTensor& make, const Dims& d, const StageSpan& span,
-                                     int64_t B, int64_t T);
-  // The activations block i of this chunk computes into: its own in the
-  // context, or the workspace scratch (with the context's `out`) when recomputed.
-  BlockActs& acts_for(Context& ctx, size_t i);
-  Workspace& workspace(int64_t B, int64_t T);
 
+  void embed_forward(Context& ctx, const Tensor& ids) override;
+  void embed_backward(Context& ctx, Tensor& demb, Tensor& scratch) override;
+  void block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, SavedTensors& saved) override;
+  void block_backward(Context& ctx, int i, const Tensor& x, const Tensor& dout, Tensor& dx,
+                      SavedTensors& saved) override;
+  double head_forward(Context& ctx, const Tensor& x) override;
+  void head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx) override;
   int head_offset() const { return int(heads_l_) * tp_.rank(); }
-  void block_forward(BlockActs& a, const Tensor& x, LayerView& p, Context& ctx, int layer);
-  void block_backward(Tensor& dx, Tensor& dres, BlockActs& a, const Tensor& x, LayerView& p,
-                      Context& ctx, int layer);
-  void embed_forward(Context& ctx, const Tensor& ids);
-  double head_forward(Context& ctx, const Tensor& x, const Tensor& targets);
-  void head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx);
 
   Gpt2Config cfg_;
-  StageSpan span_;
-  comm::Group& tp_;
-  Workspace ws_;
-  TpShard shard_;  // how params is sharded
-  Dims dims_;
-  int64_t heads_l_ = 0, vocab_start_ = 0;  // this rank's heads; its first (padded) vocabulary row
-  DType dtype_ = DType::f32;
-  Device device_;
-  P wte_, wpe_, ln_f_w_, ln_f_b_, lm_head_;
+  int64_t heads_l_ = 0;  // this rank's heads
+  ParamView wte_, wpe_, ln_f_w_, ln_f_b_, lm_head_;
   std::vector<LayerView> layers_;  // blocks [span_.first_layer, span_.end_layer)
   tp::VocabParallelEmbedding embed_;
   tp::ColumnParallelLinear qkv_, fc_, head_;  // head: logits on the local vocabulary rows

@@ -30,7 +30,7 @@
 #include "comm/communicator.h"
 #include "config/config.h"
 #include "core/param.h"
-#include "models/model.h"
+#include "models/chunk_model.h"
 #include "models/policy.h"
 #include "tp/embedding.h"
 #include "tp/linear.h"
@@ -62,78 +62,38 @@ ShardingPolicy sharding_policy(const LlamaConfig& cfg);
 LlamaConfig config_of(const ModelConfig& m);
 ModelEntry registry_entry();
 
-class Llama final : public LanguageModel {
+class Llama final : public ChunkModel {
  public:
   // Runs the chunk `span` (the whole model by default). Binds views into
   // `params`, which must hold the chunk's entries (select_stage_params of
   // param_specs(cfg)) sharded for this rank of `tp`.
   Llama(const LlamaConfig& cfg, FlatParams& params, comm::Group& tp, StageSpan span = {});
-  ~Llama() override;
 
-  std::string arch() const override { return "llama"; }
-  std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const override;
-  ActivationBytes activation_bytes(int64_t B, int64_t T) const override;
   static ActivationBytes activation_bytes_of(const LlamaConfig& cfg, StageSpan span, const TpShard& shard, DType dtype,
                                              int64_t B, int64_t T);
-  double forward(ModelContext& ctx, const Tensor& input, const Tensor& targets, const StepCoords& coords,
-                 Tensor* output = nullptr) override;
-  void backward(ModelContext& ctx, float dloss, const Tensor* doutput = nullptr, Tensor* dinput = nullptr) override;
   double flops_per_token(int64_t T) const override;
   const LlamaConfig& config() const { return cfg_; }
-  // The logits (B, T, V_l) of the last forward on `ctx` (a chunk with the head):
-  // this rank's padded vocabulary rows. Read them before backward, which
-  // overwrites them with dlogits.
-  Tensor logits(const ModelContext& ctx) const;
 
  private:
-  struct P {
-    Tensor w, g;
-  };
   // Block i's parameters; qkv and gate_up span several adjacent table entries.
   struct LayerView {
-    P input_norm, qkv, o, post_norm, gate_up, down;
+    ParamView input_norm, qkv, o, post_norm, gate_up, down;
   };
-  struct Context;
-  struct BlockActs;
-  struct Workspace {
-    int64_t B = 0, T = 0;
-    Tensor c1, c2, c3, packed, f1, f2, qkv_grad, att_grad, dbuf[2];
-    Tensor qkv_wgrad;                 // (W_l, C), only with replicated k/v heads
-    std::unique_ptr<BlockActs> acts;  // scratch activations of recomputed blocks
-  };
-  struct Dims {
-    int64_t C = 0, HS = 0, NH_l = 0, KV_l = 0, C_l = 0, W_l = 0, F_l = 0, V_l = 0;
-    int kv_replicas = 1;
-  };
-  enum class BlockPart { all, output, scratch };
-  using MakeTensor = std::function<Tensor(Shape)>;
-  static Dims dims_of(const LlamaConfig& cfg, const TpShard& shard);
-  static BlockActs make_block_acts(const MakeTensor& make, const Dims& d, int64_t B, int64_t T, BlockPart part);
-  static void make_context_tensors(Context& ctx, const MakeTensor& make, const Dims& d, const LlamaConfig& cfg,
-                                   const StageSpan& span, int64_t B, int64_t T);
-  static void make_workspace_tensors(Workspace& ws, const MakeTensor& make, const Dims& d, const StageSpan& span,
-                                     int64_t B, int64_t T);
-  BlockActs& acts_for(Context& ctx, size_t i);
-  Workspace& workspace(int64_t B, int64_t T);
-  P bind_rows(FlatParams& params, const std::vector<std::string>& names) const;
 
-  int head_offset() const { return int(dims_.NH_l) * tp_.rank(); }
-  void block_forward(BlockActs& a, const Tensor& x, LayerView& p, Context& ctx, int layer);
-  void block_backward(Tensor& dx, Tensor& dout, BlockActs& a, const Tensor& x, LayerView& p, Context& ctx, int layer);
-  void qkv_weight_backward(Tensor& dx, const Tensor& dpacked, const Tensor& x, LayerView& p, Workspace& w);
-  double head_forward(Context& ctx, const Tensor& x, const Tensor& targets);
-  void head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx);
+  void embed_forward(Context& ctx, const Tensor& ids) override;
+  void embed_backward(Context& ctx, Tensor& demb, Tensor& scratch) override;
+  void block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, SavedTensors& saved) override;
+  void block_backward(Context& ctx, int i, const Tensor& x, const Tensor& dout, Tensor& dx,
+                      SavedTensors& saved) override;
+  double head_forward(Context& ctx, const Tensor& x) override;
+  void head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx) override;
+  void qkv_weight_backward(Context& ctx, Tensor& dx, const Tensor& dpacked, const Tensor& x, LayerView& p);
+  int head_offset() const { return int(NH_l_) * tp_.rank(); }
 
   LlamaConfig cfg_;
-  StageSpan span_;
-  comm::Group& tp_;
-  Workspace ws_;
-  TpShard shard_;
-  Dims dims_;
-  int64_t vocab_start_ = 0;
-  DType dtype_ = DType::f32;
-  Device device_;
-  P embed_w_, norm_w_, lm_head_;
+  int64_t HS_ = 0, NH_l_ = 0, KV_l_ = 0;  // head size, this rank's q and k/v heads
+  int kv_replicas_ = 1;                   // ranks holding each k/v head
+  ParamView embed_w_, norm_w_, lm_head_;
   std::vector<LayerView> layers_;
   tp::VocabParallelEmbedding embed_;
   tp::ColumnParallelLinear qkv_, gate_up_, head_;

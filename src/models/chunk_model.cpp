@@ -1,0 +1,224 @@
+// The chunk walk and memory bookkeeping shared by every model (see chunk_model.h).
+#include "models/chunk_model.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "tp/cross_entropy.h"
+
+namespace lattice {
+
+ops::Dropout dropout_at(const StepCoords& c, float p, int layer_id, uint32_t site) {
+  ops::Dropout d;
+  d.p = c.train ? p : 0.0f;
+  d.key.seed = c.seed;
+  d.key.purpose = RngPurpose::dropout;
+  d.key.step = uint32_t(c.step);
+  d.key.layer = uint32_t(layer_id);
+  d.key.site = site;
+  d.sample0 = c.sample0;
+  return d;
+}
+
+std::unique_ptr<SavedTensors> ChunkActivations::embedding(const MakeTensor&, int64_t, int64_t) const {
+  return nullptr;
+}
+
+int64_t ChunkActivations::transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType dtype) const {
+  return span.head ? 3 * B * T * int64_t(dtype_size(dtype)) : 0;
+}
+
+ChunkModel::ChunkModel(std::unique_ptr<ChunkActivations> acts, FlatParams& params, comm::Group& tp, StageSpan span)
+    : span_(span), tp_(tp), acts_(std::move(acts)) {
+  const std::string& a = acts_->arch;
+  LATTICE_CHECK(params.shard().size == tp.size() && params.shard().rank == tp.rank(),
+                "{}: parameters sharded for tp rank {} of {}, group '{}' is rank {} of {}", a, params.shard().rank,
+                params.shard().size, tp.name(), tp.rank(), tp.size());
+  shard_ = params.shard();
+  dtype_ = params.dtype();
+  device_ = params.values().device();
+  if (span_.end_layer < 0) span_.end_layer = acts_->n_layer;
+  LATTICE_CHECK(0 <= span_.first_layer && span_.first_layer <= span_.end_layer && span_.end_layer <= acts_->n_layer,
+                "{}: chunk layers [{}, {}) outside the model's {}", a, span_.first_layer, span_.end_layer,
+                acts_->n_layer);
+}
+
+ChunkModel::~ChunkModel() = default;
+
+ParamView ChunkModel::bind(FlatParams& params, const std::string& name) const {
+  return ParamView{params.value(name), params.grad(name)};
+}
+
+ParamView ChunkModel::bind_rows(FlatParams& params, const std::vector<std::string>& names) const {
+  const ParamEntry& first = params.entry(names.front());
+  Shape shape = first.local_shape;
+  int64_t end = first.offset + first.numel;
+  for (size_t i = 1; i < names.size(); ++i) {
+    const ParamEntry& e = params.entry(names[i]);
+    const bool same_cols = e.local_shape.size() == shape.size() && (shape.size() == 1 || e.local_shape[1] == shape[1]);
+    LATTICE_CHECK(e.offset == end && same_cols, "{}: '{}' must follow '{}' in the parameter buffer with as many columns",
+                  acts_->arch, names[i], names[i - 1]);
+    shape[0] += e.local_shape[0];
+    end += e.numel;
+  }
+  return ParamView{params.values().view(first.offset, shape), params.grads().view(first.offset, shape)};
+}
+
+void ChunkModel::fill_context(Context& ctx, const ChunkActivations& acts, const StageSpan& span,
+                              const MakeTensor& make, int64_t B, int64_t T) {
+  LATTICE_CHECK(T <= acts.max_seq_len, "{}: sequence length {} exceeds max_seq_len {}", acts.arch, T,
+                acts.max_seq_len);
+  ctx.B = B;
+  ctx.T = T;
+  if (span.embedding) {
+    ctx.emb = make({B, T, acts.C});  // otherwise the previous chunk's activation
+    ctx.embed = acts.embedding(make, B, T);
+  }
+  for (int i = span.first_layer; i < span.end_layer; ++i) {
+    ctx.out.push_back(make({B, T, acts.C}));
+    const bool recomputed = i - span.first_layer < span.recompute;
+    ctx.saved.push_back(recomputed ? nullptr : acts.block(make, B, T));
+  }
+  if (span.head) ctx.head = acts.head(make, B, T);
+}
+
+void ChunkModel::fill_workspace(Workspace& ws, const ChunkActivations& acts, const StageSpan& span,
+                                const MakeTensor& make, int64_t B, int64_t T) {
+  ws.B = B, ws.T = T;
+  ws.dbuf[0] = make({B, T, acts.C}), ws.dbuf[1] = make({B, T, acts.C});
+  ws.scratch = acts.scratch(make, span, B, T);
+  ws.recomputed = span.recompute > 0 ? acts.block(make, B, T) : nullptr;
+}
+
+ChunkModel::Workspace& ChunkModel::workspace(int64_t B, int64_t T) {
+  if (ws_.B == B && ws_.T == T) return ws_;
+  const MakeTensor alloc = [this](Shape s) { return Tensor::zeros(std::move(s), dtype_, device_); };
+  fill_workspace(ws_, *acts_, span_, alloc, B, T);
+  return ws_;
+}
+
+std::unique_ptr<ModelContext> ChunkModel::make_context(int64_t B, int64_t T) const {
+  auto ctx = std::make_unique<Context>();
+  Context& c = *ctx;
+  const MakeTensor alloc = [this, &c](Shape s) {
+    Tensor t = Tensor::empty(std::move(s), dtype_, device_);
+    c.bytes_ += int64_t(t.nbytes());
+    return t;
+  };
+  fill_context(c, *acts_, span_, alloc, B, T);
+  return ctx;
+}
+
+ActivationBytes ChunkModel::activation_bytes_of(const ChunkActivations& acts, StageSpan span, DType dtype, int64_t B,
+                                                int64_t T) {
+  if (span.end_layer < 0) span.end_layer = acts.n_layer;
+  int64_t counted = 0;
+  // The allocator takes at least one byte per tensor (core/allocator.cpp).
+  const MakeTensor count = [&](Shape s) {
+    counted += std::max<int64_t>(1, shape_numel(s) * int64_t(dtype_size(dtype)));
+    return Tensor();
+  };
+  ActivationBytes out;
+  Context ctx;
+  fill_context(ctx, acts, span, count, B, T);
+  out.context = std::exchange(counted, 0);
+  Workspace ws;
+  fill_workspace(ws, acts, span, count, B, T);
+  out.workspace = std::exchange(counted, 0);
+  out.transient = acts.transient_bytes(span, B, T, dtype);
+  return out;
+}
+
+ActivationBytes ChunkModel::activation_bytes(int64_t B, int64_t T) const {
+  return activation_bytes_of(*acts_, span_, dtype_, B, T);
+}
+
+// A recomputed block's tensors live in the workspace, shared by every context.
+SavedTensors& ChunkModel::saved_for(Context& ctx, int i) {
+  return i < span_.recompute ? *ws_.recomputed : *ctx.saved[size_t(i)];
+}
+
+Tensor ChunkModel::logits(const ModelContext& base) const {
+  LATTICE_CHECK(span_.head, "{}: logits come from the chunk with the head", acts_->arch);
+  return static_cast<const Context&>(base).head->logits;
+}
+
+double ChunkModel::lm_loss_forward(Context& ctx, int vocab_size) {
+  LmHeadTensors& h = *ctx.head;
+  const int64_t vocab_start = int64_t(tp_.rank()) * h.logits.dim(2);
+  tp::vocab_parallel_cross_entropy_forward(h.losses, h.lse, h.logits, ctx.targets, vocab_start, vocab_size,
+                                           kIgnoreIndex, tp_);
+  const Tensor host = h.losses.device().is_cpu() ? h.losses : h.losses.to(Device::cpu());
+  double sum = 0;
+  for (int64_t i = 0; i < host.numel(); ++i)
+    sum += host.dtype() == DType::f64 ? host.data<double>()[i] : double(host.data<float>()[i]);
+  return sum;
+}
+
+void ChunkModel::lm_loss_backward(Context& ctx, float dloss, int vocab_size) {
+  LmHeadTensors& h = *ctx.head;
+  const int64_t vocab_start = int64_t(tp_.rank()) * h.logits.dim(2);
+  tp::vocab_parallel_cross_entropy_backward(h.logits, h.logits, h.lse, ctx.targets, dloss, vocab_start, vocab_size,
+                                            kIgnoreIndex);
+}
+
+double ChunkModel::forward(ModelContext& base, const Tensor& input, const Tensor& targets, const StepCoords& coords,
+                           Tensor* output) {
+  auto& ctx = static_cast<Context&>(base);
+  const std::string& a = acts_->arch;
+  LATTICE_CHECK(input.numel() == ctx.B * ctx.T * (span_.embedding ? 1 : acts_->C),
+                "{}: input {} does not match the context ({}, {})", a, shape_str(input.shape()), ctx.B, ctx.T);
+  ctx.coords = coords;
+  ctx.targets = targets;
+  ctx.scratch = workspace(ctx.B, ctx.T).scratch.get();
+  if (span_.embedding) {
+    ctx.inputs = input;
+    embed_forward(ctx, input);
+  } else {
+    ctx.emb = input;  // the previous chunk's activation, alive until backward
+  }
+  const Tensor* x = &ctx.emb;
+  for (int i = 0; i < n_blocks(); ++i) {
+    block_forward(ctx, i, *x, ctx.out[size_t(i)], saved_for(ctx, i));
+    x = &ctx.out[size_t(i)];
+  }
+  if (span_.head) return head_forward(ctx, *x);
+  LATTICE_CHECK(output != nullptr, "{}: a chunk without the head needs an output activation", a);
+  output->copy_from(*x);
+  return 0.0;
+}
+
+void ChunkModel::backward(ModelContext& base, float dloss, const Tensor* doutput, Tensor* dinput) {
+  auto& ctx = static_cast<Context&>(base);
+  const std::string& a = acts_->arch;
+  Workspace& w = workspace(ctx.B, ctx.T);
+  ctx.scratch = w.scratch.get();
+  Tensor* dout = &w.dbuf[0];
+  Tensor* dx = &w.dbuf[1];
+  const Tensor& last = n_blocks() == 0 ? ctx.emb : ctx.out.back();
+  if (span_.head) {
+    head_backward(ctx, last, dloss, *dout);
+    if (on_grads_ready) on_grads_ready(acts_->n_layer);
+  } else {
+    LATTICE_CHECK(doutput != nullptr, "{}: a chunk without the head needs the output gradient", a);
+    dout->copy_from(*doutput);
+  }
+  for (int i = n_blocks() - 1; i >= 0; --i) {
+    const Tensor& x = i > 0 ? ctx.out[size_t(i - 1)] : ctx.emb;
+    SavedTensors& saved = saved_for(ctx, i);
+    if (i < span_.recompute) block_forward(ctx, i, x, ctx.out[size_t(i)], saved);  // same coords, same masks
+    block_backward(ctx, i, x, *dout, *dx, saved);
+    if (on_grads_ready) on_grads_ready(layer_of(i));
+    std::swap(dout, dx);
+  }
+  // *dout is now the gradient of the chunk's input.
+  if (!span_.embedding) {
+    LATTICE_CHECK(dinput != nullptr, "{}: a chunk without the embedding needs an input gradient", a);
+    dinput->copy_from(*dout);
+    return;
+  }
+  embed_backward(ctx, *dout, *dx);
+  if (on_grads_ready) on_grads_ready(kEmbeddingLayer);
+}
+
+}  // namespace lattice

@@ -1,0 +1,196 @@
+// ChunkModel: the pipeline-chunk skeleton every model in the zoo shares, so a
+// model file holds only its own math.
+//
+// A chunk (StageSpan) runs: the embedding (first chunk), blocks [first_layer,
+// end_layer), the head and loss (last chunk). ChunkModel owns the walk:
+//   forward:  embed_forward | take the input activation -> block_forward for
+//             each block -> head_forward | copy the output activation;
+//   backward: head_backward | take doutput -> block_backward from the last
+//             block to the first (recomputing the forward of the first
+//             span.recompute blocks) -> embed_backward | write dinput,
+//   calling on_grads_ready after the head, each block and the embedding;
+// and the memory: a context per in-flight microbatch (each block's output
+// plus what the model saves), one workspace per chunk (the model's backward
+// scratch, the two gradient ping-pong buffers and the saved tensors of the
+// block being recomputed), both made through a MakeTensor that either
+// allocates or only counts, so `lattice plan` predicts what training holds.
+//
+// A model supplies two classes:
+//   - a ChunkActivations: which tensors its embedding, one block, the head
+//     and the backward scratch hold (shapes only: no parameters, so the
+//     registry can count them for a layout without building anything);
+//   - a ChunkModel subclass: binds its parameter views and implements the six
+//     hooks below on those tensors.
+// Invariants: block i's input is the embedding output (i = 0) or block
+// i - 1's output, each (B, T, C); hooks never keep pointers into a context
+// past the call. Shapes: B, T, C as in core/shapes.h.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/ops.h"
+#include "core/param.h"
+#include "models/model.h"
+
+namespace lattice {
+
+// One parameter's value and gradient views.
+struct ParamView {
+  Tensor w, g;
+};
+
+// Tensors one part of a chunk saves (the embedding, a block, the head) or the
+// model's scratch; each model derives its own structs from it.
+struct SavedTensors {
+  virtual ~SavedTensors() = default;
+};
+
+// The head's tensors every model shares: this rank's vocabulary slice of the
+// logits and the per-token loss (tp/cross_entropy.h).
+struct LmHeadTensors : SavedTensors {
+  Tensor logits;       // (B, T, V_l); backward overwrites it with dlogits
+  Tensor losses, lse;  // (B, T)
+};
+
+// Makes one tensor of a shape: allocates it, or only counts its bytes.
+using MakeTensor = std::function<Tensor(Shape)>;
+
+// What a chunk of one model allocates, from its config and tp shard alone.
+class ChunkActivations {
+ public:
+  virtual ~ChunkActivations() = default;
+  // The embedding's saved tensors besides its output; none by default.
+  virtual std::unique_ptr<SavedTensors> embedding(const MakeTensor& make, int64_t B, int64_t T) const;
+  // One block's saved tensors besides its output (which the context holds).
+  virtual std::unique_ptr<SavedTensors> block(const MakeTensor& make, int64_t B, int64_t T) const = 0;
+  virtual std::unique_ptr<LmHeadTensors> head(const MakeTensor& make, int64_t B, int64_t T) const = 0;
+  // Backward scratch shared by the chunk's contexts (not saved state).
+  virtual std::unique_ptr<SavedTensors> scratch(const MakeTensor& make, const StageSpan& span, int64_t B,
+                                                int64_t T) const = 0;
+  // Bytes allocated and freed again inside one forward; by default the loss's
+  // row max and [sum exp; target logit] (tp/cross_entropy.cpp) with the head.
+  virtual int64_t transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType dtype) const;
+
+  std::string arch;  // for messages
+  int64_t C = 0;     // width of the activation between blocks and chunks
+  int n_layer = 0, max_seq_len = 0;
+};
+
+class ChunkModel : public LanguageModel {
+ public:
+  ~ChunkModel() override;
+  std::string arch() const final { return acts_->arch; }
+  std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const final;
+  ActivationBytes activation_bytes(int64_t B, int64_t T) const final;
+  double forward(ModelContext& ctx, const Tensor& input, const Tensor& targets, const StepCoords& coords,
+                 Tensor* output = nullptr) final;
+  void backward(ModelContext& ctx, float dloss, const Tensor* doutput = nullptr, Tensor* dinput = nullptr) final;
+  // The logits (B, T, V_l) of the last forward on `ctx` (a chunk with the
+  // head): this rank's padded vocabulary rows. Read them before backward,
+  // which overwrites them with dlogits.
+  Tensor logits(const ModelContext& ctx) const;
+
+  // What chunk `span` of a model with these activations holds at (B, T) in
+  // `dtype`, counted without allocating (lattice plan).
+  static ActivationBytes activation_bytes_of(const ChunkActivations& acts, StageSpan span, DType dtype, int64_t B,
+                                             int64_t T);
+
+ protected:
+  // One in-flight microbatch.
+  struct Context final : ModelContext {
+    int64_t B = 0, T = 0;
+    StepCoords coords;
+    Tensor inputs, targets;                            // (B, T) i32 (inputs: with the embedding)
+    Tensor emb;                                        // (B, T, C) embedding output, or the chunk's input
+    std::unique_ptr<SavedTensors> embed;               // the embedding's other tensors (may be null)
+    std::vector<Tensor> out;                           // (B, T, C) each block's output
+    std::vector<std::unique_ptr<SavedTensors>> saved;  // each block's tensors; null when recomputed
+    std::unique_ptr<LmHeadTensors> head;               // with the head
+    SavedTensors* scratch = nullptr;                   // the chunk's backward scratch
+    int64_t bytes_ = 0;
+    int64_t bytes() const override { return bytes_; }
+  };
+
+  // `params` holds the chunk's entries (select_stage_params) sharded for this
+  // rank of `tp`; `acts` describes the chunk's tensors.
+  ChunkModel(std::unique_ptr<ChunkActivations> acts, FlatParams& params, comm::Group& tp, StageSpan span);
+
+  // The hooks. Layer numbers: block i of the chunk is model layer
+  // layer_of(i); RNG layer ids are that + 1 (0 is the embedding).
+  // ids (B, T) i32 -> ctx.emb.
+  virtual void embed_forward(Context& ctx, const Tensor& ids) = 0;
+  // demb: gradient of ctx.emb (may be overwritten); scratch: a free (B, T, C).
+  virtual void embed_backward(Context& ctx, Tensor& demb, Tensor& scratch) = 0;
+  // x (B, T, C) -> out (B, T, C), saving into `saved`.
+  virtual void block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, SavedTensors& saved) = 0;
+  // dout (read only) -> dx (overwritten); accumulates the block's parameter gradients.
+  virtual void block_backward(Context& ctx, int i, const Tensor& x, const Tensor& dout, Tensor& dx,
+                              SavedTensors& saved) = 0;
+  // x: the last block's output. Returns the sum of the token losses.
+  virtual double head_forward(Context& ctx, const Tensor& x) = 0;
+  // From the loss (each valid token weighted by dloss) to dx (overwritten).
+  virtual void head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx) = 0;
+
+  // Helpers for the hooks.
+  int layer_of(int i) const { return span_.first_layer + i; }
+  ParamView bind(FlatParams& params, const std::string& name) const;
+  // One (sum of rows, cols) view over adjacent 2-D entries, or 1-D ones (sum of
+  // lengths): the parameter table keeps e.g. q, k, v next to each other, so
+  // their local shards read as one fused weight.
+  ParamView bind_rows(FlatParams& params, const std::vector<std::string>& names) const;
+  // The loss on this rank's slice of h.logits against ctx.targets: fills
+  // h.losses and h.lse and returns the loss sum (vocab-parallel over tp).
+  double lm_loss_forward(Context& ctx, int vocab_size);
+  // dlogits in place of h.logits, each valid token weighted by dloss.
+  void lm_loss_backward(Context& ctx, float dloss, int vocab_size);
+  template <class S>
+  static S& as(SavedTensors& s) {
+    return static_cast<S&>(s);
+  }
+  template <class S>
+  static const S* as_ptr(const SavedTensors* s) {
+    return static_cast<const S*>(s);
+  }
+  template <class S>
+  static S& scratch_of(Context& ctx) {
+    return static_cast<S&>(*ctx.scratch);
+  }
+  template <class S>
+  static S& head_of(Context& ctx) {
+    return static_cast<S&>(*ctx.head);
+  }
+
+  StageSpan span_;
+  comm::Group& tp_;
+  TpShard shard_;
+  DType dtype_ = DType::f32;
+  Device device_;
+
+ private:
+  struct Workspace {
+    int64_t B = 0, T = 0;
+    Tensor dbuf[2];                            // (B, T, C) gradient ping-pong
+    std::unique_ptr<SavedTensors> scratch;     // the model's
+    std::unique_ptr<SavedTensors> recomputed;  // tensors of the block being recomputed
+  };
+  static void fill_context(Context& ctx, const ChunkActivations& acts, const StageSpan& span, const MakeTensor& make,
+                           int64_t B, int64_t T);
+  static void fill_workspace(Workspace& ws, const ChunkActivations& acts, const StageSpan& span,
+                             const MakeTensor& make, int64_t B, int64_t T);
+  Workspace& workspace(int64_t B, int64_t T);
+  SavedTensors& saved_for(Context& ctx, int i);
+  int n_blocks() const { return span_.end_layer - span_.first_layer; }
+
+  std::unique_ptr<ChunkActivations> acts_;
+  Workspace ws_;
+};
+
+// A dropout op keyed as ARCHITECTURE.md §2 says: (seed, dropout, step, layer
+// id, site), counter (sample0 + row, ...); p = 0 outside training.
+ops::Dropout dropout_at(const StepCoords& c, float p, int layer_id, uint32_t site);
+
+}  // namespace lattice
