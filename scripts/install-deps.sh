@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package Lattice needs to build, test and train.
+# Installs every Debian package Lattice needs to build, test and train
+# (and python3-matplotlib for scripts/plot_metrics.py).
 # Idempotent: packages already present are left alone, and apt is only
 # called when something is missing. Run as root (or with sudo available).
 #   scripts/install-deps.sh           build + test dependencies
@@ -12,6 +13,7 @@ packages=(
   libopenblas-openmp-dev
   libyaml-cpp-dev libfmt-dev nlohmann-json3-dev libpcre2-dev
   libgtest-dev
+  python3-matplotlib iproute2
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)

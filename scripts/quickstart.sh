@@ -2,7 +2,9 @@
 # One command from a fresh Debian 12 machine to a trained model: installs the
 # dependencies, builds, tokenizes the license texts every Debian machine has
 # (/usr/share/common-licenses, byte-level tokens) and trains the default
-# tiny GPT-2 on them (configs/default.yaml). Output lands in runs/default/.
+# tiny GPT-2 on them (configs/default.yaml) under mpirun: two data-parallel
+# ranks (scripts/launch.sh picks the binding and threads per rank). Output
+# lands in runs/default/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -14,4 +16,4 @@ run_dir=runs/default
 if [[ -s "$run_dir/metrics.jsonl" ]]; then
   run_dir="runs/default-$(date +%Y%m%d-%H%M%S)"
 fi
-build/bin/lattice train configs/default.yaml "log.dir=$run_dir" "$@"
+scripts/launch.sh -n 2 configs/default.yaml "log.dir=$run_dir" "$@"

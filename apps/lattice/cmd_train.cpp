@@ -1,12 +1,17 @@
 // lattice train CONFIG [key=value ...] [--print-config]
 // One process per rank under mpirun (or srun); a single process without it.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <memory>
+#include <optional>
 
 #include "booster/booster.h"
 #include "booster/hybrid_parallel_plugin.h"
+#include "booster/plan.h"
 #include "booster/run_dir.h"
 #include "booster/stop_signal.h"
 #include "cli.h"
@@ -43,45 +48,83 @@ TrainArgs parse_train_args(const Args& args) {
   return t;
 }
 
+// Whether a launcher (mpirun/mpiexec of Open MPI, MPICH or Intel MPI, or
+// Slurm's srun) started this process as one rank of a job.
+bool under_mpi_launcher() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_PROCID"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
+// The job's structure, worked out as `lattice plan` does it (pure, nothing
+// allocated): the stage split and each stage's schedule and model chunks, so
+// their errors come before any path is checked or memory allocated.
+void check_structure(const Config& cfg, const Layout& layout) {
+  const pipeline::StageLayout stages = pipeline::make_stage_layout(stage_config_of(cfg, layout));
+  for (int stage = 0; stage < layout.pp; ++stage) {
+    train_plan_of(cfg, layout, stage);
+    stage_spans(cfg, stages, stage);
+  }
+}
+
 void print_line(const std::string& line) {
   std::fputs((line + "\n").c_str(), stdout);
   std::fflush(stdout);
 }
 
-int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
-  const bool logger = mpi.world_rank() == 0;
-  Config cfg = load_config(a.path, a.overrides);
-  if (a.print_config) {
-    if (logger) std::fputs(to_yaml(cfg).c_str(), stdout);
-    return 0;
-  }
-  set_num_threads(cfg.runtime.threads);
-  const Layout layout = resolve_layout(cfg, mpi.world_size());
-  auto mesh = create_job_mesh(cfg, comm::Group(comm::make_world_communicator(cfg.runtime.comm_timeout_s)));
-  // The plugin opens and checks the data before the run directory is written.
-  auto plugin = std::make_unique<HybridParallelPlugin>(cfg, mesh);
-  std::string rank_map = mesh::format_rank_map(mesh, "cpu");  // collective
-  std::vector<std::string> notes;
-  const std::optional<std::string> resume = resolve_resume(cfg, mesh.world(), &notes);  // collective
+// What start-up found: the checkpoint to resume from, if any, and its state.
+struct Start {
+  std::optional<std::string> resume;
   TrainerState resumed;
-  if (resume) resumed = plugin->load_checkpoint(*resume);
-  std::string metrics_path;
-  if (logger) {
-    RunInfo info{.world_size = mpi.world_size(), .tp = layout.tp, .pp = layout.pp, .dp = layout.dp,
-                 .threads = num_threads()};
-    RunDir run = prepare_run_dir(cfg, info, resume ? resumed.step : -1);
-    metrics_path = run.metrics_path;
-    print_line(fmt::format("lattice train {} | {} | {} rank(s) x {} thread(s) | run dir {}", cfg.source,
-                           plugin->describe(), mpi.world_size(), info.threads, run.dir));
-    if (mpi.world_size() > 1) std::fputs(rank_map.c_str(), stdout);
-    for (const std::string& n : notes) print_line("checkpoint: " + n);
-    if (resume)
-      print_line(fmt::format("resuming from {} (step {}; written with tp={} pp={} dp={})", *resume, resumed.step,
-                             resumed.layout.tp, resumed.layout.pp, resumed.layout.dp));
+};
+
+// log.per_rank: this rank's log, opened once rank 0 has accepted the run
+// directory (a barrier), so no rank writes into the directory of an earlier run.
+std::shared_ptr<RankLog> open_rank_log(const Config& cfg, mesh::ProcessGroupMesh& mesh, const Plugin& plugin,
+                                       const Start& start) {
+  if (!cfg.log.per_rank) return nullptr;
+  mesh.world().barrier()->wait();
+  const int rank = mesh.this_rank();
+  auto log = std::make_shared<RankLog>(rank_log_path(cfg, rank), start.resume.has_value());
+  const mesh::Coord c = mesh.coord(rank);
+  log->line(fmt::format("lattice train {} | rank {} of {} | tp{} pp{} dp{} | host {} | pid {} | {} thread(s)",
+                        cfg.source, rank, mesh.world_size(), c.tp, c.pp, c.dp, host_name(), ::getpid(), num_threads()));
+  std::string layout = plugin.describe();
+  while (!layout.empty() && layout.back() == '\n') layout.pop_back();
+  log->line(layout);
+  if (start.resume) log->line(fmt::format("resuming from {} (step {})", *start.resume, start.resumed.step));
+  return log;
+}
+
+// The rank's own error as the last line of its log, then on to the one-line report.
+template <class F>
+auto logging_errors(const std::shared_ptr<RankLog>& log, F&& body) {
+  try {
+    return body();
+  } catch (const ConfigError& e) {
+    if (log) log->line("error: " + e.message());
+    throw;
+  } catch (const Error& e) {
+    if (log) log->line("error: " + e.describe());
+    throw;
+  } catch (const std::exception& e) {
+    if (log) log->line(std::string("error: ") + e.what());
+    throw;
   }
-  install_stop_signal_handlers();  // SIGUSR1 / SIGTERM: checkpoint after the current step, exit 0
-  Booster booster(cfg, std::move(plugin), print_line);
-  TrainSummary s = booster.train(metrics_path, resumed);
+}
+
+std::string summary_line(const Config& cfg, const TrainSummary& s, const Start& start) {
+  if (s.steps_done == start.resumed.step && start.resume)
+    return fmt::format("nothing to do: the checkpoint is at step {}, the run ends at step {}", start.resumed.step,
+                       cfg.train.stop_at_step > 0 ? cfg.train.stop_at_step : cfg.train.steps);
+  return fmt::format("{}: step {}, final loss {:.6f}{}", s.stopped ? "stopped" : "done", s.steps_done, s.final_loss,
+                     s.last_val_loss >= 0 ? fmt::format(", val_loss {:.6f}", s.last_val_loss) : "");
+}
+
+int train_and_report(const Config& cfg, const comm::MpiRuntime& mpi, mesh::ProcessGroupMesh& mesh, Booster& booster,
+                     const std::string& metrics_path, const Start& start, RankLog* rank_log) {
+  const bool logger = mpi.world_rank() == 0;
+  TrainSummary s = booster.train(metrics_path, start.resumed);
   if (mpi.world_size() > 1) {  // metrics carry the largest rank's peak; here each rank's (per stage)
     Tensor mine = Tensor::from<double>({double(memory_stats(Device::cpu()).peak_bytes)}, {1});
     Tensor all = Tensor::zeros({mpi.world_size()}, DType::f64);
@@ -97,23 +140,77 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
     std::filesystem::create_directories(cfg.log.dir + "/trace");
     std::string path = fmt::format("{}/trace/rank_{:05d}.json", cfg.log.dir, mpi.world_rank());
     booster.plugin().write_trace(path);
-    if (logger) print_line(fmt::format("timeline of the first steps: {}/trace/rank_*.json (open in ui.perfetto.dev)",
-                                       cfg.log.dir));
+    if (logger)
+      print_line(
+          fmt::format("timeline of the first steps: {}/trace/rank_*.json (open in ui.perfetto.dev)", cfg.log.dir));
   }
-  if (logger && s.steps_done == resumed.step && resume)
-    print_line(fmt::format("nothing to do: the checkpoint is at step {}, the run ends at step {}", resumed.step,
-                           cfg.train.stop_at_step > 0 ? cfg.train.stop_at_step : cfg.train.steps));
-  else if (logger)
-    print_line(fmt::format("{}: step {}, final loss {:.6f}{}", s.stopped ? "stopped" : "done", s.steps_done,
-                           s.final_loss,
-                           s.last_val_loss >= 0 ? fmt::format(", val_loss {:.6f}", s.last_val_loss) : ""));
+  const std::string summary = summary_line(cfg, s, start);
+  if (logger) print_line(summary);
+  if (rank_log) rank_log->line(summary);
   return 0;
+}
+
+int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
+  const bool logger = mpi.world_rank() == 0;
+  Config cfg = load_config(a.path, a.overrides);
+  if (a.print_config) {
+    if (logger) std::fputs(to_yaml(cfg).c_str(), stdout);
+    return 0;
+  }
+  set_num_threads(cfg.runtime.threads);
+  const Layout layout = resolve_layout(cfg, mpi.world_size());
+  check_structure(cfg, layout);
+  check_run_paths(cfg);  // every rank, before anything is allocated
+  auto mesh = create_job_mesh(cfg, comm::Group(comm::make_world_communicator(cfg.runtime.comm_timeout_s)));
+  // The plugin opens and checks the data before the run directory is written.
+  auto plugin = std::make_unique<HybridParallelPlugin>(cfg, mesh);
+  std::string rank_map = mesh::format_rank_map(mesh, "cpu");  // collective
+  std::vector<std::string> notes;
+  Start start;
+  start.resume = resolve_resume(cfg, mesh.world(), &notes);  // collective
+  if (start.resume) start.resumed = plugin->load_checkpoint(*start.resume);
+  std::string metrics_path;
+  if (logger) {
+    RunInfo info{
+        .world_size = mpi.world_size(), .tp = layout.tp, .pp = layout.pp, .dp = layout.dp, .threads = num_threads()};
+    RunDir run = prepare_run_dir(cfg, info, start.resume ? start.resumed.step : -1);
+    metrics_path = run.metrics_path;
+    print_line(fmt::format("lattice train {} | {} | {} rank(s) x {} thread(s) | run dir {}", cfg.source,
+                           plugin->describe(), mpi.world_size(), info.threads, run.dir));
+    if (mpi.world_size() > 1) std::fputs(rank_map.c_str(), stdout);
+    if (std::string map = plugin->stage_map(); !map.empty())
+      std::fputs((map.back() == '\n' ? map : map + "\n").c_str(), stdout);
+    for (const std::string& n : notes) print_line("checkpoint: " + n);
+    if (start.resume)
+      print_line(fmt::format("resuming from {} (step {}; written with tp={} pp={} dp={})", *start.resume,
+                             start.resumed.step, start.resumed.layout.tp, start.resumed.layout.pp,
+                             start.resumed.layout.dp));
+  }
+  const std::shared_ptr<RankLog> rank_log = open_rank_log(cfg, mesh, *plugin, start);
+  for (const std::string& n : notes)
+    if (rank_log) rank_log->line("checkpoint: " + n);
+  std::unique_ptr<Plugin> p = std::move(plugin);
+  if (rank_log) p = with_rank_log(std::move(p), cfg, rank_log);
+  install_stop_signal_handlers();  // SIGUSR1 / SIGTERM: checkpoint after the current step, exit 0
+  Booster booster(cfg, std::move(p), print_line);
+  return logging_errors(rank_log,
+                        [&] { return train_and_report(cfg, mpi, mesh, booster, metrics_path, start, rank_log.get()); });
 }
 
 }  // namespace
 
 int train(int* argc, char*** argv, const Args& args) {
   TrainArgs a = parse_train_args(args);  // command-line errors need no MPI
+  // Starting MPI is most of the time a bad config takes to report, so a single
+  // process checks its config first. Under a launcher every rank would print
+  // its own line, so there the same checks run after MPI starts (one line).
+  if (!under_mpi_launcher()) {
+    Config cfg = load_config(a.path, a.overrides);
+    if (!a.print_config) {
+      check_structure(cfg, resolve_layout(cfg, 1));
+      check_run_paths(cfg);
+    }
+  }
   return run_with_mpi(argc, argv, [&](const comm::MpiRuntime& mpi) { return run(a, mpi); });
 }
 

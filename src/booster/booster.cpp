@@ -97,11 +97,7 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
     sum.final_loss = r.loss;
     if (metrics && (step % cfg_.log.every == 0 || step == 1 || step == last)) {
       metrics->log_train(r);
-      if (tb)
-        tb->scalars(step, {{"train/loss", float(r.loss)}, {"train/lr", float(r.lr)},
-                           {"train/grad_norm", float(r.grad_norm)}, {"perf/tokens_per_s", float(r.tokens_per_s)},
-                           {"perf/step_ms", float(r.step_ms)}, {"perf/mfu", float(r.mfu)},
-                           {"perf/peak_mem_bytes", float(r.peak_mem_bytes)}});
+      if (tb) tb->scalars(step, tensorboard_scalars(r));
       print_(progress_line(r, last, elapsed / double(step - resumed.step) * double(last - step)));
     }
     if (eval_due(step, last)) {

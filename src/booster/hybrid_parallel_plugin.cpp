@@ -105,9 +105,10 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
 std::string HybridParallelPlugin::describe() const {
   return fmt::format("{} | {} parameters | layout tp={} pp={} dp={} | {} microbatches of {} x {} tokens per dp rank",
                      enum_name(cfg_.model.arch), param_count(), layout_.tp, layout_.pp, layout_.dp,
-                     layout_.microbatches, cfg_.train.micro_batch, cfg_.train.seq_len) +
-         (layout_.pp > 1 ? " | " + stages_->describe() : "");
+                     layout_.microbatches, cfg_.train.micro_batch, cfg_.train.seq_len);
 }
+
+std::string HybridParallelPlugin::stage_map() const { return layout_.pp > 1 ? stages_->describe() : ""; }
 
 int64_t HybridParallelPlugin::param_count() const {
   int64_t n = 0;

@@ -42,6 +42,7 @@ class HybridParallelPlugin final : public Plugin {
   HybridParallelPlugin(const Config& cfg, mesh::ProcessGroupMesh& mesh);
 
   std::string describe() const override;
+  std::string stage_map() const override;
   StepStats execute_pipeline(int64_t step) override;
   UpdateStats optimizer_step(int64_t step, double lr) override;
   double evaluate(int64_t batches) override;

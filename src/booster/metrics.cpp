@@ -57,6 +57,18 @@ std::string format_duration(double s) {
   return fmt::format("{}s", t);
 }
 
+std::vector<std::pair<std::string, float>> tensorboard_scalars(const TrainRecord& r) {
+  std::vector<std::pair<std::string, float>> v = {
+      {"train/loss", float(r.loss)},          {"train/lr", float(r.lr)},
+      {"train/grad_norm", float(r.grad_norm)}, {"train/tokens", float(r.tokens)},
+      {"train/skipped", float(r.skipped)},     {"perf/tokens_per_s", float(r.tokens_per_s)},
+      {"perf/step_ms", float(r.step_ms)},      {"perf/mfu", float(r.mfu)},
+      {"perf/peak_mem_bytes", float(r.peak_mem_bytes)}, {"perf/grad_sync_ms", float(r.grad_sync_ms)}};
+  if (r.bubble >= 0) v.emplace_back("perf/bubble", float(r.bubble));
+  if (r.bubble_theory >= 0) v.emplace_back("perf/bubble_theory", float(r.bubble_theory));
+  return v;
+}
+
 std::string progress_line(const TrainRecord& r, int64_t total_steps, double eta_s) {
   return fmt::format("step {}/{} | loss {:.6f} | lr {:.3e} | norm {:.3f} | {:.0f} tok/s | {:.1f} ms | ETA {}",
                      r.step, total_steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.step_ms,

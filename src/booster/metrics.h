@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace lattice {
 
@@ -47,6 +49,10 @@ class MetricsWriter {
 
 // "step 10/200 | loss 3.1234 | lr 3.00e-04 | 12.3k tok/s | 45.2 ms | ETA 1m23s"
 std::string progress_line(const TrainRecord& r, int64_t total_steps, double eta_s);
+// The TensorBoard scalars of one train record: every numeric metrics.jsonl key
+// under train/ (loss, lr, grad_norm, tokens, skipped) or perf/ (the rest;
+// bubble and bubble_theory only for pipeline runs).
+std::vector<std::pair<std::string, float>> tensorboard_scalars(const TrainRecord& r);
 std::string format_duration(double seconds);
 
 }  // namespace lattice

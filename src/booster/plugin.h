@@ -43,6 +43,8 @@ class Plugin {
   virtual ~Plugin() = default;
   // One line describing the layout and the model, printed at start-up.
   virtual std::string describe() const = 0;
+  // The layer-to-stage map printed under it (pipeline runs; empty otherwise).
+  virtual std::string stage_map() const { return ""; }
   // Forward and backward of every microbatch of update `step` (1-based);
   // gradients of the step are left in the flat gradient buffer.
   virtual StepStats execute_pipeline(int64_t step) = 0;

@@ -1,15 +1,22 @@
 #include "booster/run_dir.h"
 
+#include <glob.h>
 #include <mpi.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "booster/version_info.h"
+#include "checkpoint/atomic_dir.h"
+#include "core/allocator.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "core/timer.h"
 
 namespace lattice {
 
@@ -94,6 +101,201 @@ RunDir prepare_run_dir(const Config& cfg, const RunInfo& info, int64_t resume_st
   write_file(r.config_path, to_yaml(cfg));
   write_file(r.run_info_path, run_info_json(cfg, info));
   return r;
+}
+
+// ---- paths checked before anything is allocated ----
+
+namespace {
+
+std::vector<std::string> glob_paths(const std::string& pattern) {
+  glob_t g{};
+  std::vector<std::string> out;
+  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  ::globfree(&g);
+  return out;
+}
+
+std::string cwd() {
+  std::error_code ec;
+  return fs::current_path(ec).string();
+}
+
+// Every match of a shard glob must be a regular file this process can open.
+void check_shards(const Config& cfg, const std::string& key, const std::string& pattern, const char* split) {
+  if (pattern.empty()) return;
+  std::vector<std::string> paths = glob_paths(pattern);
+  if (paths.empty())
+    config_fail(cfg, key,
+                fmt::format("no file matches '{}' (relative to {}) — write shards with `lattice data prepare --out "
+                            "PREFIX` and point {} at PREFIX_{}_*.bin",
+                            pattern, cwd(), key, split));
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    if (fs::is_directory(p, ec))
+      config_fail(cfg, key,
+                  fmt::format("'{}' matches the directory '{}' — match shard files, e.g. '{}/PREFIX_{}_*.bin'", pattern,
+                              p, p, split));
+    if (fs::is_symlink(p, ec) && !fs::exists(p, ec))
+      config_fail(cfg, key,
+                  fmt::format("'{}' matches '{}', a link to nothing — remove it or restore its target", pattern, p));
+    if (!fs::is_regular_file(p, ec))
+      config_fail(cfg, key,
+                  fmt::format("'{}' matches '{}', which is not a regular file — match shard files only", pattern, p));
+    if (::access(p.c_str(), R_OK) != 0 || !std::ifstream(p, std::ios::binary))
+      config_fail(cfg, key,
+                  fmt::format("'{}' matches '{}', which cannot be read ({}) — check its permissions", pattern, p,
+                              std::strerror(errno)));
+  }
+}
+
+// A directory the run writes into: it exists as a writable directory, or its
+// nearest existing ancestor is one (so it can be created).
+void check_output_dir(const Config& cfg, const std::string& key, const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    if (!fs::is_directory(dir, ec))
+      config_fail(cfg, key,
+                  fmt::format("'{}' is a file, not a directory — point {} at a directory (it is created "
+                              "when missing)",
+                              dir, key));
+    if (::access(dir.c_str(), R_OK | W_OK | X_OK) != 0)
+      config_fail(cfg, key,
+                  fmt::format("directory '{}' is not readable and writable ({}) — fix its permissions or "
+                              "choose another {}",
+                              dir, std::strerror(errno), key));
+    return;
+  }
+  fs::path up = fs::path(dir).parent_path();
+  while (!up.empty() && !fs::exists(up, ec)) up = up.parent_path();
+  if (up.empty()) up = ".";
+  if (!fs::is_directory(up, ec))
+    config_fail(cfg, key,
+                fmt::format("'{}' cannot be created: '{}' is a file, not a directory — choose another {}", dir,
+                            up.string(), key));
+  if (::access(up.c_str(), W_OK | X_OK) != 0)
+    config_fail(cfg, key,
+                fmt::format("'{}' cannot be created: '{}' is not writable ({}) — choose another {}", dir, up.string(),
+                            std::strerror(errno), key));
+}
+
+void check_resume_path(const Config& cfg) {
+  const std::string& r = cfg.checkpoint.resume;
+  if (r == "auto" || r == "never") return;
+  const char* fix = "name a checkpoint step directory (.../step_NNNNNNN), or use auto or never";
+  std::error_code ec;
+  if (!fs::exists(r, ec)) config_fail(cfg, "checkpoint.resume", fmt::format("'{}' does not exist — {}", r, fix));
+  if (!fs::is_directory(r, ec))
+    config_fail(cfg, "checkpoint.resume", fmt::format("'{}' is a file, not a directory — {}", r, fix));
+  if (::access(r.c_str(), R_OK | X_OK) != 0)
+    config_fail(cfg, "checkpoint.resume",
+                fmt::format("directory '{}' cannot be read ({}) — fix its permissions", r, std::strerror(errno)));
+  if (!fs::exists(fs::path(r) / std::string(checkpoint::kManifestName), ec))
+    config_fail(
+        cfg, "checkpoint.resume",
+        fmt::format("'{}' holds no {}, so it is not a complete checkpoint — {}", r, checkpoint::kManifestName, fix));
+}
+
+}  // namespace
+
+void check_run_paths(const Config& cfg) {
+  check_shards(cfg, "data.train", cfg.data.train, "train");
+  check_shards(cfg, "data.val", cfg.data.val, "val");
+  std::error_code ec;
+  if (cfg.data.tokenizer == TokenizerName::gpt2 && !cfg.data.vocab_dir.empty() &&
+      !fs::is_directory(cfg.data.vocab_dir, ec))
+    config_fail(cfg, "data.vocab_dir",
+                fmt::format("'{}' is not a directory — point it at the gpt2 tokenizer files, or remove it for the "
+                            "default",
+                            cfg.data.vocab_dir));
+  check_resume_path(cfg);
+  check_output_dir(cfg, "log.dir", cfg.log.dir);
+  check_output_dir(cfg, "checkpoint.dir", cfg.checkpoint.dir);
+}
+
+// ---- per-rank logs ----
+
+std::string rank_log_path(const Config& cfg, int rank) {
+  return fmt::format("{}/ranks/rank_{:05d}.log", cfg.log.dir, rank);
+}
+
+RankLog::RankLog(const std::string& path, bool append) : path_(path) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  LATTICE_CHECK(!ec, "log.per_rank: cannot create the directory of '{}': {}", path, ec.message());
+  out_.open(path, append ? std::ios::app : std::ios::trunc);
+  LATTICE_CHECK(out_.good(), "log.per_rank: cannot open '{}' for writing", path);
+}
+
+void RankLog::line(const std::string& text) {
+  out_ << text << '\n';
+  out_.flush();
+}
+
+namespace {
+
+class RankLogPlugin final : public Plugin {
+ public:
+  RankLogPlugin(std::unique_ptr<Plugin> inner, const Config& cfg, std::shared_ptr<RankLog> log)
+      : inner_(std::move(inner)),
+        log_(std::move(log)),
+        every_(cfg.log.every),
+        last_(cfg.train.stop_at_step > 0 ? cfg.train.stop_at_step : cfg.train.steps) {}
+
+  std::string describe() const override { return inner_->describe(); }
+  std::string stage_map() const override { return inner_->stage_map(); }
+  StepStats execute_pipeline(int64_t step) override {
+    timer_.reset();
+    stats_ = inner_->execute_pipeline(step);
+    return stats_;
+  }
+  UpdateStats optimizer_step(int64_t step, double lr) override {
+    UpdateStats u = inner_->optimizer_step(step, lr);
+    const double ms = timer_.seconds() * 1e3;
+    step_ = step;
+    if (step % every_ == 0 || step == 1 || step == last_) {  // the steps the Booster logs
+      std::string loss =
+          stats_.valid_tokens > 0 ? fmt::format("{:.6f}", stats_.loss_sum / double(stats_.valid_tokens)) : "-";
+      log_->line(fmt::format("step {}/{} | loss {} | step_ms {:.1f} | peak_mem_mib {:.1f} | grad_norm {:.3f}{}", step,
+                             last_, loss, ms, double(inner_->local_peak_mem_bytes()) / 1048576.0, u.grad_norm,
+                             u.skipped ? " | skipped (non-finite gradients)" : ""));
+    }
+    return u;
+  }
+  double evaluate(int64_t batches) override {
+    Timer t;
+    double v = inner_->evaluate(batches);
+    log_->line(fmt::format("step {}/{} | val_loss {:.6f} | eval_ms {:.1f}", step_, last_, v, t.seconds() * 1e3));
+    return v;
+  }
+  bool has_validation() const override { return inner_->has_validation(); }
+  int64_t param_count() const override { return inner_->param_count(); }
+  double flops_per_token() const override { return inner_->flops_per_token(); }
+  int64_t local_peak_mem_bytes() const override { return inner_->local_peak_mem_bytes(); }
+  std::vector<double> max_over_ranks(std::vector<double> v) override { return inner_->max_over_ranks(std::move(v)); }
+  void save_checkpoint(const std::string& step_dir, int64_t step, int64_t skipped) override {
+    Timer t;
+    inner_->save_checkpoint(step_dir, step, skipped);
+    log_->line(fmt::format("checkpoint {} written in {:.1f} s", step_dir, t.seconds()));
+  }
+  TrainerState load_checkpoint(const std::string& step_dir) override { return inner_->load_checkpoint(step_dir); }
+  void write_trace(const std::string& path) const override {
+    inner_->write_trace(path);
+    log_->line("timeline written to " + path);
+  }
+
+ private:
+  std::unique_ptr<Plugin> inner_;
+  std::shared_ptr<RankLog> log_;
+  int64_t every_, last_, step_ = 0;
+  Timer timer_;
+  StepStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<Plugin> with_rank_log(std::unique_ptr<Plugin> inner, const Config& cfg, std::shared_ptr<RankLog> log) {
+  return std::make_unique<RankLogPlugin>(std::move(inner), cfg, std::move(log));
 }
 
 }  // namespace lattice

@@ -2,11 +2,19 @@
 // effective config), run_info.json (provenance), metrics.jsonl, and later
 // tb/ and checkpoints/. A directory that already holds metrics is refused
 // unless the run resumes, so no earlier run is overwritten.
+//
+// With log.per_rank, every rank also writes ranks/rank_NNNNN.log: what that
+// rank would print (its header, one line per logged step with its own step
+// time and peak memory, evaluations, checkpoints, the error that ended it).
+// Lines are flushed as they are written, so a rank that dies keeps its log.
 #pragma once
 
 #include <cstdint>
+#include <fstream>
+#include <memory>
 #include <string>
 
+#include "booster/plugin.h"
 #include "config/config.h"
 
 namespace lattice {
@@ -27,5 +35,39 @@ struct RunInfo {
 RunDir prepare_run_dir(const Config& cfg, const RunInfo& info, int64_t resume_step = -1);
 // The provenance JSON (version, git commit, build flags, BLAS and MPI versions, layout).
 std::string run_info_json(const Config& cfg, const RunInfo& info);
+
+// Checks, on every rank and before anything is allocated, that the paths the
+// config names can be used: data.train and data.val match readable regular
+// files, data.vocab_dir (gpt2 tokenizer) is a directory, checkpoint.resume
+// (when a path) is a directory, and log.dir and checkpoint.dir are
+// directories or can be created. Throws ConfigError (config_fail) naming the
+// key, where it was set, the path and the fix.
+void check_run_paths(const Config& cfg);
+
+// <log.dir>/ranks/rank_NNNNN.log
+std::string rank_log_path(const Config& cfg, int rank);
+
+// One rank's log file. Not shared between ranks; not thread-safe.
+class RankLog {
+ public:
+  // Creates the parent directory; `append` keeps the lines of an earlier
+  // run (a resumed one), otherwise the file starts empty.
+  RankLog(const std::string& path, bool append);
+  void line(const std::string& text);  // writes text and a newline, flushed
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+// Wraps `inner` so that each step the Booster logs (step 1, every log.every-th
+// and the last, as in metrics.jsonl) adds to `log` the line
+//   step S/N | loss L | step_ms X | peak_mem_mib M | grad_norm G
+// with this rank's own time from execute_pipeline to the end of
+// optimizer_step and its allocator peak; loss is '-' when the step had no
+// valid tokens. Evaluations, checkpoint saves and timelines add a line each.
+// Every call is forwarded unchanged, so the loop computes the same run.
+std::unique_ptr<Plugin> with_rank_log(std::unique_ptr<Plugin> inner, const Config& cfg, std::shared_ptr<RankLog> log);
 
 }  // namespace lattice

@@ -33,14 +33,62 @@ std::vector<std::string> split_path(const std::string& path) {
   return parts;
 }
 
-YAML::Node parse_yaml(const std::string& text, const std::string& source) {
-  try {
-    return YAML::Load(text);
-  } catch (const YAML::ParserException& e) {
-    throw ConfigError(fmt::format("{}:{}:{}: malformed YAML: {} — fix the syntax at this position", source,
-                                  e.mark.line + 1, e.mark.column + 1, e.msg),
-                      "");
+// Whether the quoted scalar opening at text[pos] has its closing quote.
+// yaml-cpp accepts a quote left open up to the end of the input (the value
+// then swallows every later line), so this is checked here.
+bool quote_closed(const std::string& text, size_t pos) {
+  const char q = text[pos];
+  for (size_t i = pos + 1; i < text.size(); ++i) {
+    if (q == '"' && text[i] == '\\') {
+      ++i;  // an escape: the next character is not the end
+    } else if (text[i] == q) {
+      if (q == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;  // '' is a single quote inside a single-quoted scalar
+      } else {
+        return true;
+      }
+    }
   }
+  return false;
+}
+
+// Throws at the first quoted scalar (key or value) under `node` whose quote is never closed.
+void check_quotes(const YAML::Node& node, const std::string& text, const std::string& path, const Locator& loc) {
+  if (node.IsScalar()) {
+    const YAML::Mark m = node.Mark();
+    if (node.Tag() == "!" && m.pos >= 0 && size_t(m.pos) < text.size() && (text[m.pos] == '"' || text[m.pos] == '\'') &&
+        !quote_closed(text, size_t(m.pos)))
+      loc.fail(path, m,
+               fmt::format("malformed YAML: the {} quote opened here is never closed, so the value runs to the end "
+                           "of the input — close it",
+                           text[m.pos] == '"' ? "double" : "single"));
+  } else if (node.IsMap()) {
+    for (const auto& entry : node) {
+      YAML::Node key = entry.first, value = entry.second;
+      check_quotes(key, text, path, loc);
+      check_quotes(value, text, key.IsScalar() ? join_path(path, key.Scalar()) : path, loc);
+    }
+  } else if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) check_quotes(node[i], text, fmt::format("{}[{}]", path, i), loc);
+  }
+}
+
+YAML::Node parse_yaml(const std::string& text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    // yaml-cpp finds an unclosed bracket where the input ends; say what to look for.
+    const bool flow = e.msg == YAML::ErrorMsg::END_OF_SEQ_FLOW || e.msg == YAML::ErrorMsg::END_OF_MAP_FLOW;
+    throw ConfigError(
+        fmt::format("{}:{}:{}: malformed YAML: {} — {}", source, e.mark.line + 1, e.mark.column + 1, e.msg,
+                    flow ? fmt::format("a '{}' opened before this position is never closed; close it",
+                                       e.msg == YAML::ErrorMsg::END_OF_SEQ_FLOW ? '[' : '{')
+                         : std::string("fix the syntax at this position")),
+        "");
+  }
+  check_quotes(root, text, "", Locator(source));
+  return root;
 }
 
 [[noreturn]] void fail_unknown(const std::string& path, const YAML::Mark& mark, const Locator& loc) {
@@ -77,7 +125,8 @@ void apply_override(YAML::Node& root, const std::string& text, Locator& loc) {
   std::string path = trim(text.substr(0, eq));
   Locator here(loc.source());
   here.add_override(path, text);
-  if (path.empty()) here.fail(path, {}, "empty key — write key.path=value, e.g. train.steps=50");
+  if (path.empty())
+    throw ConfigError(fmt::format("override '{}': empty key — write key.path=value, e.g. train.steps=50", text), "");
   if (is_section(path))
     here.fail(
         path, {},
@@ -89,11 +138,13 @@ void apply_override(YAML::Node& root, const std::string& text, Locator& loc) {
                            : fmt::format("unknown key — did you mean '{}'?", near));
   }
   YAML::Node value;
+  const std::string value_text = text.substr(eq + 1);
   try {
-    value = YAML::Load(text.substr(eq + 1));
+    value = YAML::Load(value_text);
   } catch (const YAML::ParserException& e) {
     here.fail(path, {}, fmt::format("malformed value: {} — quote it or fix the YAML", e.msg));
   }
+  check_quotes(value, value_text, path, here);
   if (!root.IsMap()) root = YAML::Node(YAML::NodeType::Map);
   set_path(root, split_path(path), value, loc);
   loc.add_override(path, text);
@@ -107,7 +158,9 @@ void check_keys(const YAML::Node& map, const std::string& section, const Locator
     if (!key.IsScalar()) loc.fail(section, key.Mark(), fmt::format("keys must be plain names, got {}", show(key)));
     std::string path = join_path(section, key.Scalar());
     if (!seen.insert(key.Scalar()).second)
-      loc.fail(path, key.Mark(), "duplicate key — each key may appear once in its section");
+      loc.fail(path, key.Mark(),
+               fmt::format("duplicate key (first set at {}) — each key may appear once in its section",
+                           format_location(loc.source(), cfg.locations[path])));
     cfg.locations[path] = loc.locate(path, key.Mark());
     if (is_section(path)) {
       if (value.IsMap()) {

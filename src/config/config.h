@@ -198,6 +198,7 @@ struct LogConfig {
   int every = 1;
   bool tensorboard = false;
   bool trace = false;
+  bool per_rank = false;  // every rank also writes <dir>/ranks/rank_NNNNN.log
   bool operator==(const LogConfig&) const = default;
 };
 

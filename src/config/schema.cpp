@@ -343,6 +343,7 @@ std::vector<Field> build_fields() {
       LATTICE_KEY(log, every, optional),
       LATTICE_KEY(log, tensorboard, optional),
       LATTICE_KEY(log, trace, optional),
+      LATTICE_KEY(log, per_rank, optional),
       LATTICE_KEY(runtime, device, optional),
       LATTICE_KEY(runtime, precision, optional),
       LATTICE_KEY(runtime, seed, optional),
