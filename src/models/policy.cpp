@@ -70,4 +70,24 @@ std::vector<ParamSpec> apply_policy(std::vector<ParamSpec> table, const Sharding
   return table;
 }
 
+ParamSpec matrix_param(std::string name, Shape shape, int layer, float std) {
+  ParamSpec s;
+  s.name = std::move(name);
+  s.shape = std::move(shape);
+  s.layer = layer;
+  s.weight_decay = true;
+  s.init = InitKind::normal;
+  s.init_std = std;
+  return s;
+}
+
+ParamSpec vector_param(std::string name, int64_t n, int layer, InitKind init) {
+  ParamSpec s;
+  s.name = std::move(name);
+  s.shape = {n};
+  s.layer = layer;
+  s.init = init;
+  return s;
+}
+
 }  // namespace lattice

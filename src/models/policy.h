@@ -61,6 +61,12 @@ struct ShardingPolicy {
 // The ParamSpecs with placement, n_fused and tie fields filled from `policy`.
 // Throws one line when a rule names a role that cannot split the tensor.
 std::vector<ParamSpec> apply_policy(std::vector<ParamSpec> table, const ShardingPolicy& policy);
+
+// The two kinds of row a parameter table is made of: a matrix (linear weight
+// or embedding) with weight decay and N(0, std^2) init, and a vector (bias or
+// norm parameter) without weight decay, initialised as `init`.
+ParamSpec matrix_param(std::string name, Shape shape, int layer, float std);
+ParamSpec vector_param(std::string name, int64_t n, int layer, InitKind init);
 // The role a parameter gets (for docs, `lattice plan` and tests).
 Role role_of(const std::string& name, const ShardingPolicy& policy);
 

@@ -34,6 +34,25 @@ struct ModelEntry {
   std::function<void(const ModelConfig&, const StepCoords& coords, Tensor& inputs, Tensor& targets)> prepare_batch;
 };
 
+// The entry of a model built the usual way: `config_of` turns model.* keys
+// into the model's config (one line for what it cannot take), `specs` and
+// `policy` are its table and policy, Model(cfg, params, tp, span) its chunk and
+// Model::activation_bytes_of(cfg, span, shard, dtype, B, T) its byte count.
+template <class Model, class Cfg>
+ModelEntry chunk_model_entry(ModelArch arch, Cfg (*config_of)(const ModelConfig&),
+                             std::vector<ParamSpec> (*specs)(const Cfg&), ShardingPolicy (*policy)(const Cfg&)) {
+  ModelEntry e;
+  e.arch = arch;
+  e.param_specs = [=](const ModelConfig& m) { return specs(config_of(m)); };
+  e.policy = [=](const ModelConfig& m) { return policy(config_of(m)); };
+  e.build = [=](const ModelConfig& m, FlatParams& p, comm::Group& tp, StageSpan span) -> std::unique_ptr<LanguageModel> {
+    return std::make_unique<Model>(config_of(m), p, tp, span);
+  };
+  e.activation_bytes = [=](const ModelConfig& m, const StageSpan& span, const TpShard& shard, DType dtype, int64_t B,
+                           int64_t T) { return Model::activation_bytes_of(config_of(m), span, shard, dtype, B, T); };
+  return e;
+}
+
 const std::vector<ModelEntry>& model_registry();
 const ModelEntry& model_entry(ModelArch arch);  // one line listing the registered archs if absent
 std::vector<std::string> registered_archs();

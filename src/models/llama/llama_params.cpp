@@ -4,31 +4,6 @@
 
 namespace lattice::llama {
 
-namespace {
-
-// Linear weights and the embedding: N(0, init_std^2) as HF's LlamaPreTrainedModel.
-ParamSpec weight(std::string name, Shape shape, int layer, float std) {
-  ParamSpec s;
-  s.name = std::move(name);
-  s.shape = std::move(shape);
-  s.layer = layer;
-  s.weight_decay = true;
-  s.init = InitKind::normal;
-  s.init_std = std;
-  return s;
-}
-
-// RMSNorm weights: ones, no weight decay.
-ParamSpec norm(std::string name, int64_t n, int layer) {
-  ParamSpec s;
-  s.name = std::move(name);
-  s.shape = {n};
-  s.layer = layer;
-  s.init = InitKind::ones;
-  return s;
-}
-
-}  // namespace
 
 ShardingPolicy sharding_policy(const LlamaConfig& cfg) {
   ShardingPolicy p;
@@ -52,21 +27,21 @@ std::vector<ParamSpec> param_specs(const LlamaConfig& cfg) {
   const int64_t HS = C / cfg.n_head, KVC = int64_t(cfg.n_kv_head) * HS;
   const float std = cfg.init_std;
   std::vector<ParamSpec> t;
-  t.push_back(weight("model.embed_tokens.weight", {V, C}, kEmbeddingLayer, std));
+  t.push_back(matrix_param("model.embed_tokens.weight", {V, C}, kEmbeddingLayer, std));
   for (int i = 0; i < L; ++i) {
     const std::string h = "model.layers." + std::to_string(i) + ".";
-    t.push_back(norm(h + "input_layernorm.weight", C, i));
-    t.push_back(weight(h + "self_attn.q_proj.weight", {C, C}, i, std));
-    t.push_back(weight(h + "self_attn.k_proj.weight", {KVC, C}, i, std));
-    t.push_back(weight(h + "self_attn.v_proj.weight", {KVC, C}, i, std));
-    t.push_back(weight(h + "self_attn.o_proj.weight", {C, C}, i, std));
-    t.push_back(norm(h + "post_attention_layernorm.weight", C, i));
-    t.push_back(weight(h + "mlp.gate_proj.weight", {F, C}, i, std));
-    t.push_back(weight(h + "mlp.up_proj.weight", {F, C}, i, std));
-    t.push_back(weight(h + "mlp.down_proj.weight", {C, F}, i, std));
+    t.push_back(vector_param(h + "input_layernorm.weight", C, i, InitKind::ones));
+    t.push_back(matrix_param(h + "self_attn.q_proj.weight", {C, C}, i, std));
+    t.push_back(matrix_param(h + "self_attn.k_proj.weight", {KVC, C}, i, std));
+    t.push_back(matrix_param(h + "self_attn.v_proj.weight", {KVC, C}, i, std));
+    t.push_back(matrix_param(h + "self_attn.o_proj.weight", {C, C}, i, std));
+    t.push_back(vector_param(h + "post_attention_layernorm.weight", C, i, InitKind::ones));
+    t.push_back(matrix_param(h + "mlp.gate_proj.weight", {F, C}, i, std));
+    t.push_back(matrix_param(h + "mlp.up_proj.weight", {F, C}, i, std));
+    t.push_back(matrix_param(h + "mlp.down_proj.weight", {C, F}, i, std));
   }
-  t.push_back(norm("model.norm.weight", C, int(L)));
-  if (!cfg.tie_embeddings) t.push_back(weight("lm_head.weight", {V, C}, int(L), std));
+  t.push_back(vector_param("model.norm.weight", C, int(L), InitKind::ones));
+  if (!cfg.tie_embeddings) t.push_back(matrix_param("lm_head.weight", {V, C}, int(L), std));
   return apply_policy(std::move(t), sharding_policy(cfg));
 }
 

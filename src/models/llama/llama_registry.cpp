@@ -31,15 +31,7 @@ LlamaConfig config_of(const ModelConfig& m) {
 }
 
 ModelEntry registry_entry() {
-  ModelEntry e;
-  e.arch = ModelArch::llama;
-  e.param_specs = [](const ModelConfig& m) { return param_specs(config_of(m)); };
-  e.policy = [](const ModelConfig& m) { return sharding_policy(config_of(m)); };
-  e.build = [](const ModelConfig& m, FlatParams& p, comm::Group& tp, StageSpan span) -> std::unique_ptr<LanguageModel> {
-    return std::make_unique<Llama>(config_of(m), p, tp, span);
-  };
-  e.activation_bytes = [](const ModelConfig& m, const StageSpan& span, const TpShard& shard, DType dtype, int64_t B,
-                          int64_t T) { return Llama::activation_bytes_of(config_of(m), span, shard, dtype, B, T); };
+  ModelEntry e = chunk_model_entry<Llama>(ModelArch::llama, &config_of, &param_specs, &sharding_policy);
   return e;
 }
 
