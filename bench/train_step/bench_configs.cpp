@@ -38,7 +38,7 @@ BenchConfig bench_config_from_file(const std::string& name, const std::string& y
   b.name = name, b.L = m.n_layer, b.C = m.d_model, b.NH = m.n_head, b.V = m.vocab_size;
   b.T = cfg.train.seq_len, b.B = cfg.train.micro_batch, b.block = m.max_seq_len, b.F = m.d_ff;
   b.data_vocab = m.vocab_size;
-  if (m.arch == ModelArch::bert) b.data_vocab = bert::special_ids(m.vocab_size).n_regular;  // no [CLS] etc. in windows
+  if (m.arch == ModelArch::bert) b.data_vocab = m.tokenizer_vocab;  // no [CLS] etc. in windows
   b.model = m;
   b.model.dropout = 0.0f;  // timing without dropout, as the gpt2 rows and the references
   b.source = yaml_path;

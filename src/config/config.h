@@ -32,7 +32,7 @@ namespace lattice {
 
 // ---- enums with their YAML names ----
 
-enum class ModelArch : uint8_t { gpt2, llama, bert };
+enum class ModelArch : uint8_t { gpt2, llama, bert, neox };
 enum class PipeSchedule : uint8_t { gpipe, one_f_one_b, interleaved };  // "1f1b" in YAML
 enum class LayerSplit : uint8_t { uniform, balanced, list };            // "list" is never written
 enum class OptimizerName : uint8_t { adamw, sgd };
@@ -46,7 +46,7 @@ template <class E>
 struct EnumNames;
 template <>
 struct EnumNames<ModelArch> {
-  static constexpr std::array<std::string_view, 3> names{"gpt2", "llama", "bert"};
+  static constexpr std::array<std::string_view, 4> names{"gpt2", "llama", "bert", "neox"};
 };
 template <>
 struct EnumNames<PipeSchedule> {
@@ -94,7 +94,7 @@ std::optional<E> enum_from_name(std::string_view name) {
   return std::nullopt;
 }
 template <NamedEnum E>
-std::string enum_choices() {  // "gpt2|llama|bert"
+std::string enum_choices() {  // "gpt2|llama|bert|neox"
   std::string out;
   for (auto n : EnumNames<E>::names) {
     if (!out.empty()) out.push_back('|');
@@ -102,6 +102,24 @@ std::string enum_choices() {  // "gpt2|llama|bert"
   }
   return out;
 }
+
+// What each architecture's model.* keys may say: the config checks read this
+// table instead of naming architectures, so a new model adds one row here (and
+// its folder under src/models; docs/adding-a-model.md).
+struct ArchTraits {
+  bool rotary = false;         // rotary positions: takes model.rope_theta (default 10000)
+  bool grouped_query = false;  // takes n_kv_head != n_head
+  bool free_d_ff = true;       // takes model.d_ff (else d_ff must be 4 * d_model)
+  // Model special tokens after the tokenizer's own (BERT: [PAD] [MASK] [CLS]
+  // [SEP]); they take the ids right after the tokenizer's (data/tokenizer.h).
+  std::vector<std::string_view> special_tokens;
+};
+const ArchTraits& arch_traits(ModelArch arch);
+// The ids the tokenizer itself uses, its own specials included (bytes 257:
+// 256 bytes and <|endoftext|>; gpt2 50257), and the ids a model needs below
+// model.vocab_size: those plus the architecture's special tokens.
+int tokenizer_own_size(TokenizerName t);
+int tokenizer_size(TokenizerName t, ModelArch arch);
 
 // ---- sections (required keys have no meaningful default: they must be set) ----
 
@@ -117,9 +135,13 @@ struct ModelConfig {
   bool tie_embeddings = true;
   float dropout = 0.0f;
   double norm_eps = 1e-5;
-  double rope_theta = 0.0;  // 0 = unset; llama fills in 10000, gpt2/bert must leave it 0
+  double rope_theta = 0.0;  // 0 = unset; rotary archs fill in 10000, the others must leave it 0
   double init_std = 0.02;
   int vocab_multiple = 64;  // the vocabulary is padded to a multiple of tp * vocab_multiple
+  // Derived from data.tokenizer by fill_derived, not a YAML key: the ids the
+  // tokenizer itself uses (bytes 257, gpt2 50257). The architecture's special
+  // tokens (BERT's [PAD] [MASK] [CLS] [SEP]) take the ids right after them.
+  int tokenizer_vocab = 0;
   bool operator==(const ModelConfig&) const = default;
 };
 

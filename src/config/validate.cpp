@@ -22,6 +22,28 @@ void config_fail(const Config& cfg, const std::string& key_path, const std::stri
   throw ConfigError(fmt::format("{}: {}: {}", key_location(cfg, key_path), key_path, message), key_path);
 }
 
+// One row per ModelArch, in enum order.
+const ArchTraits& arch_traits(ModelArch arch) {
+  static const std::array<ArchTraits, EnumNames<ModelArch>::names.size()> table = {{
+      // rotary, grouped_query, free_d_ff, special_tokens
+      {false, false, false, {}},                                    // gpt2
+      {true, true, true, {}},                                       // llama
+      {false, false, true, {"[PAD]", "[MASK]", "[CLS]", "[SEP]"}},  // bert
+      {true, false, true, {}},                                      // neox
+  }};
+  LATTICE_CHECK(size_t(arch) < table.size(), "model.arch: no traits for arch {}", int(arch));
+  return table[size_t(arch)];
+}
+
+// Base vocabulary plus special tokens (ARCHITECTURE.md §5, Tokenizers): bytes
+// has 256 byte ids then <|endoftext|>; gpt2 has 50257 ids including it; the
+// architecture's own specials follow.
+int tokenizer_own_size(TokenizerName t) { return t == TokenizerName::bytes ? 257 : 50257; }
+
+int tokenizer_size(TokenizerName t, ModelArch arch) {
+  return tokenizer_own_size(t) + int(arch_traits(arch).special_tokens.size());
+}
+
 namespace {
 
 // Like config_fail, but located at `where` (a key that names the problem
@@ -47,14 +69,6 @@ void require_non_negative(const Config& cfg, const std::string& path, double v, 
   require(v >= 0, cfg, path, "must not be negative (got {}) — {}", v, what);
 }
 
-// Base vocabulary plus special tokens (ARCHITECTURE.md §5, Tokenizers): bytes
-// has 256 byte ids then <|endoftext|>; gpt2 has 50257 ids including it; BERT
-// adds [PAD], [MASK], [CLS], [SEP].
-int tokenizer_size(TokenizerName t, ModelArch arch) {
-  int base = t == TokenizerName::bytes ? 257 : 50257;
-  return base + (arch == ModelArch::bert ? 4 : 0);
-}
-
 void validate_model(const Config& c) {
   const ModelConfig& m = c.model;
   require_positive(c, "model.n_layer", m.n_layer, "the number of transformer blocks");
@@ -69,15 +83,22 @@ void validate_model(const Config& c) {
   require(m.n_head % m.n_kv_head == 0, c, "model.n_kv_head",
           "model.n_head ({}) is not divisible by n_kv_head ({}) — each kv head serves a whole group of heads", m.n_head,
           m.n_kv_head);
-  require(m.arch == ModelArch::llama || m.n_kv_head == m.n_head, c, "model.n_kv_head",
+  const ArchTraits& traits = arch_traits(m.arch);
+  require(traits.grouped_query || m.n_kv_head == m.n_head, c, "model.n_kv_head",
           "{} has no grouped-query attention: n_kv_head ({}) must equal n_head ({}) — omit n_kv_head",
           enum_name(m.arch), m.n_kv_head, m.n_head);
+  require(traits.free_d_ff || m.d_ff == 4 * m.d_model, c, "model.d_ff",
+          "{} uses d_ff = 4 * d_model = {} (got {}) — remove d_ff", enum_name(m.arch), 4 * m.d_model, m.d_ff);
   require(m.dropout >= 0 && m.dropout < 1, c, "model.dropout", "must be in [0, 1) (got {})", m.dropout);
   require(m.norm_eps > 0, c, "model.norm_eps", "must be positive (got {})", m.norm_eps);
   require(m.init_std > 0, c, "model.init_std", "must be positive (got {})", m.init_std);
   require(m.vocab_multiple >= 1, c, "model.vocab_multiple", "must be at least 1 (got {})", m.vocab_multiple);
   require_non_negative(c, "model.rope_theta", m.rope_theta, "omit it for the default");
-  require(m.arch == ModelArch::llama || m.rope_theta == 0, c, "model.rope_theta",
+  require(!traits.rotary || (m.d_model / m.n_head) % 2 == 0, c, "model.d_model",
+          "{} over model.n_head ({}) gives an odd head size ({}); {}'s rotary embeddings rotate pairs — use an even "
+          "d_model / n_head",
+          m.d_model, m.n_head, m.d_model / m.n_head, enum_name(m.arch));
+  require(traits.rotary || m.rope_theta == 0, c, "model.rope_theta",
           "{} uses learned positions, not RoPE (got {}) — remove rope_theta", enum_name(m.arch), m.rope_theta);
   int need = tokenizer_size(c.data.tokenizer, m.arch);
   require(m.vocab_size >= need, c, "model.vocab_size",
@@ -103,8 +124,7 @@ void validate_recompute(const Config& c) {
   const std::vector<int>& r = c.parallel.recompute_layers_per_stage;
   if (r.empty()) return;
   require(int(r.size()) == c.parallel.pp, c, "parallel.recompute_layers_per_stage",
-          "has {} entries, but parallel.pp is {} — give one count per stage (or [] for none)", r.size(),
-          c.parallel.pp);
+          "has {} entries, but parallel.pp is {} — give one count per stage (or [] for none)", r.size(), c.parallel.pp);
   for (size_t i = 0; i < r.size(); ++i)
     require(r[i] >= 0 && r[i] <= c.model.n_layer, c, fmt::format("parallel.recompute_layers_per_stage[{}]", i),
             "must be between 0 and model.n_layer ({}) (got {})", c.model.n_layer, r[i]);
@@ -226,7 +246,8 @@ void fill_derived(Config& cfg) {
   ModelConfig& m = cfg.model;
   if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
   if (m.d_ff == 0) m.d_ff = 4 * m.d_model;
-  if (m.rope_theta == 0 && m.arch == ModelArch::llama) m.rope_theta = 10000.0;
+  if (m.rope_theta == 0 && arch_traits(m.arch).rotary) m.rope_theta = 10000.0;
+  m.tokenizer_vocab = tokenizer_own_size(cfg.data.tokenizer);
   if (cfg.log.dir.empty()) cfg.log.dir = "runs/" + (cfg.name.empty() ? std::string("run") : cfg.name);
   if (cfg.checkpoint.dir.empty()) cfg.checkpoint.dir = cfg.log.dir + "/checkpoints";
 }

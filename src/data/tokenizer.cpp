@@ -22,8 +22,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
     } else if (id >= base && id < vocab_size()) {
       out += specials_[size_t(id - base)].first;
     } else {
-      LATTICE_FAIL("tokenizer {}: cannot decode id {}: outside the vocabulary [0, {})", name(), id,
-                   vocab_size());
+      LATTICE_FAIL("tokenizer {}: cannot decode id {}: outside the vocabulary [0, {})", name(), id, vocab_size());
     }
   }
   return out;
@@ -31,8 +30,14 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
 
 void Tokenizer::set_specials(const std::vector<std::string>& names) {
   specials_.clear();
-  for (size_t i = 0; i < names.size(); ++i)
-    specials_.emplace_back(names[i], base_vocab_size() + int32_t(i));
+  for (size_t i = 0; i < names.size(); ++i) specials_.emplace_back(names[i], base_vocab_size() + int32_t(i));
+}
+
+void Tokenizer::add_specials(const std::vector<std::string_view>& names) {
+  for (std::string_view n : names) {
+    LATTICE_CHECK(!find_special(n), "tokenizer {}: special token '{}' is already defined", name(), n);
+    specials_.emplace_back(std::string(n), vocab_size());
+  }
 }
 
 std::optional<int32_t> Tokenizer::find_special(std::string_view name) const {
@@ -58,13 +63,13 @@ void BytesTokenizer::encode_into(std::string_view text, std::vector<int32_t>& ou
   for (char c : text) out.push_back(int32_t(uint8_t(c)));
 }
 
-void BytesTokenizer::append_base_token(int32_t id, std::string& out) const {
-  out.push_back(char(uint8_t(id)));
-}
+void BytesTokenizer::append_base_token(int32_t id, std::string& out) const { out.push_back(char(uint8_t(id))); }
 
 // ---------------------------------------------------------------- factory
 
-std::unique_ptr<Tokenizer> make_tokenizer(std::string_view name, const std::string& vocab_dir) {
+namespace {
+
+std::unique_ptr<Tokenizer> make_base_tokenizer(std::string_view name, const std::string& vocab_dir) {
   if (name == "bytes") return std::make_unique<BytesTokenizer>();
   if (name == "gpt2") {
     for (const char* file : {"encoder.json", "vocab.bpe"}) {
@@ -78,6 +83,15 @@ std::unique_ptr<Tokenizer> make_tokenizer(std::string_view name, const std::stri
     return std::make_unique<Gpt2Tokenizer>(vocab_dir);
   }
   LATTICE_FAIL("unknown tokenizer '{}'; expected gpt2 or bytes", name);
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_tokenizer(std::string_view name, const std::string& vocab_dir,
+                                          const std::vector<std::string_view>& model_specials) {
+  std::unique_ptr<Tokenizer> t = make_base_tokenizer(name, vocab_dir);
+  t->add_specials(model_specials);
+  return t;
 }
 
 }  // namespace lattice::data

@@ -46,6 +46,9 @@ class Tokenizer {
   int32_t vocab_size() const { return base_vocab_size() + int32_t(specials_.size()); }
 
   int32_t eot_id() const { return special_id(kEndOfText); }
+  // Appends a model's special tokens (e.g. BERT's [PAD] [MASK] [CLS] [SEP],
+  // config's arch_traits) after the tokenizer's own; they get the next ids.
+  void add_specials(const std::vector<std::string_view>& names);
   // The id of the special token `name`; one error line listing the known ones.
   int32_t special_id(std::string_view name) const;
   std::optional<int32_t> find_special(std::string_view name) const;
@@ -62,9 +65,11 @@ class Tokenizer {
   std::vector<std::pair<std::string, int32_t>> specials_;
 };
 
-// name: "gpt2" (needs vocab_dir with encoder.json and vocab.bpe) or "bytes".
+// name: "gpt2" (needs vocab_dir with encoder.json and vocab.bpe) or "bytes";
+// model_specials are appended after its own specials (add_specials).
 // Errors (one line): unknown name, missing vocab file.
-std::unique_ptr<Tokenizer> make_tokenizer(std::string_view name, const std::string& vocab_dir);
+std::unique_ptr<Tokenizer> make_tokenizer(std::string_view name, const std::string& vocab_dir,
+                                          const std::vector<std::string_view>& model_specials = {});
 
 // One token per byte; `<|endoftext|>` = 256.
 class BytesTokenizer final : public Tokenizer {

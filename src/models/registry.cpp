@@ -3,12 +3,13 @@
 #include "models/bert/bert.h"
 #include "models/gpt2/gpt2.h"
 #include "models/llama/llama.h"
+#include "models/neox/neox.h"
 
 namespace lattice {
 
 const std::vector<ModelEntry>& model_registry() {
   static const std::vector<ModelEntry> entries = {gpt2::registry_entry(), bert::registry_entry(),
-                                                  llama::registry_entry()};
+                                                  llama::registry_entry(), neox::registry_entry()};
   return entries;
 }
 

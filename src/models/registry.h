@@ -34,6 +34,22 @@ struct ModelEntry {
   std::function<void(const ModelConfig&, const StepCoords& coords, Tensor& inputs, Tensor& targets)> prepare_batch;
 };
 
+// Copies the model.* keys every architecture's config has (n_layer, n_head,
+// d_model, vocab_size, max_seq_len, tie_embeddings, dropout, norm_eps,
+// init_std) into `c`; config_of adds the model's own.
+template <class Cfg>
+void copy_common_keys(const ModelConfig& m, Cfg& c) {
+  c.n_layer = m.n_layer;
+  c.n_head = m.n_head;
+  c.d_model = m.d_model;
+  c.vocab_size = m.vocab_size;
+  c.max_seq_len = m.max_seq_len;
+  c.tie_embeddings = m.tie_embeddings;
+  c.dropout = m.dropout;
+  c.norm_eps = float(m.norm_eps);
+  c.init_std = float(m.init_std);
+}
+
 // The entry of a model built the usual way: `config_of` turns model.* keys
 // into the model's config (one line for what it cannot take), `specs` and
 // `policy` are its table and policy, Model(cfg, params, tp, span) its chunk and
@@ -45,7 +61,8 @@ ModelEntry chunk_model_entry(ModelArch arch, Cfg (*config_of)(const ModelConfig&
   e.arch = arch;
   e.param_specs = [=](const ModelConfig& m) { return specs(config_of(m)); };
   e.policy = [=](const ModelConfig& m) { return policy(config_of(m)); };
-  e.build = [=](const ModelConfig& m, FlatParams& p, comm::Group& tp, StageSpan span) -> std::unique_ptr<LanguageModel> {
+  e.build = [=](const ModelConfig& m, FlatParams& p, comm::Group& tp,
+                StageSpan span) -> std::unique_ptr<LanguageModel> {
     return std::make_unique<Model>(config_of(m), p, tp, span);
   };
   e.activation_bytes = [=](const ModelConfig& m, const StageSpan& span, const TpShard& shard, DType dtype, int64_t B,

@@ -178,6 +178,25 @@ std::vector<BadConfig> bad_sizes() {
   };
 }
 
+// What one architecture cannot take (config's arch_traits, the registry).
+std::vector<BadConfig> bad_models() {
+  return {
+      {"UnknownArchListsTheRegisteredOnes", edit("  arch: gpt2\n", "  arch: mamba\n"), "", 0,
+       {"bad.yaml:2:9", "model.arch", "'mamba'", "gpt2|llama|bert|neox"}},
+      {"KvHeadsDoNotDivideHeads", kBase, "model.arch=llama model.n_kv_head=3 model.n_head=4", 0,
+       {"model.n_kv_head", "n_head (4) is not divisible by n_kv_head (3)"}},
+      {"KvHeadsOnAModelWithoutGqa", kBase, "model.arch=neox model.n_kv_head=1", 0,
+       {"model.n_kv_head", "neox has no grouped-query attention", "omit n_kv_head"}},
+      {"RopeThetaOnLearnedPositions", edit("  max_seq_len: 32\n", "  max_seq_len: 32\n  rope_theta: 500\n"), "", 0,
+       {"bad.yaml:8:3", "model.rope_theta", "gpt2 uses learned positions", "remove rope_theta"}},
+      {"DffOnGpt2", kBase, "model.d_ff=100", 0, {"model.d_ff", "gpt2 uses d_ff = 4 * d_model = 128", "got 100"}},
+      {"BertVocabWithoutItsSpecials", kBase, "model.arch=bert model.vocab_size=259 model.d_ff=64", 0,
+       {"model.vocab_size", "259", "261 ids for bert"}},
+      {"OddRotaryHeadSize", kBase, "model.arch=neox model.d_model=30", 0,
+       {"model.d_model", "odd head size (15)", "neox's rotary embeddings"}},
+  };
+}
+
 // Layouts: most need a world size, so they run under mpirun.
 std::vector<BadConfig> bad_layouts() {
   return {
@@ -261,8 +280,8 @@ std::vector<BadConfig> bad_device_and_overrides() {
 
 std::vector<BadConfig> all_cases() {
   std::vector<BadConfig> all;
-  for (auto part : {malformed_yaml(), unknown_keys(), wrong_types(), bad_sizes(), bad_layouts(), bad_files(),
-                    bad_device_and_overrides()})
+  for (auto part : {malformed_yaml(), unknown_keys(), wrong_types(), bad_sizes(), bad_models(), bad_layouts(),
+                    bad_files(), bad_device_and_overrides()})
     all.insert(all.end(), part.begin(), part.end());
   return all;
 }

@@ -36,7 +36,7 @@ std::string make_data() {
   // Some structure (a repeating phrase with noise) so the loss moves.
   for (int i = 0; i < 20000; ++i)
     tokens.push_back(rng_uniform(k, 0, uint64_t(i)) < 0.3f ? int32_t(rng_uniform(k, 1, uint64_t(i)) * 250)
-                                                             : int32_t((i * 7) % 50));
+                                                           : int32_t((i * 7) % 50));
   data::write_shard(dir + "/t_train_000000.bin", tokens);
   return dir + "/t_train_*.bin";
 }
@@ -64,15 +64,23 @@ const std::vector<ModelCase>& models() {
        "vocab_multiple: 8 }",
        true},
       // BERT: bidirectional attention, masked-LM batches (prepare_batch), the decoder tied across pp.
-      {"bert", "{ arch: bert, n_layer: 4, n_head: 4, d_model: 32, d_ff: 48, vocab_size: 299, max_seq_len: 16, "
+      {"bert",
+       "{ arch: bert, n_layer: 4, n_head: 4, d_model: 32, d_ff: 48, vocab_size: 299, max_seq_len: 16, "
        "dropout: 0.1, vocab_multiple: 8 }"},
       // LLaMA: k/v heads 1 and 2 are replicated at tp 4 (and 1 at tp 2); n_head splits.
-      {"llama-kv1", "{ arch: llama, n_layer: 4, n_head: 4, n_kv_head: 1, d_model: 32, d_ff: 64, vocab_size: 299, "
+      {"llama-kv1",
+       "{ arch: llama, n_layer: 4, n_head: 4, n_kv_head: 1, d_model: 32, d_ff: 64, vocab_size: 299, "
        "max_seq_len: 16, dropout: 0.1, tie_embeddings: false, vocab_multiple: 8 }"},
-      {"llama-kv2", "{ arch: llama, n_layer: 4, n_head: 4, n_kv_head: 2, d_model: 32, d_ff: 64, vocab_size: 299, "
+      {"llama-kv2",
+       "{ arch: llama, n_layer: 4, n_head: 4, n_kv_head: 2, d_model: 32, d_ff: 64, vocab_size: 299, "
        "max_seq_len: 16, tie_embeddings: true, rope_theta: 500, vocab_multiple: 8 }"},
-      {"llama-kv4", "{ arch: llama, n_layer: 4, n_head: 4, d_model: 32, d_ff: 64, vocab_size: 299, "
+      {"llama-kv4",
+       "{ arch: llama, n_layer: 4, n_head: 4, d_model: 32, d_ff: 64, vocab_size: 299, "
        "max_seq_len: 16, tie_embeddings: false, vocab_multiple: 8 }"},
+      // GPT-NeoX (docs/adding-a-model.md): parallel residual, rotary, tied head across pp.
+      {"neox",
+       "{ arch: neox, n_layer: 4, n_head: 4, d_model: 32, d_ff: 64, vocab_size: 299, max_seq_len: 16, "
+       "dropout: 0.1, tie_embeddings: true, vocab_multiple: 8 }"},
   };
   return m;
 }
@@ -82,7 +90,8 @@ Config config(const std::string& glob, const LayoutCase& l, const ModelCase& mod
 model: )" + model.yaml + R"(
 train: { steps: 20, global_batch: 8, micro_batch: 2, seq_len: 16 }
 optimizer: { lr: 0.003, schedule: { warmup_steps: 3 } }
-data: { train: ")" + glob + R"(", tokenizer: bytes }
+data: { train: ")" + glob +
+                          R"(", tokenizer: bytes }
 runtime: { seed: 42, threads: 1 }
 )",
                       "layout-test",
@@ -90,8 +99,7 @@ runtime: { seed: 42, threads: 1 }
                        "parallel.dp=" + std::to_string(l.dp), "parallel.schedule=" + l.schedule,
                        "parallel.layers_per_stage=" + l.layers,
                        "parallel.virtual_stages=" + std::to_string(l.virtual_stages),
-                       "parallel.recompute_layers_per_stage=" + l.recompute,
-                       "parallel.zero=" + std::to_string(l.zero),
+                       "parallel.recompute_layers_per_stage=" + l.recompute, "parallel.zero=" + std::to_string(l.zero),
                        "parallel.dp_bucket_mb=" + std::to_string(l.bucket_mb)});
 }
 
@@ -215,9 +223,8 @@ void check_layouts(const std::string& glob, const ModelCase& model, const std::v
   EXPECT_LT(ref.loss.back(), ref.loss.front() - 0.5) << "the reference run does not learn";
   for (const LayoutCase& l : cases) {
     SCOPED_TRACE(testing::Message() << "tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp << " " << l.schedule
-                                    << " layers " << l.layers << " virtual_stages " << l.virtual_stages
-                                    << " recompute " << l.recompute << " zero " << l.zero
-                                    << " dp_bucket_mb " << l.bucket_mb);
+                                    << " layers " << l.layers << " virtual_stages " << l.virtual_stages << " recompute "
+                                    << l.recompute << " zero " << l.zero << " dp_bucket_mb " << l.bucket_mb);
     auto m = mesh::ProcessGroupMesh::create(comm::Group(comm::make_world_communicator(60)), {l.tp, l.pp, l.dp});
     Trace got = train(config(glob, l, model), m);
     EXPECT_NEAR(got.loss[0], ref.loss[0], 1e-6 * ref.loss[0]);

@@ -478,7 +478,7 @@ TEST(Config, ValidateChecks) {
       {{"model.dropout=-0.1"}, "model.dropout: must be in [0, 1)"},
       {{"model.rope_theta=10000"}, "model.rope_theta: gpt2 uses learned positions"},
       {{"model.arch=gpt3"},
-       "model.arch: unknown value 'gpt3' — expected one of gpt2|llama|bert (did you mean 'gpt2'?)"},
+       "model.arch: unknown value 'gpt3' — expected one of gpt2|llama|bert|neox (did you mean 'gpt2'?)"},
       {{"optimizer.name=adam"}, "optimizer.name: unknown value 'adam' — expected one of adamw|sgd"},
       {{"optimizer.schedule.decay=cos"}, "optimizer.schedule.decay: unknown value 'cos'"},
       {{"parallel.schedule=zb"}, "parallel.schedule: unknown value 'zb' — expected one of gpipe|1f1b|interleaved"},
@@ -613,8 +613,9 @@ TEST(Config, DocsListEveryKey) {
 TEST(Config, LlamaKvHeadsSplitOrReplicateOverTp) {
   for (const char* kv : {"1", "2", "4"})
     for (const char* tp : {"1", "2", "4"}) {
-      Config c = parse_config(kMinimal, "t.yaml", {"model.arch=llama", std::string("model.n_kv_head=") + kv,
-                                                   std::string("parallel.tp=") + tp});
+      Config c =
+          parse_config(kMinimal, "t.yaml",
+                       {"model.arch=llama", std::string("model.n_kv_head=") + kv, std::string("parallel.tp=") + tp});
       EXPECT_EQ(c.model.n_kv_head, std::stoi(kv));
       EXPECT_EQ(c.parallel.tp, std::stoi(tp));
     }

@@ -2,15 +2,14 @@
 // check in f64, f32 against f64, the key padding mask, pipeline chunks and
 // recomputation, masked-LM masking statistics and layout independence, and a
 // short masked-LM run on tiny shakespeare whose loss falls.
-#include "models/bert/bert.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "comm/self_communicator.h"
 #include "core/ops.h"
+#include "models/bert/bert.h"
+#include "models/model_checks.h"
 #include "models/registry.h"
 #include "support/test_support.h"
 
@@ -26,6 +25,7 @@ BertConfig tiny_config() {
   c.d_model = 16;
   c.d_ff = 24;
   c.vocab_size = 37;
+  c.tokenizer_vocab = 33;  // [PAD] [MASK] [CLS] [SEP] = 33..36
   c.max_seq_len = 12;
   c.dropout = 0.1f;
   c.norm_eps = 1e-5f;
@@ -34,26 +34,11 @@ BertConfig tiny_config() {
 }
 
 // Ordinary tokens (below the four special ids).
-Tensor tokens(int64_t B, int64_t T, int vocab, uint64_t seed) {
-  Tensor t = Tensor::empty({B, T}, DType::i32);
-  RngKey k;
-  k.seed = seed;
-  k.purpose = RngPurpose::data;
-  for (int64_t i = 0; i < B * T; ++i) t.data<int32_t>()[i] = int32_t(rng_uniform(k, 0, uint64_t(i)) * (vocab - 4));
-  return t;
-}
+Tensor tokens(int64_t B, int64_t T, int vocab, uint64_t seed) { return test::random_tokens(B, T, vocab - 4, seed); }
 
-struct Fixture {
-  BertConfig cfg;
-  comm::Group tp = comm::self_group("tp");
-  FlatParams params;
-  std::unique_ptr<Bert> model;
-  Fixture(const BertConfig& c, DType dt, StageSpan span = {})
-      : cfg(c), params(param_specs(c), dt, Device::cpu(), TpShard{}) {
-    params.init(7);
-    model = std::make_unique<Bert>(cfg, params, tp, span);
-  }
-};
+test::ModelUnderTest under_test(const BertConfig& cfg) {
+  return test::model_under_test<Bert>(cfg, param_specs(cfg), cfg.tokenizer_vocab);
+}
 
 }  // namespace
 
@@ -93,59 +78,35 @@ TEST(Bert, WholeModelGradientMatchesFiniteDifferences) {
   for (bool tie : {true, false}) {
     BertConfig cfg = tiny_config();
     cfg.tie_embeddings = tie;
-    Fixture s(cfg, DType::f64);
     const int64_t B = 2, T = 8;
     Tensor x = tokens(B, T, cfg.vocab_size, 1), y = tokens(B, T, cfg.vocab_size, 2);
-    const SpecialIds ids = special_ids(cfg.vocab_size);
+    const SpecialIds ids = special_ids(cfg);
     x.data<int32_t>()[T - 1] = ids.pad;  // a padded key in row 0
     x.data<int32_t>()[T] = ids.cls;
     x.data<int32_t>()[T + 3] = ids.mask;
     y.data<int32_t>()[3] = kIgnoreIndex;
     y.data<int32_t>()[T - 1] = kIgnoreIndex;
-    const double count = double(B * T - 2);
-    StepCoords coords{123, 4, 10, true};
-    auto ctx = s.model->make_context(B, T);
-    auto loss = [&] { return s.model->forward(*ctx, x, y, coords) / count; };
-    s.params.zero_grad();
-    loss();
-    s.model->backward(*ctx, float(1.0 / count));
-    Tensor g = s.params.grads().clone();
+    test::check_gradients(under_test(cfg), x, y, double(B * T - 2), tie ? "tied" : "untied");
     // The key bias cannot change any softmax row: its gradient is exactly zero.
-    Tensor dkey_bias = s.params.grad("bert.encoder.layer.1.attention.self.key.bias");
-    EXPECT_EQ(ops::sum_squares(dkey_bias), 0.0);
+    test::WholeModel s(under_test(cfg), DType::f64);
+    auto ctx = s.model->make_context(B, T);
+    s.model->forward(*ctx, x, y, {123, 4, 10, true});
+    s.model->backward(*ctx, 0.1f);
+    EXPECT_EQ(ops::sum_squares(s.params.grad("bert.encoder.layer.1.attention.self.key.bias")), 0.0);
     EXPECT_GT(ops::sum_squares(s.params.grad("bert.encoder.layer.1.attention.self.query.bias")), 0.0);
-    for (const ParamEntry& e : s.params.entries()) {
-      Tensor v = s.params.value(e);
-      double err = test::gradcheck(loss, v, g.view(e.offset, e.local_shape), 1e-5, 24);
-      EXPECT_LT(err, 1e-5) << e.spec.name << " tie=" << tie;
-    }
   }
 }
 
-TEST(Bert, Fp32MatchesFp64) {
-  BertConfig cfg = tiny_config();
-  Fixture s64(cfg, DType::f64), s32(cfg, DType::f32);
-  const int64_t B = 2, T = 8;
-  Tensor x = tokens(B, T, cfg.vocab_size, 3), y = tokens(B, T, cfg.vocab_size, 4);
-  StepCoords coords{5, 1, 0, true};
-  auto c64 = s64.model->make_context(B, T);
-  auto c32 = s32.model->make_context(B, T);
-  double l64 = s64.model->forward(*c64, x, y, coords);
-  double l32 = s32.model->forward(*c32, x, y, coords);
-  EXPECT_NEAR(l32, l64, 1e-4 * std::fabs(l64));
-  s64.model->backward(*c64, 1.0f / float(B * T));
-  s32.model->backward(*c32, 1.0f / float(B * T));
-  EXPECT_TENSOR_NEAR(s32.params.grads(), s64.params.grads(), (test::Tolerance{1e-3, 1e-5}));
-}
+TEST(Bert, Fp32MatchesFp64) { test::check_fp32_matches_fp64(under_test(tiny_config()), 2, 8); }
 
 // Padding at the end changes nothing at the real positions: the same per-token
 // losses as the unpadded sequence (the key mask hides [PAD] from every query).
 TEST(Bert, PaddedKeysAreInvisible) {
   BertConfig cfg = tiny_config();
   cfg.dropout = 0.0f;
-  Fixture s(cfg, DType::f64);
+  test::WholeModel s(under_test(cfg), DType::f64);
   const int64_t T = 10, real = 7;
-  const SpecialIds ids = special_ids(cfg.vocab_size);
+  const SpecialIds ids = special_ids(cfg);
   Tensor x = tokens(1, T, cfg.vocab_size, 5), y = tokens(1, T, cfg.vocab_size, 6);
   Tensor xs = Tensor::empty({1, real}, DType::i32), ys = Tensor::empty({1, real}, DType::i32);
   for (int64_t t = 0; t < real; ++t) xs.data<int32_t>()[t] = x.data<int32_t>()[t];
@@ -164,83 +125,31 @@ TEST(Bert, PaddedKeysAreInvisible) {
 TEST(Bert, ChunksChainedByHandMatchTheWholeModel) {
   BertConfig cfg = tiny_config();
   cfg.n_layer = 3;
-  Fixture whole(cfg, DType::f64);
-  const int64_t B = 2, T = 8, C = cfg.d_model;
-  Tensor x = tokens(B, T, cfg.vocab_size, 11), y = tokens(B, T, cfg.vocab_size, 12);
-  StepCoords coords{9, 2, 4, true};
-  auto wctx = whole.model->make_context(B, T);
-  double want = whole.model->forward(*wctx, x, y, coords);
-  whole.model->backward(*wctx, 0.1f);
-
   const std::vector<StageSpan> spans = {{0, 1, true, false}, {1, 2, false, false}, {2, 3, false, true}};
-  std::vector<std::unique_ptr<FlatParams>> params;
-  std::vector<std::unique_ptr<Bert>> chunks;
-  comm::Group tp = comm::self_group("tp");
-  for (const StageSpan& s : spans) {
-    params.push_back(std::make_unique<FlatParams>(select_stage_params(param_specs(cfg), {s}, cfg.n_layer), DType::f64));
-    params.back()->init(7);
-    chunks.push_back(std::make_unique<Bert>(cfg, *params.back(), tp, s));
-  }
   const std::string word = "bert.embeddings.word_embeddings.weight";
-  EXPECT_TRUE(params[2]->entry(word).spec.tie_replica);
-  EXPECT_FALSE(params[0]->entry(word).spec.tie_replica);
-  EXPECT_FALSE(params[1]->has(word));
-
-  std::vector<std::unique_ptr<ModelContext>> ctx;
-  for (auto& c : chunks) ctx.push_back(c->make_context(B, T));
-  Tensor a0 = Tensor::empty({B, T, C}, DType::f64), a1 = Tensor::empty({B, T, C}, DType::f64);
-  chunks[0]->forward(*ctx[0], x, y, coords, &a0);
-  chunks[1]->forward(*ctx[1], a0, y, coords, &a1);
-  double got = chunks[2]->forward(*ctx[2], a1, y, coords);
-  EXPECT_NEAR(got, want, 1e-12 * std::fabs(want));
-  Tensor d1 = Tensor::empty({B, T, C}, DType::f64), d0 = Tensor::empty({B, T, C}, DType::f64);
-  std::vector<int> ready;
-  for (auto& c : chunks) c->on_grads_ready = [&](int l) { ready.push_back(l); };
-  chunks[2]->backward(*ctx[2], 0.1f, nullptr, &d1);
-  chunks[1]->backward(*ctx[1], 0.1f, &d1, &d0);
-  chunks[0]->backward(*ctx[0], 0.1f, &d0, nullptr);
-  EXPECT_EQ(ready, (std::vector<int>{3, 2, 1, 0, kEmbeddingLayer}));
-
-  for (const ParamEntry& e : whole.params.entries()) {
-    Tensor sum = Tensor::zeros(e.local_shape, DType::f64);
-    for (auto& p : params)
-      if (p->has(e.spec.name)) ops::add_inplace(sum, p->grad(e.spec.name));
-    EXPECT_TENSOR_NEAR(sum, whole.params.grad(e), test::tolerance(DType::f64)) << e.spec.name;
-  }
+  EXPECT_TRUE(
+      FlatParams(select_stage_params(param_specs(cfg), {spans[2]}, 3), DType::f64).entry(word).spec.tie_replica);
+  test::check_chunks_match_whole(under_test(cfg), spans, 2, 8);
   // A split model refuses padded inputs (later chunks cannot see the mask).
-  x.data<int32_t>()[2] = special_ids(cfg.vocab_size).pad;
-  EXPECT_THROW(chunks[0]->forward(*ctx[0], x, y, coords, &a0), Error);
+  test::WholeModel first(under_test(cfg), DType::f64, spans[0]);
+  Tensor x = tokens(2, 8, cfg.vocab_size, 11), y = tokens(2, 8, cfg.vocab_size, 12);
+  x.data<int32_t>()[2] = special_ids(cfg).pad;
+  Tensor a0 = Tensor::empty({2, 8, cfg.d_model}, DType::f64);
+  auto ctx = first.model->make_context(2, 8);
+  EXPECT_THROW(first.model->forward(*ctx, x, y, {9, 2, 4, true}, &a0), Error);
 }
 
 TEST(Bert, RecomputedBlocksGiveTheSameGradientsWithLessMemory) {
   BertConfig cfg = tiny_config();
   cfg.n_layer = 3;
-  const int64_t B = 2, T = 8;
-  Tensor x = tokens(B, T, cfg.vocab_size, 21), y = tokens(B, T, cfg.vocab_size, 22);
-  StepCoords coords{3, 5, 0, true};
-  std::vector<Tensor> grads;
-  std::vector<int64_t> bytes;
-  std::vector<double> losses;
-  for (int recompute : {0, 2, 3}) {
-    Fixture s(cfg, DType::f64, StageSpan{.recompute = recompute});
-    auto ctx = s.model->make_context(B, T);
-    bytes.push_back(ctx->bytes());
-    EXPECT_EQ(ctx->bytes(), s.model->activation_bytes(B, T).context);
-    losses.push_back(s.model->forward(*ctx, x, y, coords));
-    s.model->backward(*ctx, 0.05f);
-    grads.push_back(s.params.grads().clone());
-  }
-  for (size_t i = 1; i < grads.size(); ++i) {
-    EXPECT_EQ(losses[i], losses[0]);
-    EXPECT_TENSOR_NEAR(grads[i], grads[0], test::tolerance(DType::f64));
-    EXPECT_LT(bytes[i], bytes[i - 1]);
-  }
+  test::check_recompute(under_test(cfg), {0, 2, 3}, 2, 8);
 }
 
 TEST(Bert, RegistryBuildsItAndRejectsWhatItCannotTake) {
   ModelConfig m;
   m.arch = ModelArch::bert;
   m.n_layer = 2, m.n_head = 2, m.d_model = 16, m.d_ff = 64, m.vocab_size = 261, m.max_seq_len = 16;
+  m.tokenizer_vocab = 257;
   EXPECT_EQ(model_param_specs(m).front().name, "bert.embeddings.word_embeddings.weight");
   EXPECT_TRUE(model_entry(ModelArch::bert).prepare_batch != nullptr);
   const auto archs = registered_archs();

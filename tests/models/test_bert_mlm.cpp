@@ -9,9 +9,12 @@
 #include <iterator>
 
 #include "comm/self_communicator.h"
+#include "config/config.h"
 #include "core/rng.h"
+#include "data/tokenizer.h"
 #include "models/bert/bert.h"
 #include "optim/optimizer.h"
+#include "support/error_text.h"
 #include "support/test_support.h"
 
 using namespace lattice;
@@ -40,20 +43,39 @@ BertConfig mlm_config() {
 
 }  // namespace
 
-TEST(BertMlm, SpecialIdsFollowTheTokenizerNumbering) {
-  SpecialIds ids = special_ids(261);  // bytes tokenizer: 256 bytes, <|endoftext|> = 256
+// The ids are the tokenizer's: make_tokenizer with BERT's special tokens
+// (config's arch_traits) numbers them exactly as special_ids() does, also when
+// vocab_size pads the table past them.
+TEST(BertMlm, SpecialIdsAreTheTokenizersOwn) {
+  BertConfig cfg = mlm_config();
+  cfg.vocab_size = 320;  // padded: the specials stay right after the tokenizer's ids
+  const SpecialIds ids = special_ids(cfg);
+  auto tok = data::make_tokenizer("bytes", "", arch_traits(ModelArch::bert).special_tokens);
+  EXPECT_EQ(tok->vocab_size(), 261);
+  EXPECT_EQ(ids.pad, tok->special_id("[PAD]"));
+  EXPECT_EQ(ids.mask, tok->special_id("[MASK]"));
+  EXPECT_EQ(ids.cls, tok->special_id("[CLS]"));
+  EXPECT_EQ(ids.sep, tok->special_id("[SEP]"));
   EXPECT_EQ(ids.pad, 257);
-  EXPECT_EQ(ids.mask, 258);
-  EXPECT_EQ(ids.cls, 259);
-  EXPECT_EQ(ids.sep, 260);
   EXPECT_EQ(ids.n_regular, 257);
-  EXPECT_EQ(special_ids(50261).pad, 50257);  // gpt2: 50256 BPE tokens + <|endoftext|>
-  EXPECT_THROW(special_ids(4), Error);
+  EXPECT_EQ(ids.n_regular, tok->eot_id() + 1);  // <|endoftext|> is an ordinary input token
+  EXPECT_EQ(tok->decode(std::vector<int32_t>{ids.cls, 'h', 'i', ids.mask, ids.sep}), "[CLS]hi[MASK][SEP]");
+  // gpt2: 50256 BPE tokens + <|endoftext|>, then the four.
+  cfg.tokenizer_vocab = 50257, cfg.vocab_size = 50304;
+  EXPECT_EQ(special_ids(cfg).pad, 50257);
+  EXPECT_EQ(special_ids(cfg).sep, 50260);
+  cfg.vocab_size = 50260;  // one short
+  const std::string err = test::error_text([&] { special_ids(cfg); });
+  EXPECT_HAS(err, "model.vocab_size: 50260");
+  EXPECT_HAS(err, "vocab_size >= 50261");
+  // Configs fill tokenizer_vocab from data.tokenizer.
+  EXPECT_EQ(tokenizer_own_size(TokenizerName::gpt2), 50257);
+  EXPECT_EQ(tokenizer_size(TokenizerName::bytes, ModelArch::bert), 261);
 }
 
 TEST(BertMlm, FramesWindowsAndMasksAtBertRates) {
   const BertConfig cfg = mlm_config();
-  const SpecialIds ids = special_ids(cfg.vocab_size);
+  const SpecialIds ids = special_ids(cfg);
   const int64_t B = 64, T = 128;
   Tensor in = Tensor::empty({B, T}, DType::i32), tg = Tensor::empty({B, T}, DType::i32);
   loader_batch(in, tg, cfg.vocab_size, 0);
@@ -77,9 +99,12 @@ TEST(BertMlm, FramesWindowsAndMasksAtBertRates) {
       }
       ++selected;
       EXPECT_EQ(y[t], want);
-      if (x[t] == ids.mask) ++masked;
-      else if (x[t] == want) ++kept;  // a random draw equal to the token counts as kept (rare)
-      else ++random;
+      if (x[t] == ids.mask)
+        ++masked;
+      else if (x[t] == want)
+        ++kept;  // a random draw equal to the token counts as kept (rare)
+      else
+        ++random;
       EXPECT_LT(x[t] == ids.mask ? 0 : x[t], ids.n_regular);
     }
   }

@@ -1,16 +1,15 @@
 // LLaMA: the HF parameter table and its sharding (replicated k/v heads
 // included), the RoPE and repeat-k/v kernels against direct formulas, a
 // whole-model finite-difference gradient check in f64 for n_kv_head = 1, 2 and
-// n_head, f32 against f64, and a tiny model overfitting one batch.
+// n_head, and the other checks every model passes (models/model_checks.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "comm/self_communicator.h"
 #include "core/ops.h"
 #include "models/llama/llama.h"
+#include "models/model_checks.h"
 #include "optim/grad_clip.h"
-#include "optim/optimizer.h"
 #include "support/test_support.h"
 
 using namespace lattice;
@@ -33,30 +32,8 @@ LlamaConfig tiny_config(int n_kv_head = 2) {
   return c;
 }
 
-Tensor tokens(int64_t B, int64_t T, int vocab, uint64_t seed) {
-  Tensor t = Tensor::empty({B, T}, DType::i32);
-  RngKey k;
-  k.seed = seed;
-  k.purpose = RngPurpose::data;
-  for (int64_t i = 0; i < B * T; ++i) t.data<int32_t>()[i] = int32_t(rng_uniform(k, 0, uint64_t(i)) * vocab);
-  return t;
-}
-
-struct Fixture {
-  LlamaConfig cfg;
-  comm::Group tp = comm::self_group("tp");
-  FlatParams params;
-  std::unique_ptr<Llama> model;
-  Fixture(const LlamaConfig& c, DType dt) : cfg(c), params(param_specs(c), dt) {
-    params.init(7);
-    model = std::make_unique<Llama>(cfg, params, tp);
-  }
-};
-
-const ParamSpec& spec_named(const std::vector<ParamSpec>& specs, const std::string& name) {
-  for (const ParamSpec& s : specs)
-    if (s.name == name) return s;
-  throw std::runtime_error("no " + name);
+test::ModelUnderTest under_test(const LlamaConfig& cfg) {
+  return test::model_under_test<Llama>(cfg, param_specs(cfg), cfg.vocab_size);
 }
 
 double dot(const Tensor& a, const Tensor& b) {
@@ -81,15 +58,15 @@ TEST(Llama, ParamTableUsesHfNamesCountsAndPlacements) {
                                   Placement::column, Placement::column, Placement::row};
   const Shape shapes[] = {{C, C}, {KVC, C}, {KVC, C}, {C, C}, {F, C}, {F, C}, {C, F}};
   for (int i = 0; i < 7; ++i) {
-    const ParamSpec& s = spec_named(specs, std::string("model.layers.1.") + names[i] + ".weight");
+    const ParamSpec& s = test::spec_named(specs, std::string("model.layers.1.") + names[i] + ".weight");
     EXPECT_EQ(s.placement, placements[i]) << s.name;
     EXPECT_EQ(s.shape, shapes[i]) << s.name;
     EXPECT_EQ(s.layer, 1);
     EXPECT_EQ(s.max_shards, i == 1 || i == 2 ? 2 : 0) << s.name;
   }
-  EXPECT_EQ(spec_named(specs, "model.layers.0.post_attention_layernorm.weight").placement, Placement::replicated);
-  EXPECT_EQ(spec_named(specs, "model.embed_tokens.weight").placement, Placement::vocab);
-  EXPECT_EQ(spec_named(specs, "lm_head.weight").placement, Placement::vocab);
+  EXPECT_EQ(test::spec_named(specs, "model.layers.0.post_attention_layernorm.weight").placement, Placement::replicated);
+  EXPECT_EQ(test::spec_named(specs, "model.embed_tokens.weight").placement, Placement::vocab);
+  EXPECT_EQ(test::spec_named(specs, "lm_head.weight").placement, Placement::vocab);
   int64_t n = 0;
   for (auto& s : specs) {
     n += shape_numel(s.shape);
@@ -106,7 +83,8 @@ TEST(Llama, ParamTableUsesHfNamesCountsAndPlacements) {
 // k/v with 2 heads over tp = 4: each head block on 2 ranks, the same logical
 // rows; counted once in the grad norm; tp = 3 is one line.
 TEST(Llama, ReplicatedKvHeadsShardAndCountOnce) {
-  const ParamSpec k = spec_named(param_specs(tiny_config(2)), "model.layers.0.self_attn.k_proj.weight");  // (8, 16)
+  const ParamSpec k =
+      test::spec_named(param_specs(tiny_config(2)), "model.layers.0.self_attn.k_proj.weight");  // (8, 16)
   for (int r = 0; r < 4; ++r) {
     const TpShard shard{r, 4, 1};
     EXPECT_EQ(tp_replicas(k, shard), 2);
@@ -127,7 +105,7 @@ TEST(Llama, ReplicatedKvHeadsShardAndCountOnce) {
   std::vector<ParamSpec> specs;
   for (const char* n : {"model.layers.0.input_layernorm.weight", "model.layers.0.self_attn.q_proj.weight",
                         "model.layers.0.self_attn.k_proj.weight"})
-    specs.push_back(spec_named(param_specs(c), n));
+    specs.push_back(test::spec_named(param_specs(c), n));
   FlatParams p(specs, DType::f64, Device::cpu(), TpShard{3, 4, 1});
   for (int64_t i = 0; i < p.numel(); ++i) p.grads().data<double>()[i] = 1.0;
   EXPECT_DOUBLE_EQ(optim::weighted_grad_squares(p, 4, 0, p.numel()), 16.0 / 4 + 4 * 16 + 4 * 16 / 2.0);
@@ -188,63 +166,25 @@ TEST(Llama, WholeModelGradientMatchesFiniteDifferences) {
   for (auto [kv, tie] : cases) {
     LlamaConfig cfg = tiny_config(kv);
     cfg.tie_embeddings = tie;
-    Fixture s(cfg, DType::f64);
     const int64_t B = 2, T = 8;
-    Tensor x = tokens(B, T, cfg.vocab_size, 1), y = tokens(B, T, cfg.vocab_size, 2);
+    Tensor x = test::random_tokens(B, T, cfg.vocab_size, 1), y = test::random_tokens(B, T, cfg.vocab_size, 2);
     y.data<int32_t>()[3] = kIgnoreIndex;
-    const double count = double(B * T - 1);
-    StepCoords coords{123, 4, 10, true};
-    auto ctx = s.model->make_context(B, T);
-    auto loss = [&] { return s.model->forward(*ctx, x, y, coords) / count; };
-    s.params.zero_grad();
-    loss();
-    s.model->backward(*ctx, float(1.0 / count));
-    Tensor g = s.params.grads().clone();
-    for (const ParamEntry& e : s.params.entries()) {
-      Tensor v = s.params.value(e);
-      double err = test::gradcheck(loss, v, g.view(e.offset, e.local_shape), 1e-5, 24);
-      EXPECT_LT(err, 1e-5) << e.spec.name << " kv=" << kv << " tie=" << tie;
-    }
+    test::check_gradients(under_test(cfg), x, y, double(B * T - 1),
+                          "kv=" + std::to_string(kv) + " tie=" + std::to_string(tie));
   }
 }
 
-TEST(Llama, Fp32MatchesFp64) {
+TEST(Llama, Fp32MatchesFp64) { test::check_fp32_matches_fp64(under_test(tiny_config()), 2, 8); }
+
+TEST(Llama, ChunksChainedByHandMatchTheWholeModel) {
   LlamaConfig cfg = tiny_config();
-  Fixture s64(cfg, DType::f64), s32(cfg, DType::f32);
-  const int64_t B = 2, T = 8;
-  Tensor x = tokens(B, T, cfg.vocab_size, 3), y = tokens(B, T, cfg.vocab_size, 4);
-  StepCoords coords{5, 1, 0, true};
-  auto c64 = s64.model->make_context(B, T);
-  auto c32 = s32.model->make_context(B, T);
-  double l64 = s64.model->forward(*c64, x, y, coords);
-  double l32 = s32.model->forward(*c32, x, y, coords);
-  EXPECT_NEAR(l32, l64, 1e-4 * std::fabs(l64));
-  s64.model->backward(*c64, 1.0f / float(B * T));
-  s32.model->backward(*c32, 1.0f / float(B * T));
-  EXPECT_TENSOR_NEAR(s32.params.grads(), s64.params.grads(), (test::Tolerance{1e-3, 1e-5}));
+  cfg.n_layer = 3;
+  cfg.tie_embeddings = true;
+  test::check_chunks_match_whole(under_test(cfg), {{0, 1, true, false}, {1, 2, false, false}, {2, 3, false, true}}, 2,
+                                 8);
 }
 
-TEST(Llama, RecomputedBlocksGiveTheSameGradients) {
-  LlamaConfig cfg = tiny_config();
-  const int64_t B = 2, T = 8;
-  Tensor x = tokens(B, T, cfg.vocab_size, 5), y = tokens(B, T, cfg.vocab_size, 6);
-  std::vector<Tensor> grads;
-  std::vector<int64_t> bytes;
-  comm::Group tp = comm::self_group("tp");
-  for (int recompute : {0, 2}) {
-    FlatParams p(param_specs(cfg), DType::f64);
-    p.init(7);
-    Llama m(cfg, p, tp, StageSpan{.recompute = recompute});
-    auto ctx = m.make_context(B, T);
-    m.forward(*ctx, x, y, {1, 1, 0, true});
-    m.backward(*ctx, 1.0f / float(B * T));
-    grads.push_back(p.grads().clone());
-    bytes.push_back(ctx->bytes());
-    EXPECT_EQ(m.activation_bytes(B, T).context, ctx->bytes());
-  }
-  EXPECT_TENSOR_NEAR(grads[1], grads[0], test::tolerance(DType::f64));
-  EXPECT_LT(bytes[1], bytes[0]);
-}
+TEST(Llama, RecomputedBlocksGiveTheSameGradients) { test::check_recompute(under_test(tiny_config()), {0, 2}, 2, 8); }
 
 TEST(Llama, TinyModelOverfitsOneBatch) {
   LlamaConfig cfg;
@@ -255,20 +195,5 @@ TEST(Llama, TinyModelOverfitsOneBatch) {
   cfg.d_ff = 172;
   cfg.vocab_size = 64;
   cfg.max_seq_len = 16;
-  Fixture s(cfg, DType::f32);
-  const int64_t B = 4, T = 16;
-  Tensor x = tokens(B, T, cfg.vocab_size, 8), y = tokens(B, T, cfg.vocab_size, 9);
-  auto opt = optim::make_optimizer({.name = "adamw", .weight_decay = 0.0}, s.params);
-  auto ctx = s.model->make_context(B, T);
-  double first = 0, loss = 0;
-  for (int step = 1; step <= 300; ++step) {
-    s.params.zero_grad();
-    loss = s.model->forward(*ctx, x, y, {1, step, 0, true}) / double(B * T);
-    if (step == 1) first = loss;
-    s.model->backward(*ctx, 1.0f / float(B * T));
-    opt->step(s.params, 3e-3, step, 1.0f);
-    if (loss < 0.05) break;
-  }
-  EXPECT_GT(first, 3.5);  // about ln(64) at the start
-  EXPECT_LT(loss, 0.05);
+  test::check_overfits_one_batch(under_test(cfg), 4, 16);
 }

@@ -25,9 +25,9 @@ void check_heads(const BertConfig& cfg, int tp) {
 }
 
 struct EmbedActs : SavedTensors {
-  Tensor key_mask;            // (B, T) i32, defined only when the inputs hold [PAD]
-  Tensor sum;                 // (B, T, C) word + position + type, before LayerNorm
-  Tensor mean, rstd;          // (B, T) of the LayerNorm whose output is the embedding
+  Tensor key_mask;    // (B, T) i32, defined only when the inputs hold [PAD]
+  Tensor sum;         // (B, T, C) word + position + type, before LayerNorm
+  Tensor mean, rstd;  // (B, T) of the LayerNorm whose output is the embedding
 };
 
 // Saved activations of one block besides its output, all of the model dtype.
@@ -102,7 +102,7 @@ class Activations final : public ChunkActivations {
 Bert::Bert(const BertConfig& cfg, FlatParams& params, comm::Group& tp, StageSpan span)
     : ChunkModel(std::make_unique<Activations>(cfg, params.shard()), params, tp, span),
       cfg_(cfg),
-      ids_(special_ids(cfg.vocab_size)),
+      ids_(special_ids(cfg)),
       heads_l_(cfg.n_head / tp.size()),
       embed_(tp),
       qkv_({.bias = true}, tp),
@@ -134,12 +134,11 @@ Bert::Bert(const BertConfig& cfg, FlatParams& params, comm::Group& tp, StageSpan
       const std::string s = h + "attention.self.";
       return bind_rows(params, {s + "query." + kind, s + "key." + kind, s + "value." + kind});
     };
-    layers_.push_back(LayerView{qkv("weight"), qkv("bias"), p(h + "attention.output.dense.weight"),
-                                p(h + "attention.output.dense.bias"), p(h + "attention.output.LayerNorm.weight"),
-                                p(h + "attention.output.LayerNorm.bias"), p(h + "intermediate.dense.weight"),
-                                p(h + "intermediate.dense.bias"), p(h + "output.dense.weight"),
-                                p(h + "output.dense.bias"), p(h + "output.LayerNorm.weight"),
-                                p(h + "output.LayerNorm.bias")});
+    layers_.push_back(LayerView{
+        qkv("weight"), qkv("bias"), p(h + "attention.output.dense.weight"), p(h + "attention.output.dense.bias"),
+        p(h + "attention.output.LayerNorm.weight"), p(h + "attention.output.LayerNorm.bias"),
+        p(h + "intermediate.dense.weight"), p(h + "intermediate.dense.bias"), p(h + "output.dense.weight"),
+        p(h + "output.dense.bias"), p(h + "output.LayerNorm.weight"), p(h + "output.LayerNorm.bias")});
   }
 }
 

@@ -21,8 +21,8 @@
 // The key bias cannot change a softmax row (it shifts all of a query's scores
 // alike): its exact gradient is zero, and backward keeps it exactly zero.
 //
-// Masked-LM data (bert_mlm.cpp, the registry's prepare_batch): the last four
-// ids of model.vocab_size are [PAD], [MASK], [CLS], [SEP] (special_ids()); a
+// Masked-LM data (bert_mlm.cpp, the registry's prepare_batch): the four ids
+// after the tokenizer's own are [PAD], [MASK], [CLS], [SEP] (special_ids()); a
 // window of T tokens becomes [CLS] x_0 .. x_{T-3} [SEP] (the window's last two
 // tokens are dropped so the sequence stays T long).
 //
@@ -59,22 +59,25 @@ struct BertConfig {
   float dropout = 0.0f;        // hidden and attention-probability dropout
   float norm_eps = 1e-12f;
   float init_std = 0.02f;
+  // The ids the tokenizer itself uses (ModelConfig::tokenizer_vocab: bytes 257,
+  // gpt2 50257); [PAD] [MASK] [CLS] [SEP] take the next four.
+  int tokenizer_vocab = 257;
 };
 
-// The special ids: the last four of the vocabulary, in the order
-// config/validate.cpp counts them. With vocab_size = the tokenizer's size + 4
-// (bytes: 261) they are exactly the ids after the tokenizer's own specials
-// (data/tokenizer.h numbering): 257..260 for bytes, 50257..50260 for gpt2.
+// The special ids: the four right after the tokenizer's own, in the order of
+// config's arch_traits(bert).special_tokens, which is the order
+// data::make_tokenizer(name, dir, those tokens) numbers them: 257..260 for
+// bytes, 50257..50260 for gpt2, whatever vocab_size pads the table to.
 struct SpecialIds {
   int32_t pad, mask, cls, sep;
   int32_t n_regular;  // ids [0, n_regular) are ordinary tokens (random replacements come from them)
 };
-SpecialIds special_ids(int vocab_size);
+SpecialIds special_ids(const BertConfig& cfg);
 
 // Masked-LM rates (BERT's).
-inline constexpr float kMaskRate = 0.15f;       // share of the ordinary positions selected
-inline constexpr float kMaskTokenRate = 0.8f;   // of those: -> [MASK]
-inline constexpr float kRandomTokenRate = 0.1f; // -> a random ordinary token (the rest keep theirs)
+inline constexpr float kMaskRate = 0.15f;        // share of the ordinary positions selected
+inline constexpr float kMaskTokenRate = 0.8f;    // of those: -> [MASK]
+inline constexpr float kRandomTokenRate = 0.1f;  // -> a random ordinary token (the rest keep theirs)
 
 // Rewrites a loader batch in place into a masked-LM batch: inputs (B, T) i32
 // windows -> [CLS] x_0 .. x_{T-3} [SEP] with the selected positions replaced;
@@ -132,7 +135,7 @@ class Bert final : public ChunkModel {
   int64_t heads_l_ = 0;
   ParamView word_, pos_, type_, emb_ln_w_, emb_ln_b_;                   // embedding
   ParamView tr_w_, tr_b_, tr_ln_w_, tr_ln_b_, decoder_, decoder_bias_;  // MLM head
-  std::vector<LayerView> layers_;  // blocks [span_.first_layer, span_.end_layer)
+  std::vector<LayerView> layers_;                                       // blocks [span_.first_layer, span_.end_layer)
   tp::VocabParallelEmbedding embed_;
   tp::ColumnParallelLinear qkv_, fc_, decoder_head_;
   tp::RowParallelLinear attn_out_, mlp_out_;

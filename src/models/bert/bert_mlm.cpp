@@ -32,9 +32,13 @@ void frame_window(int32_t* row, int64_t T, const SpecialIds& ids) {
 
 }  // namespace
 
-SpecialIds special_ids(int vocab_size) {
-  LATTICE_CHECK(vocab_size > 4, "bert: vocab_size {} leaves no ids beside [PAD], [MASK], [CLS], [SEP]", vocab_size);
-  return {vocab_size - 4, vocab_size - 3, vocab_size - 2, vocab_size - 1, vocab_size - 4};
+SpecialIds special_ids(const BertConfig& cfg) {
+  const int32_t first = cfg.tokenizer_vocab;
+  LATTICE_CHECK(first > 0 && first + 4 <= cfg.vocab_size,
+                "model.vocab_size: {} has no room for [PAD] [MASK] [CLS] [SEP] after the tokenizer's {} ids — set "
+                "vocab_size >= {}",
+                cfg.vocab_size, first, first + 4);
+  return {first, first + 1, first + 2, first + 3, first};
 }
 
 void mask_lm_batch(const BertConfig& cfg, const StepCoords& coords, Tensor& inputs, Tensor& targets) {
@@ -44,7 +48,7 @@ void mask_lm_batch(const BertConfig& cfg, const StepCoords& coords, Tensor& inpu
                 shape_str(inputs.shape()), shape_str(targets.shape()));
   const int64_t B = inputs.dim(0), T = inputs.dim(1);
   LATTICE_CHECK(T >= 3, "train.seq_len: bert needs at least 3 positions ([CLS], a token, [SEP]), got {}", T);
-  const SpecialIds ids = special_ids(cfg.vocab_size);
+  const SpecialIds ids = special_ids(cfg);
   const RngKey select = mask_key(coords, kSelect), replace = mask_key(coords, kReplace),
                random = mask_key(coords, kRandomToken);
   for (int64_t b = 0; b < B; ++b) {

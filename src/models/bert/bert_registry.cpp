@@ -6,18 +6,13 @@
 namespace lattice::bert {
 
 BertConfig config_of(const ModelConfig& m) {
-  LATTICE_CHECK(m.vocab_size > 4, "model.vocab_size: bert needs room for its 4 special ids, got {}", m.vocab_size);
+  LATTICE_CHECK(m.tokenizer_vocab > 0,
+                "bert: ModelConfig::tokenizer_vocab is unset — fill_derived() sets it from data.tokenizer");
   BertConfig c;
-  c.n_layer = m.n_layer;
-  c.n_head = m.n_head;
-  c.d_model = m.d_model;
+  copy_common_keys(m, c);
   c.d_ff = m.d_ff;
-  c.vocab_size = m.vocab_size;
-  c.max_seq_len = m.max_seq_len;
-  c.tie_embeddings = m.tie_embeddings;
-  c.dropout = m.dropout;
-  c.norm_eps = float(m.norm_eps);
-  c.init_std = float(m.init_std);
+  c.tokenizer_vocab = m.tokenizer_vocab;
+  (void)special_ids(c);  // one line when vocab_size leaves no room for them
   return c;
 }
 

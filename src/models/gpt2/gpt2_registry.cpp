@@ -9,15 +9,7 @@ Gpt2Config config_of(const ModelConfig& m) {
   LATTICE_CHECK(m.d_ff == 4 * m.d_model, "model.d_ff: gpt2 uses d_ff = 4 * d_model = {}, got {} — remove d_ff",
                 4 * m.d_model, m.d_ff);
   Gpt2Config c;
-  c.n_layer = m.n_layer;
-  c.n_head = m.n_head;
-  c.d_model = m.d_model;
-  c.vocab_size = m.vocab_size;
-  c.max_seq_len = m.max_seq_len;
-  c.tie_embeddings = m.tie_embeddings;
-  c.dropout = m.dropout;
-  c.norm_eps = float(m.norm_eps);
-  c.init_std = float(m.init_std);
+  copy_common_keys(m, c);
   return c;
 }
 

@@ -15,18 +15,10 @@ LlamaConfig config_of(const ModelConfig& m) {
                 "model.d_model: llama's rotary embeddings need an even head size, got d_model / n_head = {}",
                 m.d_model / m.n_head);
   LlamaConfig c;
-  c.n_layer = m.n_layer;
-  c.n_head = m.n_head;
+  copy_common_keys(m, c);
   c.n_kv_head = kv;
-  c.d_model = m.d_model;
   c.d_ff = m.d_ff > 0 ? m.d_ff : 4 * m.d_model;
-  c.vocab_size = m.vocab_size;
-  c.max_seq_len = m.max_seq_len;
-  c.tie_embeddings = m.tie_embeddings;
-  c.dropout = m.dropout;
-  c.norm_eps = float(m.norm_eps);
   c.rope_theta = m.rope_theta > 0 ? m.rope_theta : 10000.0;
-  c.init_std = float(m.init_std);
   return c;
 }
 

@@ -1,0 +1,167 @@
+#include "models/model_checks.h"
+
+#include <cmath>
+
+#include "core/ops.h"
+#include "core/rng.h"
+#include "optim/optimizer.h"
+#include "support/test_support.h"
+
+namespace lattice::test {
+
+Tensor random_tokens(int64_t B, int64_t T, int n_ids, uint64_t seed) {
+  Tensor t = Tensor::empty({B, T}, DType::i32);
+  RngKey k;
+  k.seed = seed;
+  k.purpose = RngPurpose::data;
+  for (int64_t i = 0; i < B * T; ++i) t.data<int32_t>()[i] = int32_t(rng_uniform(k, 0, uint64_t(i)) * n_ids);
+  return t;
+}
+
+namespace {
+
+std::vector<ParamSpec> specs_of(const ModelUnderTest& m, const StageSpan& span) {
+  const bool whole =
+      span.embedding && span.head && span.first_layer == 0 && (span.end_layer < 0 || span.end_layer == m.n_layer);
+  return whole ? m.specs : select_stage_params(m.specs, {span}, m.n_layer);
+}
+
+}  // namespace
+
+const ParamSpec& spec_named(const std::vector<ParamSpec>& specs, const std::string& name) {
+  for (const ParamSpec& s : specs)
+    if (s.name == name) return s;
+  ADD_FAILURE() << "no parameter " << name;
+  throw std::runtime_error("no parameter " + name);
+}
+
+WholeModel::WholeModel(const ModelUnderTest& m, DType dtype, StageSpan span) : params(specs_of(m, span), dtype) {
+  params.init(7);
+  model = m.build(params, tp, span);
+}
+
+void check_gradients(const ModelUnderTest& m, const Tensor& x, const Tensor& y, double count,
+                     const std::string& label) {
+  WholeModel s(m, DType::f64);
+  const StepCoords coords{123, 4, 10, true};  // dropout on
+  auto ctx = s.model->make_context(x.dim(0), x.dim(1));
+  auto loss = [&] { return s.model->forward(*ctx, x, y, coords) / count; };
+  s.params.zero_grad();
+  loss();
+  s.model->backward(*ctx, float(1.0 / count));
+  Tensor g = s.params.grads().clone();
+  for (const ParamEntry& e : s.params.entries()) {
+    Tensor v = s.params.value(e);
+    const double err = gradcheck(loss, v, g.view(e.offset, e.local_shape), 1e-5, 24);
+    EXPECT_LT(err, 1e-5) << e.spec.name << " " << label;
+  }
+}
+
+void check_fp32_matches_fp64(const ModelUnderTest& m, int64_t B, int64_t T) {
+  WholeModel s64(m, DType::f64), s32(m, DType::f32);
+  Tensor x = random_tokens(B, T, m.n_ids, 3), y = random_tokens(B, T, m.n_ids, 4);
+  const StepCoords coords{5, 1, 0, true};
+  auto c64 = s64.model->make_context(B, T);
+  auto c32 = s32.model->make_context(B, T);
+  const double l64 = s64.model->forward(*c64, x, y, coords);
+  const double l32 = s32.model->forward(*c32, x, y, coords);
+  EXPECT_NEAR(l32, l64, 1e-4 * std::fabs(l64));
+  s64.model->backward(*c64, 1.0f / float(B * T));
+  s32.model->backward(*c32, 1.0f / float(B * T));
+  EXPECT_TENSOR_NEAR(s32.params.grads(), s64.params.grads(), (Tolerance{1e-3, 1e-5}));
+}
+
+void check_chunks_match_whole(const ModelUnderTest& m, const std::vector<StageSpan>& spans, int64_t B, int64_t T) {
+  WholeModel whole(m, DType::f64);
+  Tensor x = random_tokens(B, T, m.n_ids, 11), y = random_tokens(B, T, m.n_ids, 12);
+  const StepCoords coords{9, 2, 4, true};
+  auto wctx = whole.model->make_context(B, T);
+  const double want = whole.model->forward(*wctx, x, y, coords);
+  whole.model->backward(*wctx, 0.1f);
+
+  std::vector<std::unique_ptr<WholeModel>> chunks;
+  std::vector<std::unique_ptr<ModelContext>> ctx;
+  for (const StageSpan& s : spans) {
+    chunks.push_back(std::make_unique<WholeModel>(m, DType::f64, s));
+    ctx.push_back(chunks.back()->model->make_context(B, T));
+  }
+  // Forward: x -> a_0 -> ... -> loss; backward: the gradients back along the chain.
+  const int64_t n = int64_t(spans.size());
+  // act[i]: chunk i's output, dact[i] its gradient (sized up front: chunks keep their input until backward).
+  std::vector<Tensor> act(size_t(n - 1)), dact(size_t(n - 1));
+  double got = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    Tensor* out = nullptr;
+    if (i + 1 < n) {
+      act[size_t(i)] = Tensor::empty({B, T, m.hidden}, DType::f64);
+      out = &act[size_t(i)];
+    }
+    got = chunks[size_t(i)]->model->forward(*ctx[size_t(i)], i == 0 ? x : act[size_t(i - 1)], y, coords, out);
+  }
+  EXPECT_NEAR(got, want, 1e-12 * std::fabs(want));
+  std::vector<int> ready;
+  for (auto& c : chunks) c->model->on_grads_ready = [&](int layer) { ready.push_back(layer); };
+  for (int64_t i = n - 1; i >= 0; --i) {
+    Tensor* dinput = nullptr;
+    if (i > 0) {
+      dact[size_t(i - 1)] = Tensor::empty({B, T, m.hidden}, DType::f64);
+      dinput = &dact[size_t(i - 1)];
+    }
+    chunks[size_t(i)]->model->backward(*ctx[size_t(i)], 0.1f, i + 1 < n ? &dact[size_t(i)] : nullptr, dinput);
+  }
+  for (const ParamEntry& e : whole.params.entries()) {
+    Tensor sum = Tensor::zeros(e.local_shape, DType::f64);
+    int holders = 0;
+    for (auto& c : chunks)
+      if (c->params.has(e.spec.name)) ops::add_inplace(sum, c->params.grad(e.spec.name)), ++holders;
+    EXPECT_GE(holders, 1) << e.spec.name;
+    EXPECT_TENSOR_NEAR(sum, whole.params.grad(e), tolerance(DType::f64)) << e.spec.name;
+  }
+  // Each layer reported once, as soon as its gradients are final: head, blocks from the last, embedding.
+  std::vector<int> want_ready;
+  for (int l = m.n_layer; l >= 0; --l) want_ready.push_back(l);
+  want_ready.push_back(kEmbeddingLayer);
+  EXPECT_EQ(ready, want_ready);
+}
+
+void check_recompute(const ModelUnderTest& m, const std::vector<int>& recompute, int64_t B, int64_t T) {
+  Tensor x = random_tokens(B, T, m.n_ids, 21), y = random_tokens(B, T, m.n_ids, 22);
+  const StepCoords coords{3, 5, 0, true};
+  std::vector<Tensor> grads;
+  std::vector<int64_t> bytes;
+  std::vector<double> losses;
+  for (int r : recompute) {
+    WholeModel s(m, DType::f64, StageSpan{.recompute = r});
+    auto ctx = s.model->make_context(B, T);
+    bytes.push_back(ctx->bytes());
+    EXPECT_EQ(s.model->activation_bytes(B, T).context, ctx->bytes()) << "recompute " << r;
+    losses.push_back(s.model->forward(*ctx, x, y, coords));
+    s.model->backward(*ctx, 0.05f);
+    grads.push_back(s.params.grads().clone());
+  }
+  for (size_t i = 1; i < grads.size(); ++i) {
+    EXPECT_EQ(losses[i], losses[0]);
+    EXPECT_TENSOR_NEAR(grads[i], grads[0], tolerance(DType::f64));
+    EXPECT_LT(bytes[i], bytes[i - 1]);
+  }
+}
+
+void check_overfits_one_batch(const ModelUnderTest& m, int64_t B, int64_t T, int max_steps) {
+  WholeModel s(m, DType::f32);
+  Tensor x = random_tokens(B, T, m.n_ids, 8), y = random_tokens(B, T, m.n_ids, 9);
+  auto opt = optim::make_optimizer({.name = "adamw", .weight_decay = 0.0}, s.params);
+  auto ctx = s.model->make_context(B, T);
+  double first = 0, loss = 0;
+  for (int step = 1; step <= max_steps; ++step) {
+    s.params.zero_grad();
+    loss = s.model->forward(*ctx, x, y, {1, step, 0, true}) / double(B * T);
+    if (step == 1) first = loss;
+    s.model->backward(*ctx, 1.0f / float(B * T));
+    opt->step(s.params, 3e-3, step, 1.0f);
+    if (loss < 0.05) break;
+  }
+  EXPECT_GT(first, 0.8 * std::log(double(m.n_ids)));  // about ln(n_ids) at the start
+  EXPECT_LT(loss, 0.05);
+}
+
+}  // namespace lattice::test

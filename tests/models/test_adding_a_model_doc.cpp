@@ -1,0 +1,75 @@
+// docs/adding-a-model.md cannot rot: every code block that starts with
+// `// file: PATH` quotes lines of PATH, and each of them (compared without
+// blanks: runs of spaces count as one, leading and trailing ones as none)
+// must still be a line of that file. The guide's
+// model (src/models/neox) is itself tested in test_neox and the layout suite.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+// s without leading and trailing blanks, each inner run of blanks one space.
+std::string trim(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    const bool blank = c == ' ' || c == '\t' || c == '\r';
+    if (!blank)
+      out.push_back(c);
+    else if (!out.empty() && out.back() != ' ')
+      out.push_back(' ');
+  }
+  if (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::string source_dir() {
+  const char* d = std::getenv("LATTICE_SOURCE_DIR");
+  return d ? d : "";
+}
+
+}  // namespace
+
+TEST(AddingAModelDoc, QuotedCodeIsInTheTree) {
+  const std::string root = source_dir();
+  ASSERT_FALSE(root.empty()) << "LATTICE_SOURCE_DIR is not set";
+  const auto doc = read_lines(root + "/docs/adding-a-model.md");
+  ASSERT_FALSE(doc.empty()) << "docs/adding-a-model.md is missing";
+  int blocks = 0, quoted = 0;
+  std::set<std::string> files;
+  for (size_t i = 0; i < doc.size(); ++i) {
+    if (doc[i].rfind("```", 0) != 0 || i + 1 >= doc.size() || doc[i + 1].rfind("// file: ", 0) != 0) continue;
+    const std::string file = trim(doc[i + 1].substr(9));
+    const auto src = read_lines(root + "/" + file);
+    ASSERT_FALSE(src.empty()) << "the guide quotes " << file << ", which is missing or empty";
+    std::set<std::string> have;
+    for (const std::string& l : src) have.insert(trim(l));
+    ++blocks;
+    files.insert(file);
+    for (i += 2; i < doc.size() && doc[i].rfind("```", 0) != 0; ++i) {
+      const std::string want = trim(doc[i]);
+      if (want.empty()) continue;
+      ++quoted;
+      EXPECT_TRUE(have.count(want)) << "docs/adding-a-model.md line " << i + 1 << " is not a line of " << file
+                                    << " any more:\n  " << want;
+    }
+  }
+  // The walkthrough quotes the model, its policy, the registry, the config and the tests.
+  EXPECT_GE(blocks, 9);
+  EXPECT_GE(quoted, 40);
+  for (const char* f : {"src/models/neox/neox.cpp", "src/models/neox/neox_params.cpp", "src/models/registry.cpp",
+                        "src/config/config.h", "tests/models/test_neox.cpp"})
+    EXPECT_TRUE(files.count(f)) << f;
+}
