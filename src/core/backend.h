@@ -19,8 +19,22 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/rng.h"
 
 namespace lattice {
+
+// One attention call (core/cuda/attention.h has the math): the shape, the
+// mask (causal, or bidirectional limited by a (B, T) i32 device key mask, or
+// none), and the dropout on the probabilities keyed as the CPU kernels key it.
+struct CudaAttentionArgs {
+  int64_t B = 0, T = 0, NH = 0, HS = 0;
+  int64_t head_offset = 0;            // global index of local head 0 (tp shards)
+  bool causal = true;                 // false: bidirectional, keys limited by key_mask
+  const int32_t* key_mask = nullptr;  // (B, T) on the device; nonzero = attend; null = every key
+  RngKey key;                         // dropout key (purpose, step, layer, site)
+  int64_t sample0 = 0;                // global index of sample 0
+  float p = 0.0f;                     // dropout probability on the probabilities
+};
 
 class CudaBackend {
  public:
@@ -35,16 +49,24 @@ class CudaBackend {
   virtual void synchronize(int dev) = 0;
 
   // ---- kernels (f32) ----
-  virtual void gemm(int dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                    const float* a, const float* b, float beta, float* c) = 0;
+  virtual void gemm(int dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                    const float* b, float beta, float* c) = 0;
   virtual void add_bias(int dev, float* out, const float* bias, int64_t rows, int64_t cols) = 0;
   virtual void bias_backward(int dev, float* dbias, const float* dout, int64_t rows, int64_t cols) = 0;  // +=
   virtual void gelu_forward(int dev, float* out, const float* inp, int64_t n) = 0;
   virtual void gelu_backward(int dev, float* dinp, const float* dout, const float* inp, int64_t n) = 0;
   virtual void add(int dev, float* out, const float* a, const float* b, int64_t n) = 0;
-  virtual void adamw(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr,
-                     float beta1, float beta2, float eps, float weight_decay, float bias_correction1,
-                     float bias_correction2, float grad_scale) = 0;
+  virtual void adamw(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, float bias_correction1, float bias_correction2,
+                     float grad_scale) = 0;
+
+  // ---- attention (the plain path of core/cuda/attention.h) ----
+  // out (B, T, C); att (B, NH, T, T) saved: probabilities before dropout;
+  // qkv (B, T, 3C).
+  virtual void attention_forward(int dev, float* out, float* att, const float* qkv, const CudaAttentionArgs& a) = 0;
+  // dqkv (B, T, 3C) overwritten; scratch (B, NH, T, T) holds dS on return.
+  virtual void attention_backward(int dev, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                  const float* att, const CudaAttentionArgs& a) = 0;
 };
 
 // The loaded backend; throws lattice::Error with a clear reason when the

@@ -52,17 +52,30 @@ cpu::AttentionDims attention_dims(const char* op, const Tensor& y, const Tensor&
   LATTICE_CHECK(y.numel() == B * T * n_head * HS && att.numel() == B * n_head * T * T,
                 "ops::{}: qkv {} needs (B, T, C) = ({}, {}, {}) and att (B, NH, T, T), got {} and {}", op,
                 shape_str(qkv.shape()), B, T, n_head * HS, shape_str(y.shape()), shape_str(att.shape()));
-  LATTICE_CHECK(d.p >= 0.0f && d.p < 1.0f && head_offset >= 0, "ops::{}: p = {} must lie in [0, 1), head_offset {}",
-                op, d.p, head_offset);
+  LATTICE_CHECK(d.p >= 0.0f && d.p < 1.0f && head_offset >= 0, "ops::{}: p = {} must lie in [0, 1), head_offset {}", op,
+                d.p, head_offset);
   LATTICE_CHECK(std::max(T, 3 * n_head * HS) <= INT_MAX, "ops::{}: qkv {} exceeds the BLAS int range", op,
                 shape_str(qkv.shape()));
   return {B, T, n_head, HS, head_offset};
+}
+
+// The backend's description of one attention call.
+CudaAttentionArgs cuda_attention(const cpu::AttentionDims& ad, const Dropout& d, bool causal, const Tensor* key_mask) {
+  CudaAttentionArgs a;
+  a.B = ad.B, a.T = ad.T, a.NH = ad.NH, a.HS = ad.HS, a.head_offset = ad.head_offset;
+  a.causal = causal;
+  a.key_mask = key_mask ? key_mask->data<int32_t>() : nullptr;
+  a.key = d.key, a.sample0 = d.sample0, a.p = d.p;
+  return a;
 }
 }  // namespace
 
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset) {
   check_same("attention_forward", {&out, &att, &qkv});
   cpu::AttentionDims ad = attention_dims("attention_forward", out, att, qkv, n_head, d, head_offset);
+  if (cuda_f32(out))
+    return cuda_backend().attention_forward(out.device().index, fp(out), fp(att), fp(qkv),
+                                            cuda_attention(ad, d, true, nullptr));
   on_cpu("attention_forward", out, [&](auto t) {
     using T = decltype(t);
     cpu::attention_forward<T>(out.data<T>(), att.data<T>(), qkv.data<T>(), d.key, d.sample0, d.p, ad);
@@ -76,6 +89,9 @@ void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const
   LATTICE_CHECK(dqkv.numel() == qkv.numel() && scratch.numel() == att.numel(),
                 "ops::attention_backward: dqkv {} scratch {} for qkv {} att {}", shape_str(dqkv.shape()),
                 shape_str(scratch.shape()), shape_str(qkv.shape()), shape_str(att.shape()));
+  if (cuda_f32(dqkv))
+    return cuda_backend().attention_backward(dqkv.device().index, fp(dqkv), fp(scratch), fp(dout), fp(qkv), fp(att),
+                                             cuda_attention(ad, d, true, nullptr));
   on_cpu("attention_backward", dqkv, [&](auto t) {
     using T = decltype(t);
     cpu::attention_backward<T>(dqkv.data<T>(), scratch.data<T>(), dout.data<T>(), qkv.data<T>(), att.data<T>(), d.key,
@@ -100,8 +116,8 @@ void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& weight, int
   Rows r = embedding_dims("embedding_forward", out, ids, weight);
   on_cpu("embedding_forward", out, [&](auto t) {
     using T = decltype(t);
-    cpu::embedding_forward<T>(out.data<T>(), ids.data<int32_t>(), weight.data<T>(), vocab_start, r.n,
-                              weight.dim(0), r.c);
+    cpu::embedding_forward<T>(out.data<T>(), ids.data<int32_t>(), weight.data<T>(), vocab_start, r.n, weight.dim(0),
+                              r.c);
   });
 }
 
@@ -110,8 +126,8 @@ void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids, 
   Rows r = embedding_dims("embedding_backward", dout, ids, dweight);
   on_cpu("embedding_backward", dweight, [&](auto t) {
     using T = decltype(t);
-    cpu::embedding_backward<T>(dweight.data<T>(), dout.data<T>(), ids.data<int32_t>(), vocab_start, r.n,
-                               dweight.dim(0), r.c);
+    cpu::embedding_backward<T>(dweight.data<T>(), dout.data<T>(), ids.data<int32_t>(), vocab_start, r.n, dweight.dim(0),
+                               r.c);
   });
 }
 
@@ -134,8 +150,7 @@ Rows cross_entropy_dims(const char* op, const Tensor& logits, const Tensor& targ
 }
 }  // namespace
 
-void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets,
-                           int ignore_index) {
+void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets, int ignore_index) {
   check_same("cross_entropy_forward", {&losses, &lse, &logits});
   Rows r = cross_entropy_dims("cross_entropy_forward", logits, targets, ignore_index);
   LATTICE_CHECK(losses.numel() == r.n && lse.numel() == r.n, "ops::cross_entropy_forward: losses {} lse {} for N = {}",
@@ -240,6 +255,9 @@ void attention_masked_forward(Tensor& out, Tensor& att, const Tensor& qkv, const
     LATTICE_CHECK(key_mask->numel() == ad.B * ad.T, "ops::attention_masked_forward: key_mask {} for (B, T) = ({}, {})",
                   shape_str(key_mask->shape()), ad.B, ad.T);
   }
+  if (cuda_f32(out))
+    return cuda_backend().attention_forward(out.device().index, fp(out), fp(att), fp(qkv),
+                                            cuda_attention(ad, d, false, key_mask));
   const int32_t* mask = key_mask ? key_mask->data<int32_t>() : nullptr;
   on_cpu("attention_masked_forward", out, [&](auto t) {
     using T = decltype(t);
@@ -247,17 +265,20 @@ void attention_masked_forward(Tensor& out, Tensor& att, const Tensor& qkv, const
   });
 }
 
-void attention_masked_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv,
-                               const Tensor& att, int n_head, const Dropout& d, int head_offset) {
+void attention_masked_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                               int n_head, const Dropout& d, int head_offset) {
   check_same("attention_masked_backward", {&dqkv, &scratch, &dout, &qkv, &att});
   cpu::AttentionDims ad = attention_dims("attention_masked_backward", dout, att, qkv, n_head, d, head_offset);
   LATTICE_CHECK(dqkv.numel() == qkv.numel() && scratch.numel() == att.numel(),
                 "ops::attention_masked_backward: dqkv {} scratch {} for qkv {} att {}", shape_str(dqkv.shape()),
                 shape_str(scratch.shape()), shape_str(qkv.shape()), shape_str(att.shape()));
+  if (cuda_f32(dqkv))  // backward reads the mask from P (zero where masked)
+    return cuda_backend().attention_backward(dqkv.device().index, fp(dqkv), fp(scratch), fp(dout), fp(qkv), fp(att),
+                                             cuda_attention(ad, d, false, nullptr));
   on_cpu("attention_masked_backward", dqkv, [&](auto t) {
     using T = decltype(t);
-    cpu::attention_masked_backward<T>(dqkv.data<T>(), scratch.data<T>(), dout.data<T>(), qkv.data<T>(),
-                                      att.data<T>(), d.key, d.sample0, d.p, ad);
+    cpu::attention_masked_backward<T>(dqkv.data<T>(), scratch.data<T>(), dout.data<T>(), qkv.data<T>(), att.data<T>(),
+                                      d.key, d.sample0, d.p, ad);
   });
 }
 
@@ -274,8 +295,8 @@ void gelu_erf_forward(Tensor& out, const Tensor& inp) {
 void gelu_erf_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
   check_same("gelu_erf_backward", {&dinp, &dout, &inp});
   LATTICE_CHECK(dinp.numel() == inp.numel() && dout.numel() == inp.numel(),
-                "ops::gelu_erf_backward: dinp {} dout {} for inp {}", shape_str(dinp.shape()),
-                shape_str(dout.shape()), shape_str(inp.shape()));
+                "ops::gelu_erf_backward: dinp {} dout {} for inp {}", shape_str(dinp.shape()), shape_str(dout.shape()),
+                shape_str(inp.shape()));
   on_cpu("gelu_erf_backward", dinp, [&](auto t) {
     using T = decltype(t);
     cpu::gelu_erf_backward<T>(dinp.data<T>(), dout.data<T>(), inp.data<T>(), dinp.numel());

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/cuda/attention.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/kernels.h"
 
@@ -155,8 +156,42 @@ class Backend final : public CudaBackend {
     finish();
   }
 
+  void attention_forward(int dev, float* out, float* att, const float* qkv, const CudaAttentionArgs& a) override {
+    check_attention(a);
+    cublasHandle_t h = blas(dev);
+    cuda::attention_forward(h, kStream, out, att, dropped(dev, a), qkv, a);
+    finish();
+  }
+
+  void attention_backward(int dev, float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                          const CudaAttentionArgs& a) override {
+    check_attention(a);
+    cublasHandle_t h = blas(dev);
+    cuda::attention_backward(h, kStream, dqkv, scratch, dropped(dev, a), dout, qkv, att, a);
+    finish();
+  }
+
  private:
   static void use(int dev) { CUDA_CHECK(cudaSetDevice(dev)); }
+
+  // The (B, NH, T, T) buffer attention's dropout needs, kept per device and
+  // grown on demand (every call finishes before returning, so one suffices);
+  // null when p == 0.
+  float* dropped(int dev, const CudaAttentionArgs& a) {
+    if (a.p == 0.0f) return nullptr;
+    const size_t bytes = size_t(a.B * a.NH * a.T * a.T) * sizeof(float);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (size_t(dev) >= dropped_.size()) dropped_.resize(size_t(dev) + 1);
+    Workspace& w = dropped_[size_t(dev)];
+    if (w.bytes < bytes) {
+      if (w.ptr) CUDA_CHECK(cudaFree(w.ptr));
+      w = {};
+      void* p = nullptr;
+      CUDA_CHECK(cudaMalloc(&p, bytes));
+      w = {p, bytes};
+    }
+    return static_cast<float*>(w.ptr);
+  }
 
   // Reports a bad launch, then waits so that a fault inside the kernel is
   // reported here rather than by some later call.
@@ -181,8 +216,14 @@ class Backend final : public CudaBackend {
     return handles_[dev];
   }
 
+  struct Workspace {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+
   std::mutex mu_;
   std::vector<cublasHandle_t> handles_;  // indexed by device; null until first gemm there
+  std::vector<Workspace> dropped_;       // indexed by device: attention's dropout buffer
 };
 
 }  // namespace
