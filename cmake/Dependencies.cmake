@@ -20,3 +20,18 @@ add_library(lattice_openblas INTERFACE)
 target_include_directories(lattice_openblas INTERFACE ${OPENBLAS_INCLUDE_DIR})
 target_link_libraries(lattice_openblas INTERFACE ${OPENBLAS_LIBRARY} OpenMP::OpenMP_CXX)
 message(STATUS "OpenBLAS: ${OPENBLAS_LIBRARY}")
+
+# oneDNN (Debian's libdnnl-dev, OpenMP runtime like OpenBLAS): the bf16
+# matmuls of runtime.precision: bf16 on CPUs with AVX512-BF16. Optional: a
+# build without it refuses bf16 on the CPU with one line.
+find_path(DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.hpp)
+find_library(DNNL_LIBRARY dnnl)
+add_library(lattice_dnnl INTERFACE)
+if(DNNL_INCLUDE_DIR AND DNNL_LIBRARY)
+  target_include_directories(lattice_dnnl INTERFACE ${DNNL_INCLUDE_DIR})
+  target_link_libraries(lattice_dnnl INTERFACE ${DNNL_LIBRARY})
+  target_compile_definitions(lattice_dnnl INTERFACE LATTICE_HAVE_DNNL=1)
+  message(STATUS "oneDNN: ${DNNL_LIBRARY} (bf16 matmuls on CPU)")
+else()
+  message(STATUS "oneDNN: not found (runtime.precision: bf16 on cpu is refused; install libdnnl-dev)")
+endif()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package Lattice needs to build, test and train
-# (and python3-matplotlib for scripts/plot_metrics.py).
+# (with oneDNN for bf16 matmuls on CPUs with AVX512-BF16, and
+# python3-matplotlib for scripts/plot_metrics.py).
 # Idempotent: packages already present are left alone, and apt is only
 # called when something is missing. Run as root (or with sudo available).
 #   scripts/install-deps.sh           build + test dependencies
@@ -10,7 +11,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git procps
   openmpi-bin libopenmpi-dev
-  libopenblas-openmp-dev
+  libopenblas-openmp-dev libdnnl-dev
   libyaml-cpp-dev libfmt-dev nlohmann-json3-dev libpcre2-dev
   libgtest-dev
   python3-matplotlib iproute2

@@ -6,6 +6,7 @@
 #include "booster/stop_signal.h"
 #include "booster/tensorboard.h"
 #include "checkpoint/atomic_dir.h"
+#include "core/kernels/cpu/matmul_bf16.h"
 #include "core/timer.h"
 #include "optim/lr_schedule.h"
 
@@ -56,7 +57,9 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
   double peak = cfg_.runtime.peak_flops;
   if (peak <= 0 && resumed.step < last) {
     peak = measure_sgemm_flops();
-    if (metrics) print_(fmt::format("peak: {:.1f} GFLOP/s per rank measured (sgemm 1024^3); mfu is relative to it", peak / 1e9));
+    if (metrics)
+      print_(fmt::format("peak: {:.1f} GFLOP/s per rank measured ({} 1024^3); mfu is relative to it", peak / 1e9,
+                         cpu::bf16_matmul() ? "bf16 matmul" : "sgemm"));
   }
   TrainSummary sum;
   sum.steps_done = resumed.step;
@@ -71,9 +74,8 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
     // rank's step time, the largest peak memory, exposed sync time and pipeline
     // idle fraction, and the stop request (a signal may reach the ranks at
     // different steps; all must stop after the same one).
-    const std::vector<double> m = plugin_->max_over_ranks(
-        {timer.seconds(), double(plugin_->local_peak_mem_bytes()), s.grad_sync_s, s.bubble,
-         stop_requested() ? 1.0 : 0.0});
+    const std::vector<double> m = plugin_->max_over_ranks({timer.seconds(), double(plugin_->local_peak_mem_bytes()),
+                                                           s.grad_sync_s, s.bubble, stop_requested() ? 1.0 : 0.0});
     const double dt = m[0];
     const bool stop = m[4] > 0;
     elapsed += dt;
@@ -113,9 +115,10 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
     if (stop || step == last || (every > 0 && step % every == 0)) sum.last_checkpoint = checkpoint(step, skipped);
     if (stop) {
       if (logger_)
-        print_(fmt::format("stopping after step {} on a stop request (SIGUSR1 or SIGTERM); start the same command "
-                           "again to resume (checkpoint.resume: auto)",
-                           step));
+        print_(
+            fmt::format("stopping after step {} on a stop request (SIGUSR1 or SIGTERM); start the same command "
+                        "again to resume (checkpoint.resume: auto)",
+                        step));
       sum.stopped = true;
       break;
     }

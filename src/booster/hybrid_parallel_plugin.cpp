@@ -5,6 +5,7 @@
 
 #include "booster/plan.h"
 #include "core/allocator.h"
+#include "core/kernels/cpu/matmul_bf16.h"
 #include "models/registry.h"
 #include "optim/grad_clip.h"
 #include "pipeline/schedule.h"
@@ -43,6 +44,18 @@ void refuse_unsupported(const Config& cfg, const Layout& layout) {
   if (cfg.runtime.device != DeviceType::cpu) refuse("runtime.device", "training on cuda");
 }
 
+// runtime.precision on the CPU: bf16 runs the large matmuls through oneDNN
+// (core/kernels/cpu/matmul_bf16.h) where this CPU and build have it.
+void set_cpu_precision(const Config& cfg) {
+  const bool bf16 = cfg.runtime.precision == Precision::bf16;
+  std::string why;
+  if (bf16 && !cpu::bf16_matmul_available(&why))
+    config_fail(cfg, "runtime.precision",
+                fmt::format("bf16 on cpu needs bf16 matmuls, and {} on host {} — set runtime.precision: fp32", why,
+                            host_name()));
+  cpu::set_bf16_matmul(bf16);
+}
+
 constexpr int64_t kTracedSteps = 3;  // a timeline of the first steps is what a user reads
 
 double all_reduce_scalar(comm::Group& g, double v, comm::ReduceOp op) {
@@ -61,9 +74,10 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
                 "plugin: config layout (tp {}, pp {}, dp {}) differs from the mesh's", layout_.tp, layout_.pp,
                 layout_.dp);
   refuse_unsupported(cfg, layout_);
+  set_cpu_precision(cfg);
   const int stage = mesh.this_coord().pp;
-  stages_ = std::make_unique<pipeline::PipelineStageManager>(
-      pipeline::make_stage_layout(stage_config_of(cfg, layout_)), stage, mesh.pp().world_ranks());
+  stages_ = std::make_unique<pipeline::PipelineStageManager>(pipeline::make_stage_layout(stage_config_of(cfg, layout_)),
+                                                             stage, mesh.pp().world_ranks());
   p2p_ = std::make_unique<pipeline::P2P>(mesh.pp(), *stages_, cfg.runtime.comm_timeout_s);
   train_plan_ = train_plan_of(cfg, layout_, stage);
   eval_plan_ = pipeline::plan_forward_only(layout_.pp, stage, layout_.microbatches, stages_->virtual_stages());
@@ -92,9 +106,12 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
   }
 
   auto dataset = [&](const std::string& pattern, const char* key) {
-    return std::make_unique<data::TokenDataset>(data::TokenDatasetOptions{
-        .pattern = pattern, .name = key, .vocab_size = cfg.model.vocab_size, .seq_len = T,
-        .global_batch = cfg.train.global_batch, .seed = cfg.runtime.seed});
+    return std::make_unique<data::TokenDataset>(data::TokenDatasetOptions{.pattern = pattern,
+                                                                          .name = key,
+                                                                          .vocab_size = cfg.model.vocab_size,
+                                                                          .seq_len = T,
+                                                                          .global_batch = cfg.train.global_batch,
+                                                                          .seed = cfg.runtime.seed});
   };
   train_ = dataset(cfg.data.train, "data.train");
   if (!cfg.data.val.empty()) val_ = dataset(cfg.data.val, "data.val");
@@ -147,7 +164,8 @@ double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoor
     const StageSpan& span = spans_[size_t(v)];
     LanguageModel& chunk = *chunks_[size_t(v)];
     // The chunk's last microbatch finishes its gradients layer by layer: start their buckets.
-    if (buckets_ && mb == last_backward_mb_[size_t(v)]) chunk.on_grads_ready = [this](int l) { buckets_->layer_ready(l); };
+    if (buckets_ && mb == last_backward_mb_[size_t(v)])
+      chunk.on_grads_ready = [this](int l) { buckets_->layer_ready(l); };
     chunk.backward(contexts_->get(v, mb), dloss, span.head ? nullptr : &dout, span.embedding ? nullptr : &din);
     chunk.on_grads_ready = nullptr;
     contexts_->give_back(v, mb);

@@ -232,9 +232,9 @@ void validate_io(const Config& c) {
 
 void validate_runtime(const Config& c) {
   const RuntimeConfig& r = c.runtime;
-  require(r.device == DeviceType::cuda || r.precision == Precision::fp32, c, "runtime.precision",
-          "{} needs runtime.device: cuda (the CPU backend trains in fp32) — set runtime.precision: fp32",
-          enum_name(r.precision));
+  require(r.device == DeviceType::cuda || r.precision != Precision::fp16, c, "runtime.precision",
+          "fp16 needs runtime.device: cuda (the CPU backend trains in fp32 or bf16) — set runtime.precision: fp32 or "
+          "bf16");
   require_non_negative(c, "runtime.threads", r.threads, "0 uses the OpenMP default");
   require(r.comm_timeout_s > 0, c, "runtime.comm_timeout_s", "must be positive (got {})", r.comm_timeout_s);
   require_non_negative(c, "runtime.peak_flops", r.peak_flops, "0 measures or looks it up");

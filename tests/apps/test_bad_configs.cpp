@@ -256,8 +256,8 @@ std::vector<BadConfig> bad_files() {
 
 std::vector<BadConfig> bad_device_and_overrides() {
   return {
-      {"Bf16OnCpu", edit("  threads: 1\n", "  threads: 1\n  precision: bf16\n"), "", 0,
-       {"bad.yaml:29:3", "runtime.precision", "bf16", "runtime.device: cuda"}},
+      {"Fp16OnCpu", edit("  threads: 1\n", "  threads: 1\n  precision: fp16\n"), "", 0,
+       {"bad.yaml:29:3", "runtime.precision", "fp16 needs runtime.device: cuda"}},
       {"Fp16OnCpu_np2", kBase, "runtime.precision=fp16", 2,
        {"override 'runtime.precision=fp16'", "runtime.precision", "fp16"}},
       {"CudaWithoutGpu", edit("  threads: 1\n", "  threads: 1\n  device: cuda\n"), "", 0,

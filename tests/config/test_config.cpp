@@ -484,7 +484,7 @@ TEST(Config, ValidateChecks) {
       {{"parallel.schedule=zb"}, "parallel.schedule: unknown value 'zb' — expected one of gpipe|1f1b|interleaved"},
       {{"runtime.device=tpu"}, "runtime.device: unknown value 'tpu' — expected one of cpu|cuda"},
       {{"runtime.precision=fp8"}, "runtime.precision: unknown value 'fp8' — expected one of fp32|bf16|fp16"},
-      {{"runtime.precision=bf16"}, "runtime.precision: bf16 needs runtime.device: cuda"},
+      {{"runtime.precision=fp16"}, "runtime.precision: fp16 needs runtime.device: cuda"},
       {{"train.eval_every=-1"}, "train.eval_every: must not be negative (got -1)"},
       {{"train.eval_every=10"}, "train.eval_every: is 10, but data.val is not set"},
       {{"train.eval_every=10", "data.val=v*.bin"}, "train.eval_steps: must be at least 1 when eval_every is set"},

@@ -1,11 +1,14 @@
 #include "core/kernels/cpu/matmul.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <climits>
+#include <type_traits>
 
 #include "core/error.h"
+#include "core/kernels/cpu/matmul_bf16.h"
 
 namespace lattice::cpu {
 
@@ -15,8 +18,8 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, bla
                blasint lda, const float* b, blasint ldb, float beta, float* c, blasint ldc) {
   cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, double alpha,
-               const double* a, blasint lda, const double* b, blasint ldb, double beta, double* c, blasint ldc) {
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, double alpha, const double* a,
+               blasint lda, const double* b, blasint ldb, double beta, double* c, blasint ldc) {
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -27,23 +30,28 @@ constexpr int64_t kColBlock = 64;
 }  // namespace
 
 template <typename T>
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
-          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T beta, T* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  LATTICE_CHECK(std::max({m, n, k, lda, ldb, ldc}) <= INT_MAX, "gemm: dims ({}, {}, {}) exceed the BLAS int range",
-                m, n, k);
+  LATTICE_CHECK(std::max({m, n, k, lda, ldb, ldc}) <= INT_MAX, "gemm: dims ({}, {}, {}) exceed the BLAS int range", m,
+                n, k);
   if (k == 0) {  // op(a) op(b) is empty: c = beta * c
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
     return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    // runtime.precision bf16: the big matmuls in bf16 (matmul_bf16.h); per-block
+    // gemms inside parallel regions (attention's heads) stay fp32.
+    if (bf16_matmul() && !omp_in_parallel())
+      return gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
   blas_gemm(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blasint(m), blasint(n),
             blasint(k), alpha, a, blasint(lda), b, blasint(ldb), beta, c, blasint(ldc));
 }
 
 template <typename T>
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, const T* b, T beta,
-          T* c) {
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, const T* b, T beta, T* c) {
   int64_t lda = std::max<int64_t>(1, trans_a ? m : k);
   int64_t ldb = std::max<int64_t>(1, trans_b ? k : n);
   gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, std::max<int64_t>(1, n));
@@ -84,20 +92,20 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 }
 
 template <typename T>
-void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
-                     int64_t C, int64_t OC) {
+void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int64_t C,
+                     int64_t OC) {
   if (dinp) gemm<T>(false, false, N, C, OC, T(1), dout, weight, T(0), dinp);    // (N, OC) @ (OC, C)
   if (dweight) gemm<T>(true, false, OC, C, N, T(1), dout, inp, T(1), dweight);  // (N, OC)^T @ (N, C)
   if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
-#define LATTICE_INSTANTIATE(T)                                                                               \
+#define LATTICE_INSTANTIATE(T)                                                                                 \
   template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, T, T*, \
-                        int64_t);                                                                            \
-  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, const T*, T, T*);                 \
-  template void add_bias<T>(T*, const T*, int64_t, int64_t);                                                 \
-  template void bias_backward<T>(T*, const T*, int64_t, int64_t);                                            \
-  template void linear_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);              \
+                        int64_t);                                                                              \
+  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, const T*, T, T*);                  \
+  template void add_bias<T>(T*, const T*, int64_t, int64_t);                                                   \
+  template void bias_backward<T>(T*, const T*, int64_t, int64_t);                                              \
+  template void linear_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);                \
   template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);
 LATTICE_INSTANTIATE(float)
 LATTICE_INSTANTIATE(double)

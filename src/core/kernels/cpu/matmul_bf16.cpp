@@ -1,0 +1,102 @@
+#include "core/kernels/cpu/matmul_bf16.h"
+
+#include <omp.h>
+
+#include <climits>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+#ifdef LATTICE_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace lattice::cpu {
+
+namespace {
+
+bool g_bf16 = false;
+
+// src (rows, cols) with row stride ld -> dst packed (rows * cols), as bf16.
+void pack_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * ld;
+    uint16_t* d = dst + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) d[c] = f32_to_bf16(s[c]);
+  }
+}
+
+#ifdef LATTICE_HAVE_DNNL
+// One engine and stream for the process; oneDNN caches the primitives it
+// builds (its primitive cache), so a matmul of a seen shape costs a lookup.
+struct Dnnl {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{eng};
+};
+Dnnl& dnnl_ctx() {
+  static Dnnl d;
+  return d;
+}
+#endif
+
+}  // namespace
+
+bool bf16_matmul_available(std::string* why) {
+#ifndef LATTICE_HAVE_DNNL
+  if (why) *why = "this build has no oneDNN (install libdnnl-dev and rebuild)";
+  return false;
+#else
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512bf16")) {
+    if (why) *why = "this CPU has no AVX512-BF16 instructions";
+    return false;
+  }
+  if (why) *why = "oneDNN bf16 matmuls (AVX512-BF16)";
+  return true;
+#endif
+}
+
+void set_bf16_matmul(bool on) {
+  std::string why;
+  LATTICE_CHECK(!on || bf16_matmul_available(&why), "bf16 matmuls on the CPU are not available: {}", why);
+  g_bf16 = on;
+}
+
+bool bf16_matmul() { return g_bf16; }
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+#ifndef LATTICE_HAVE_DNNL
+  LATTICE_FAIL("gemm_bf16: this build has no oneDNN");
+#else
+  using dnnl::memory;
+  LATTICE_CHECK(m > 0 && n > 0 && k > 0, "gemm_bf16: empty product ({}, {}, {})", m, n, k);
+  // The inputs as stored ((m, k) or (k, m) for a; (k, n) or (n, k) for b), packed as bf16.
+  thread_local std::vector<uint16_t> abuf, bbuf;
+  abuf.resize(size_t(m * k));
+  bbuf.resize(size_t(k * n));
+  pack_bf16(abuf.data(), a, trans_a ? k : m, trans_a ? m : k, lda);
+  pack_bf16(bbuf.data(), b, trans_b ? n : k, trans_b ? k : n, ldb);
+  // Logical (m, k) and (k, n) with the transposes as strides; c (m, n) with row stride ldc.
+  const memory::desc ad({m, k}, memory::data_type::bf16, trans_a ? memory::dims{1, m} : memory::dims{k, 1});
+  const memory::desc bd({k, n}, memory::data_type::bf16, trans_b ? memory::dims{1, k} : memory::dims{n, 1});
+  const memory::desc cd({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops po;
+    po.append_sum(beta);
+    attr.set_post_ops(po);
+  }
+  Dnnl& d = dnnl_ctx();
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), attr, d.eng);
+  memory am(ad, d.eng, abuf.data()), bm(bd, d.eng, bbuf.data()), cm(cd, d.eng, c);
+  dnnl::matmul(pd).execute(d.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  d.stream.wait();
+#endif
+}
+
+}  // namespace lattice::cpu

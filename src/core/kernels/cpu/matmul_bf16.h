@@ -1,0 +1,36 @@
+// bf16 matrix multiplication with fp32 accumulation on the CPU (oneDNN's
+// AVX512-BF16 kernels), for runtime.precision: bf16 on cpu.
+//
+// What bf16 means on the CPU: parameters, gradients, optimizer state and
+// activations stay fp32 (the fp32 "master" copy is the only copy); the large
+// matmuls (cpu::gemm<float> outside OpenMP parallel regions: every linear
+// layer forward and backward, the LM head) round their two inputs to bf16
+// (round to nearest even) and accumulate in fp32, as PyTorch's autocast does
+// on CPUs. Norms, softmax, losses, attention's per-head products and the
+// optimizer stay fp32.
+//
+// The mode is process-wide (the plugin sets it from the config before
+// training); f64 gemms are never affected, so the finite-difference tests
+// still check the math in f64.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace lattice::cpu {
+
+// True when this build has oneDNN and this CPU has AVX512-BF16; otherwise
+// false with the reason in `why` (for a one-line error).
+bool bf16_matmul_available(std::string* why = nullptr);
+
+// Routes cpu::gemm<float> through gemm_bf16 (true) or OpenBLAS sgemm (false,
+// the default). Enabling it where bf16_matmul_available() is false throws.
+void set_bf16_matmul(bool on);
+bool bf16_matmul();
+
+// c (m, n) = alpha * op(a) op(b) + beta * c as cpu::gemm (row-major, strides
+// lda/ldb/ldc), with a and b rounded to bf16 and fp32 accumulation.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+}  // namespace lattice::cpu
