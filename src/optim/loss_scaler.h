@@ -97,7 +97,9 @@ LossScaler make_loss_scaler(DType compute, const LossScalerOptions& o = {});
 // (max) of a single i32 in host memory, so `group` must move host memory (an
 // MpiCommunicator or the self communicator; a GPU rank copies its flag to the
 // host, where the skip is decided anyway). Collective over `group`: every
-// rank calls it once per step, and every rank gets the same answer.
+// rank calls it once per step, and every rank gets the same answer. Training
+// passes the world: tp shards, pp stages and ZeRO dp shards hold different
+// gradients, yet every rank must skip the same steps.
 bool any_rank_found_inf(comm::Communicator& group, bool local_found_inf);
 
 }  // namespace lattice::optim
