@@ -8,7 +8,8 @@
 // specifics:
 //   - it spans the same ranks as `over`, whose MPI communicator bootstraps it
 //     (ncclGetUniqueId on group rank 0, MPI_Bcast) and carries split();
-//   - the GPU is local_rank % (visible devices); tensors must be on it;
+//   - the GPU is choose_cuda_device's (comm/device_placement.h: one rank per
+//     GPU from the node-local rank and size); tensors must be on it;
 //   - one CUDA stream per communicator, created blocking, so it orders with
 //     the legacy default stream the compute kernels run on; a Work is a CUDA
 //     event on that stream, polled until the deadline;
@@ -26,14 +27,18 @@
 namespace lattice::comm {
 
 // A device-memory communicator over the ranks of `over` (an MpiCommunicator),
-// named like it; collective over `over`. timeout_s <= 0: over's default.
-// Throws lattice::Error with the reason when liblattice_nccl.so cannot be
-// loaded (not built, or CUDA libraries missing) or no GPU is visible.
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& over, int local_rank, double timeout_s = 0);
+// named like it; collective over `over`. local_rank and local_size place this
+// rank on the node (MpiRuntime::local_rank/local_size). timeout_s <= 0:
+// over's default. Throws lattice::Error with the reason when
+// liblattice_nccl.so cannot be loaded (not built, or CUDA libraries missing)
+// or placement finds no device for this rank (no GPU visible, too few GPUs).
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& over, int local_rank, int local_size,
+                                                     double timeout_s = 0);
 
 }  // namespace lattice::comm
 
 // The one symbol liblattice_nccl.so exports. `comm` is an MPI_Comm (passed as
 // a pointer-sized handle so this header needs no mpi.h); it is duplicated.
 extern "C" lattice::comm::Communicator* lattice_nccl_communicator_create(void* mpi_comm, const char* name,
-                                                                         int local_rank, double timeout_s);
+                                                                         int local_rank, int local_size,
+                                                                         double timeout_s);

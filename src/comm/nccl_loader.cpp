@@ -9,7 +9,7 @@ namespace lattice::comm {
 
 namespace {
 
-using Create = Communicator* (*)(void*, const char*, int, double);
+using Create = Communicator* (*)(void*, const char*, int, int, double);
 
 struct Loaded {
   Create create = nullptr;
@@ -26,7 +26,8 @@ Loaded load() {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& over, int local_rank, double timeout_s) {
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& over, int local_rank, int local_size,
+                                                     double timeout_s) {
   auto* mpi = dynamic_cast<MpiCommunicator*>(&over);
   LATTICE_CHECK(mpi, "make_nccl_communicator: group '{}' is not an MpiCommunicator (NCCL bootstraps over MPI)",
                 over.name());
@@ -37,7 +38,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& over, int loc
   static_assert(sizeof(MPI_Comm) <= sizeof(void*), "MPI_Comm must fit a pointer");
   std::memcpy(&handle, &comm, sizeof(MPI_Comm));
   double t = timeout_s > 0 ? timeout_s : mpi->timeout_s();
-  return std::unique_ptr<Communicator>(loaded.create(handle, over.name().c_str(), local_rank, t));
+  return std::unique_ptr<Communicator>(loaded.create(handle, over.name().c_str(), local_rank, local_size, t));
 }
 
 }  // namespace lattice::comm

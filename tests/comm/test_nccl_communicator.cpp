@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "comm/device_placement.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
 #include "comm/nccl_communicator.h"
@@ -17,11 +18,16 @@ namespace {
 
 std::string exe_dir() { return std::filesystem::read_symlink("/proc/self/exe").parent_path().string(); }
 
-int node_local_rank(MpiCommunicator& world) {
+struct NodeRank {
+  int rank = 0, size = 1;
+};
+
+NodeRank node_local_rank(MpiCommunicator& world) {
   MPI_Comm node;
   MPI_Comm_split_type(world.mpi_comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node);
-  int r = 0;
-  MPI_Comm_rank(node, &r);
+  NodeRank r;
+  MPI_Comm_rank(node, &r.rank);
+  MPI_Comm_size(node, &r.size);
   MPI_Comm_free(&node);
   return r;
 }
@@ -30,7 +36,8 @@ TEST(NcclCommunicator, RefusesClearlyWithoutAGpuOrLibrary) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is visible: the device test below covers this machine";
   auto world = make_world_communicator(60);
   try {
-    make_nccl_communicator(*world, node_local_rank(*world));
+    const NodeRank local = node_local_rank(*world);
+    make_nccl_communicator(*world, local.rank, local.size);
     FAIL() << "make_nccl_communicator succeeded without a GPU";
   } catch (const Error& e) {
     // Built (CUDA build, or $LATTICE_NCCL_LIB): the library loads and finds no device.
@@ -50,10 +57,15 @@ TEST(NcclCommunicator, RefusesClearlyWithoutAGpuOrLibrary) {
 TEST(NcclCommunicator, AllReduceAndRingOnDeviceMemory) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU: covered by RefusesClearlyWithoutAGpuOrLibrary";
   auto world = make_world_communicator(60);
-  const int local = node_local_rank(*world);
-  auto nccl = make_nccl_communicator(*world, local);
+  const NodeRank local = node_local_rank(*world);
+  auto nccl = make_nccl_communicator(*world, local.rank, local.size);
   const int p = nccl->size(), r = nccl->rank();
-  Device dev = Device::cuda(local % cuda_backend().device_count(nullptr));  // the factory's choice
+  const Device dev = Device::cuda(choose_cuda_device({.local_rank = local.rank,
+                                                      .local_size = local.size,
+                                                      .device_count = cuda_backend().device_count(nullptr),
+                                                      .cuda_visible_devices = std::getenv("CUDA_VISIBLE_DEVICES"),
+                                                      .host = host_name(),
+                                                      .why_none = ""}));  // the factory's choice
   std::vector<float> host(17);
   for (size_t i = 0; i < host.size(); ++i) host[i] = float((r + 1) * (int(i) % 3 + 1));
   Tensor t = Tensor::from<float>(host, {17}).to(dev);

@@ -9,10 +9,12 @@
 #include <nccl.h>
 
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 
 #include "comm/communicator.h"
 #include "comm/describe.h"
+#include "comm/device_placement.h"
 #include "comm/nccl/nccl_check.h"
 #include "comm/poll.h"
 
@@ -43,6 +45,24 @@ NcclType nccl_type(DType t) {
       return {ncclUint8, 2, false};
   }
   LATTICE_FAIL("no NCCL type for dtype {}", int(t));
+}
+
+// This rank's device under the one-rank-per-GPU rules (comm/device_placement.h).
+int placed_device(int local_rank, int local_size) {
+  int count = 0;
+  std::string why;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear it: the error is reported below, not by the next CUDA call
+    why = fmt::format("cudaGetDeviceCount failed: {} ({})", cudaGetErrorString(e), cudaGetErrorName(e));
+    count = 0;
+  }
+  return choose_cuda_device({.local_rank = local_rank,
+                             .local_size = local_size,
+                             .device_count = count,
+                             .cuda_visible_devices = std::getenv("CUDA_VISIBLE_DEVICES"),
+                             .host = host_name(),
+                             .why_none = why});
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : op == ReduceOp::max ? ncclMax : ncclMin; }
@@ -81,16 +101,12 @@ class NcclWork final : public Work {
 class NcclCommunicator final : public Communicator {
  public:
   // Owns `comm` (an MPI duplicate of the group).
-  NcclCommunicator(MPI_Comm comm, std::string name, int local_rank, double timeout_s)
-      : mpi_(comm), name_(std::move(name)), local_rank_(local_rank), timeout_s_(timeout_s) {
+  NcclCommunicator(MPI_Comm comm, std::string name, int local_rank, int local_size, double timeout_s)
+      : mpi_(comm), name_(std::move(name)), local_rank_(local_rank), local_size_(local_size), timeout_s_(timeout_s) {
     MPI_Comm_rank(mpi_, &rank_);
     MPI_Comm_size(mpi_, &size_);
     world_ranks_ = world_ranks_of(mpi_, size_);
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    LATTICE_CHECK(e == cudaSuccess && count > 0, "NCCL communicator '{}': no CUDA device is visible ({})", name_,
-                  e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
-    device_ = local_rank_ % count;
+    device_ = placed_device(local_rank_, local_size_);
     CUDA_CHECK(cudaSetDevice(device_));
     ncclUniqueId id;
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
@@ -204,7 +220,7 @@ class NcclCommunicator final : public Communicator {
     LATTICE_CHECK(color >= 0, "split of {} into '{}': color {} must be >= 0", group(), name, color);
     MPI_Comm sub = MPI_COMM_NULL;
     LATTICE_CHECK(MPI_Comm_split(mpi_, color, key, &sub) == MPI_SUCCESS, "split of {}: MPI_Comm_split failed", group());
-    return std::make_unique<NcclCommunicator>(sub, name, local_rank_, timeout_s_);
+    return std::make_unique<NcclCommunicator>(sub, name, local_rank_, local_size_, timeout_s_);
   }
 
   std::string group() const { return describe_group(name_, world_ranks_); }
@@ -232,7 +248,7 @@ class NcclCommunicator final : public Communicator {
 
   MPI_Comm mpi_;
   std::string name_;
-  int local_rank_;
+  int local_rank_, local_size_;
   double timeout_s_;
   int rank_ = 0, size_ = 1, device_ = 0;
   std::vector<int> world_ranks_;
@@ -284,10 +300,10 @@ void NcclWork::wait() {
 }  // namespace lattice::comm
 
 extern "C" __attribute__((visibility("default"))) lattice::comm::Communicator* lattice_nccl_communicator_create(
-    void* mpi_comm, const char* name, int local_rank, double timeout_s) {
+    void* mpi_comm, const char* name, int local_rank, int local_size, double timeout_s) {
   MPI_Comm parent;
   std::memcpy(&parent, &mpi_comm, sizeof(MPI_Comm));
   MPI_Comm dup = MPI_COMM_NULL;
   LATTICE_CHECK(MPI_Comm_dup(parent, &dup) == MPI_SUCCESS, "NCCL communicator '{}': MPI_Comm_dup failed", name);
-  return new lattice::comm::NcclCommunicator(dup, name, local_rank, timeout_s);
+  return new lattice::comm::NcclCommunicator(dup, name, local_rank, local_size, timeout_s);
 }

@@ -1,0 +1,37 @@
+// Device placement: which CUDA device a rank drives. Pure arithmetic on facts
+// the caller gathers (the node-local rank and size from MpiRuntime, the device
+// count and its reason from the CUDA runtime, $CUDA_VISIBLE_DEVICES, the host
+// name), so every rule is tested on a machine without a GPU.
+//
+// Lattice runs one rank per GPU. The rules, in order:
+//   - no visible device: error (no CUDA device is visible on the host, why,
+//     and the fix: runtime.device: cpu);
+//   - one visible device: device 0, the launcher's binding of one GPU per
+//     rank (Slurm --gpus-per-task=1, or a CUDA_VISIBLE_DEVICES per rank); but
+//     when CUDA_VISIBLE_DEVICES is unset and the node runs several ranks,
+//     they would all share that device, which NCCL refuses: error;
+//   - otherwise device = local_rank when local_size <= device_count, else
+//     error (more ranks on the node than devices).
+// Every error is one lattice::Error line naming the host, the counts and the
+// fix. The chosen device is what NcclCommunicator sets (comm/nccl/) and what
+// the rank map prints.
+#pragma once
+
+#include <string>
+
+namespace lattice::comm {
+
+struct DevicePlacementInput {
+  int local_rank = 0;                          // this rank among the ranks on its node
+  int local_size = 1;                          // ranks on this node
+  int device_count = 0;                        // CUDA devices this process sees (cudaGetDeviceCount)
+  const char* cuda_visible_devices = nullptr;  // getenv("CUDA_VISIBLE_DEVICES"): null when unset
+  std::string host;                            // for the messages
+  std::string why_none;                        // why device_count is 0 (CudaBackend::device_count's `why`)
+};
+
+// The device index (0-based, among the visible devices) this rank uses.
+// Throws lattice::Error (one line) when the rules above give none.
+int choose_cuda_device(const DevicePlacementInput& in);
+
+}  // namespace lattice::comm

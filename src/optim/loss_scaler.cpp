@@ -1,0 +1,97 @@
+#include "optim/loss_scaler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace lattice::optim {
+
+namespace {
+
+// A positive scale that stays finite in fp32, where the loss is multiplied by it.
+bool usable_scale(double s) { return s > 0 && s <= double(std::numeric_limits<float>::max()); }
+
+void check_options(const LossScalerOptions& o) {
+  LATTICE_CHECK(usable_scale(o.min_scale), "loss scaler: min_scale {} must be > 0 and finite in fp32", o.min_scale);
+  LATTICE_CHECK(usable_scale(o.max_scale) && o.max_scale >= o.min_scale,
+                "loss scaler: max_scale {} must be finite in fp32 and >= min_scale {}", o.max_scale, o.min_scale);
+  LATTICE_CHECK(o.initial_scale >= o.min_scale && o.initial_scale <= o.max_scale,
+                "loss scaler: initial_scale {} must lie in [min_scale {}, max_scale {}]", o.initial_scale, o.min_scale,
+                o.max_scale);
+  LATTICE_CHECK(o.growth_factor > 1 && std::isfinite(o.growth_factor),
+                "loss scaler: growth_factor {} must be finite and > 1 (2 doubles the scale)", o.growth_factor);
+  LATTICE_CHECK(o.backoff_factor > 0 && o.backoff_factor < 1,
+                "loss scaler: backoff_factor {} must lie in (0, 1) (0.5 halves the scale)", o.backoff_factor);
+  LATTICE_CHECK(o.growth_interval >= 1, "loss scaler: growth_interval {} must be >= 1 step", o.growth_interval);
+}
+
+}  // namespace
+
+nlohmann::json loss_scaler_state_json(const LossScalerState& s) {
+  return {{"scale", s.scale}, {"good_steps", s.good_steps}};
+}
+
+LossScalerState loss_scaler_state_from_json(const nlohmann::json& j) {
+  LATTICE_CHECK(j.is_object() && j.contains("scale") && j.contains("good_steps"),
+                "loss scaler state: expected an object with 'scale' and 'good_steps', got {}", j.dump());
+  const nlohmann::json &scale = j["scale"], &good = j["good_steps"];
+  LATTICE_CHECK(scale.is_number() && usable_scale(scale.get<double>()),
+                "loss scaler state: 'scale' is {}, expected a number > 0 and finite in fp32", scale.dump());
+  LATTICE_CHECK(good.is_number_integer() && good.get<int64_t>() >= 0,
+                "loss scaler state: 'good_steps' is {}, expected an integer >= 0", good.dump());
+  return {scale.get<double>(), good.get<int64_t>()};
+}
+
+LossScaler::LossScaler(const LossScalerOptions& o) : enabled_(true), opts_(o) {
+  check_options(o);
+  state_.scale = o.initial_scale;
+}
+
+bool LossScaler::update(bool found_inf) {
+  if (!enabled_) return false;
+  if (found_inf) {
+    state_.scale = std::max(state_.scale * opts_.backoff_factor, opts_.min_scale);
+    state_.good_steps = 0;
+    return true;
+  }
+  if (++state_.good_steps >= opts_.growth_interval) {
+    state_.scale = std::min(state_.scale * opts_.growth_factor, opts_.max_scale);
+    state_.good_steps = 0;
+  }
+  return false;
+}
+
+void LossScaler::load_state(const LossScalerState& s) {
+  if (!enabled_) {
+    LATTICE_CHECK(s == LossScalerState{},
+                  "loss scaler state: scale {} with {} good steps comes from fp16 loss scaling, but this run's "
+                  "scaler is disabled (bf16/fp32): resume with the precision the checkpoint was written with",
+                  s.scale, s.good_steps);
+    return;
+  }
+  LATTICE_CHECK(s.scale >= opts_.min_scale && s.scale <= opts_.max_scale,
+                "loss scaler state: scale {} is outside [min_scale {}, max_scale {}]: resume with the loss scaler "
+                "options the checkpoint was written with",
+                s.scale, opts_.min_scale, opts_.max_scale);
+  LATTICE_CHECK(s.good_steps >= 0 && s.good_steps < opts_.growth_interval,
+                "loss scaler state: good_steps {} must lie in [0, growth_interval {}): resume with the loss scaler "
+                "options the checkpoint was written with",
+                s.good_steps, opts_.growth_interval);
+  state_ = s;
+}
+
+LossScaler make_loss_scaler(DType compute, const LossScalerOptions& o) {
+  return compute == DType::f16 ? LossScaler(o) : LossScaler();
+}
+
+bool any_rank_found_inf(comm::Communicator& group, bool local_found_inf) {
+  Tensor flag = Tensor::from<int32_t>({local_found_inf ? 1 : 0}, {1});
+  group.all_reduce(flag, {.op = comm::ReduceOp::max})->wait();
+  return flag.data<int32_t>()[0] != 0;
+}
+
+}  // namespace lattice::optim

@@ -1,0 +1,105 @@
+// Dynamic loss scaling for fp16 training, and the joint overflow decision.
+//
+// fp16 gradients underflow unless the loss is multiplied by a large scale
+// before backward; the optimizer then reads the gradients times 1/scale. The
+// scale follows a small state machine, advanced once per step with the
+// verdict of every rank (any_rank_found_inf):
+//   - overflow (any rank saw inf/nan): the step is skipped (no update), the
+//     scale is multiplied by backoff_factor (clamped at min_scale) and the
+//     good-step counter restarts at 0;
+//   - finite: the counter grows; when it reaches growth_interval the scale
+//     is multiplied by growth_factor (clamped at max_scale) and the counter
+//     restarts at 0.
+// Because the verdict is the same on every rank, every rank skips the same
+// steps and holds the same state, which is what a checkpoint stores
+// (LossScalerState, to/from JSON) and a resume restores.
+//
+// min_scale clamps rather than fails: an overflow at the minimum skips the
+// step and leaves the scale there. One bad batch can overflow at any scale and
+// the next step may be fine, so ending the run there would lose runs that
+// recover; a run that keeps overflowing shows it in the skipped-step count and
+// in the scale it logs.
+//
+// Disabled (bf16, fp32): the scale is 1 and never moves, and update() never
+// skips on its own; the trainer's non-finite gradient-norm check still skips
+// a step whose gradients are inf/nan (booster/hybrid_parallel_plugin.cpp).
+//
+// Use in a step: loss *= scale(); backward; found = any_rank_found_inf(group,
+// local non-finite); if (update(found)) skip; else the optimizer's grad_scale
+// is inv_scale() times the clip factor of the unscaled norm.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+
+#include "comm/communicator.h"
+#include "core/dtype.h"
+
+namespace lattice::optim {
+
+struct LossScalerOptions {
+  double initial_scale = 65536.0;  // 2^16
+  double growth_factor = 2.0;      // > 1
+  double backoff_factor = 0.5;     // in (0, 1)
+  int64_t growth_interval = 1000;  // consecutive finite steps before the scale grows
+  double min_scale = 1.0;          // backoff clamps here
+  double max_scale = 16777216.0;   // 2^24; growth clamps here
+};
+
+// What a checkpoint carries. good_steps counts the finite steps since the
+// last growth or overflow.
+struct LossScalerState {
+  double scale = 1.0;
+  int64_t good_steps = 0;
+  bool operator==(const LossScalerState&) const = default;
+};
+
+// {"scale": 65536.0, "good_steps": 12}
+nlohmann::json loss_scaler_state_json(const LossScalerState& s);
+// The inverse; throws lattice::Error (one line) naming the field when it is
+// missing, of the wrong type, or out of range (scale not finite and > 0,
+// good_steps < 0).
+LossScalerState loss_scaler_state_from_json(const nlohmann::json& j);
+
+class LossScaler {
+ public:
+  // Disabled: scale 1, no growth, no skips.
+  LossScaler() = default;
+  // Dynamic, starting at o.initial_scale. Throws lattice::Error (one line)
+  // naming the option when the options are inconsistent.
+  explicit LossScaler(const LossScalerOptions& o);
+
+  bool enabled() const { return enabled_; }
+  float scale() const { return float(state_.scale); }  // multiply the loss by this
+  float inv_scale() const { return float(1.0 / state_.scale); }
+  const LossScalerState& state() const { return state_; }
+  const LossScalerOptions& options() const { return opts_; }
+
+  // Advances one step with the verdict of every rank (any_rank_found_inf);
+  // true: skip this step's update. Disabled: never skips, never changes.
+  bool update(bool found_inf);
+
+  // Restores a checkpointed state. Dynamic: the scale must lie in
+  // [min_scale, max_scale]; disabled: only the state of a disabled scaler
+  // (scale 1, no good steps) is accepted. Throws lattice::Error otherwise.
+  void load_state(const LossScalerState& s);
+
+ private:
+  bool enabled_ = false;
+  LossScalerOptions opts_;
+  LossScalerState state_;
+};
+
+// Dynamic scaling for f16 compute, disabled for every other dtype.
+LossScaler make_loss_scaler(DType compute, const LossScalerOptions& o = {});
+
+// Whether any rank of `group` found a non-finite gradient: one all_reduce
+// (max) of a single i32 in host memory, so `group` must move host memory (an
+// MpiCommunicator or the self communicator; a GPU rank copies its flag to the
+// host, where the skip is decided anyway). Collective over `group`: every
+// rank calls it once per step, and every rank gets the same answer. Training
+// passes the world: tp shards, pp stages and ZeRO dp shards hold different
+// gradients, yet every rank must skip the same steps.
+bool any_rank_found_inf(comm::Communicator& group, bool local_found_inf);
+
+}  // namespace lattice::optim
