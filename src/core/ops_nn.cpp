@@ -106,8 +106,8 @@ void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& weight, int
   check_same("embedding_forward", {&out, &weight});
   Rows r = embedding_dims("embedding_forward", out, ids, weight);
   if (cuda_f32(out))
-    return cuda_backend().embedding_forward(out.device().index, fp(out), ids.data<int32_t>(), fp(weight), vocab_start,
-                                            r.n, weight.dim(0), r.c);
+    return cuda_backend().embedding_forward(out.device().index, fp(out), ip(ids), fp(weight), vocab_start, r.n,
+                                            weight.dim(0), r.c);
   on_cpu("embedding_forward", out, [&](auto t) {
     using T = decltype(t);
     cpu::embedding_forward<T>(out.data<T>(), ids.data<int32_t>(), weight.data<T>(), vocab_start, r.n, weight.dim(0),
@@ -119,8 +119,8 @@ void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids, 
   check_same("embedding_backward", {&dweight, &dout});
   Rows r = embedding_dims("embedding_backward", dout, ids, dweight);
   if (cuda_f32(dweight))
-    return cuda_backend().embedding_backward(dweight.device().index, fp(dweight), fp(dout), ids.data<int32_t>(),
-                                             vocab_start, r.n, dweight.dim(0), r.c);
+    return cuda_backend().embedding_backward(dweight.device().index, fp(dweight), fp(dout), ip(ids), vocab_start, r.n,
+                                             dweight.dim(0), r.c);
   on_cpu("embedding_backward", dweight, [&](auto t) {
     using T = decltype(t);
     cpu::embedding_backward<T>(dweight.data<T>(), dout.data<T>(), ids.data<int32_t>(), vocab_start, r.n, dweight.dim(0),
@@ -155,8 +155,8 @@ void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, co
   LATTICE_CHECK(losses.numel() == r.n && lse.numel() == r.n, "ops::cross_entropy_forward: losses {} lse {} for N = {}",
                 shape_str(losses.shape()), shape_str(lse.shape()), r.n);
   if (cuda_f32(logits))
-    return cuda_backend().cross_entropy_forward(logits.device().index, fp(losses), fp(lse), fp(logits),
-                                                targets.data<int32_t>(), ignore_index, r.n, r.c);
+    return cuda_backend().cross_entropy_forward(logits.device().index, fp(losses), fp(lse), fp(logits), ip(targets),
+                                                ignore_index, r.n, r.c);
   on_cpu("cross_entropy_forward", logits, [&](auto t) {
     using T = decltype(t);
     cpu::cross_entropy_forward<T>(losses.data<T>(), lse.data<T>(), logits.data<T>(), targets.data<int32_t>(),
@@ -173,7 +173,7 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
                 shape_str(lse.shape()), shape_str(logits.shape()));
   if (cuda_f32(logits))
     return cuda_backend().shard_cross_entropy_backward(logits.device().index, fp(dlogits), fp(logits), fp(lse),
-                                                       targets.data<int32_t>(), dloss, 0, r.c, ignore_index, r.n, r.c);
+                                                       ip(targets), dloss, 0, r.c, ignore_index, r.n, r.c);
   on_cpu("cross_entropy_backward", logits, [&](auto t) {
     using T = decltype(t);
     cpu::cross_entropy_backward<T>(dlogits.data<T>(), logits.data<T>(), lse.data<T>(), targets.data<int32_t>(),
@@ -216,8 +216,8 @@ void shard_softmax_partials(Tensor& sums, const Tensor& logits, const Tensor& ro
   check_same("shard_softmax_partials", {&sums, &logits, &row_max});
   Rows r = shard_loss_dims("shard_softmax_partials", logits, targets, {{&sums, 2}, {&row_max, 1}});
   if (cuda_f32(logits))
-    return cuda_backend().shard_softmax_partials(logits.device().index, fp(sums), fp(logits), fp(row_max),
-                                                 targets.data<int32_t>(), col_start, n_valid, r.n, r.c);
+    return cuda_backend().shard_softmax_partials(logits.device().index, fp(sums), fp(logits), fp(row_max), ip(targets),
+                                                 col_start, n_valid, r.n, r.c);
   on_cpu("shard_softmax_partials", logits, [&](auto t) {
     using T = decltype(t);
     cpu::shard_softmax_partials<T>(sums.data<T>(), logits.data<T>(), row_max.data<T>(), targets.data<int32_t>(),
@@ -236,7 +236,7 @@ void cross_entropy_from_partials(Tensor& losses, Tensor& lse, const Tensor& row_
                 shape_str(targets.shape()));
   if (cuda_f32(losses))
     return cuda_backend().cross_entropy_from_partials(losses.device().index, fp(losses), fp(lse), fp(row_max), fp(sums),
-                                                      targets.data<int32_t>(), ignore_index, N);
+                                                      ip(targets), ignore_index, N);
   on_cpu("cross_entropy_from_partials", losses, [&](auto t) {
     using T = decltype(t);
     cpu::cross_entropy_from_partials<T>(losses.data<T>(), lse.data<T>(), row_max.data<T>(), sums.data<T>(),
@@ -252,8 +252,7 @@ void shard_cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const T
                 shape_str(dlogits.shape()), shape_str(logits.shape()));
   if (cuda_f32(logits))
     return cuda_backend().shard_cross_entropy_backward(logits.device().index, fp(dlogits), fp(logits), fp(lse),
-                                                       targets.data<int32_t>(), dloss, col_start, n_valid, ignore_index,
-                                                       r.n, r.c);
+                                                       ip(targets), dloss, col_start, n_valid, ignore_index, r.n, r.c);
   on_cpu("shard_cross_entropy_backward", logits, [&](auto t) {
     using T = decltype(t);
     cpu::shard_cross_entropy_backward<T>(dlogits.data<T>(), logits.data<T>(), lse.data<T>(), targets.data<int32_t>(),

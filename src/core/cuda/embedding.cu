@@ -3,8 +3,9 @@
 //
 // Backward without atomics: repeated ids would make float atomicAdd order,
 // and so the result, depend on scheduling. Instead the token indices are
-// stably sorted by weight row (cub radix sort on the row, tokens outside the
-// shard keyed V so they sort last and are skipped), and the first position of
+// stably sorted by weight row (cub radix sort on the row as an unsigned key of
+// just the bits V needs, tokens outside the shard keyed V so they sort last
+// and are skipped), and the first position of
 // each run of equal rows gets one block that adds the run's dout rows, in
 // token order, onto dweight. Each dweight element then sees exactly the CPU
 // kernel's sequence of additions, so the result is bitwise the CPU's. The sort
@@ -38,21 +39,21 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* ids, const f
   }
 }
 
-__global__ void sort_keys_kernel(int32_t* keys, int32_t* tokens, const int32_t* ids, int64_t vocab_start, int64_t N,
+__global__ void sort_keys_kernel(uint32_t* keys, int32_t* tokens, const int32_t* ids, int64_t vocab_start, int64_t N,
                                  int64_t V) {
   for (int64_t n = first_index(); n < N; n += grid_stride()) {
     const int64_t row = int64_t(ids[n]) - vocab_start;
-    keys[n] = int32_t((row >= 0 && row < V) ? row : V);
+    keys[n] = uint32_t((row >= 0 && row < V) ? row : V);
     tokens[n] = int32_t(n);
   }
 }
 
 // Block p starts work only at the first position of a run of equal rows.
-__global__ void embedding_runs_kernel(float* dweight, const float* dout, const int32_t* rows, const int32_t* tokens,
+__global__ void embedding_runs_kernel(float* dweight, const float* dout, const uint32_t* rows, const int32_t* tokens,
                                       int64_t N, int64_t V, int64_t C) {
   const int64_t p = blockIdx.x;
-  const int32_t row = rows[p];
-  if (row == V || (p > 0 && rows[p - 1] == row)) return;
+  const uint32_t row = rows[p];
+  if (int64_t(row) == V || (p > 0 && rows[p - 1] == row)) return;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     float acc = dweight[int64_t(row) * C + c];
     for (int64_t q = p; q < N && rows[q] == row; ++q) acc += dout[int64_t(tokens[q]) * C + c];
@@ -62,9 +63,9 @@ __global__ void embedding_runs_kernel(float* dweight, const float* dout, const i
 
 size_t sort_temp_bytes(int64_t N, int64_t V) {
   size_t bytes = 0;
-  cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
-                                  static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), int(N), 0,
-                                  key_bits(V));
+  cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const uint32_t*>(nullptr),
+                                  static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                  static_cast<int32_t*>(nullptr), int(N), 0, key_bits(V));
   return bytes;
 }
 
@@ -86,8 +87,8 @@ cudaError_t launch_embedding_backward(cudaStream_t stream, float* dweight, const
   if (N == 0 || C == 0) return cudaSuccess;
   const size_t part = align_up(size_t(N) * sizeof(int32_t));
   char* ws = static_cast<char*>(workspace);
-  int32_t* keys_in = reinterpret_cast<int32_t*>(ws);
-  int32_t* keys_out = reinterpret_cast<int32_t*>(ws + part);
+  uint32_t* keys_in = reinterpret_cast<uint32_t*>(ws);
+  uint32_t* keys_out = reinterpret_cast<uint32_t*>(ws + part);
   int32_t* tokens_in = reinterpret_cast<int32_t*>(ws + 2 * part);
   int32_t* tokens_out = reinterpret_cast<int32_t*>(ws + 3 * part);
   size_t temp_bytes = workspace_bytes - 4 * part;

@@ -165,7 +165,7 @@ void launch_dropout(cudaStream_t stream, float* out, const float* inp, const Rng
   dropout_kernel<<<blocks_for(groups), kThreads, 0, stream>>>(out, inp, key, sample0, p, B, S);
 }
 
-size_t sum_squares_workspace_bytes() { return (kSumSquaresBlocks + 1) * sizeof(double); }
+size_t sum_squares_workspace_bytes() { return kSumSquaresBlocks * sizeof(double); }
 
 void launch_sum_squares(cudaStream_t stream, double* result, const float* x, int64_t n, void* workspace) {
   double* partial = static_cast<double*>(workspace);
