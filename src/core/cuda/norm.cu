@@ -60,7 +60,7 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp
   float ss = 0.0f;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
   const float rs = math::rstd_of(block_sum(ss) / float(C), eps);
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) y[c] = x[c] * rs * weight[c];
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) y[c] = math::rmsnorm_out(x[c], rs, weight[c]);
   if (threadIdx.x == 0) rstd[blockIdx.x] = rs;
 }
 

@@ -97,6 +97,10 @@ template <typename T>
 LATTICE_HD T layernorm_dinp(T x, T dy, T w, T mean, T rstd, T mean_dn, T mean_dn_xhat) {
   return rstd * (w * dy - mean_dn - (x - mean) * rstd * mean_dn_xhat);
 }
+template <typename T>
+LATTICE_HD T rmsnorm_out(T x, T rstd, T w) {
+  return x * rstd * w;
+}
 // y = x r w with r = (mean(x^2) + eps)^(-1/2), so dr/dx_c = -r^3 x_c / C:
 // dinp = r w dy - x k with k = r^3 sum(dy w x) / C (rmsnorm_k).
 template <typename T>

@@ -87,7 +87,7 @@ void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, T eps, int6
     for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
     T rs = math::rstd_of(ss / T(C), eps);
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) y[c] = x[c] * rs * weight[c];
+    for (int64_t c = 0; c < C; ++c) y[c] = math::rmsnorm_out(x[c], rs, weight[c]);
     rstd[r] = rs;
   }
 }
