@@ -11,7 +11,11 @@
 // Pointers are device pointers of device `dev`; every call is synchronous with
 // respect to the host unless it says otherwise (one stream per device for now).
 // Matrices are row-major; gemm computes C = alpha * op(A) op(B) + beta * C with
-// op(A) of shape (m, k) and op(B) of shape (k, n).
+// op(A) of shape (m, k) and op(B) of shape (k, n). Every other kernel has the
+// semantics, argument order and shapes of its CPU twin in core/kernels/cpu/
+// (core/ops.h checks the arguments of both): parameter gradients accumulate,
+// activation gradients overwrite, and no kernel's result depends on
+// scheduling (no float atomics).
 #pragma once
 
 #include <cstddef>
@@ -19,6 +23,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/kernels/cpu/rope.h"
 #include "core/rng.h"
 
 namespace lattice {
@@ -55,7 +60,49 @@ class CudaBackend {
   virtual void bias_backward(int dev, float* dbias, const float* dout, int64_t rows, int64_t cols) = 0;  // +=
   virtual void gelu_forward(int dev, float* out, const float* inp, int64_t n) = 0;
   virtual void gelu_backward(int dev, float* dinp, const float* dout, const float* inp, int64_t n) = 0;
+  virtual void gelu_erf_forward(int dev, float* out, const float* inp, int64_t n) = 0;
+  virtual void gelu_erf_backward(int dev, float* dinp, const float* dout, const float* inp, int64_t n) = 0;
+  virtual void swiglu_forward(int dev, float* out, const float* inp, int64_t N, int64_t F) = 0;
+  virtual void swiglu_backward(int dev, float* dinp, const float* dout, const float* inp, int64_t N, int64_t F) = 0;
   virtual void add(int dev, float* out, const float* a, const float* b, int64_t n) = 0;
+  virtual void scale(int dev, float* x, float s, int64_t n) = 0;
+  virtual double sum_squares(int dev, const float* x, int64_t n) = 0;  // accumulated in double
+  // Inverted dropout on (B, S) rows; backward is the same call on dout.
+  virtual void dropout(int dev, float* out, const float* inp, const RngKey& key, int64_t sample0, float p, int64_t B,
+                       int64_t S) = 0;
+
+  virtual void layernorm_forward(int dev, float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                 const float* bias, float eps, int64_t N, int64_t C) = 0;
+  virtual void layernorm_backward(int dev, float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean, const float* rstd,
+                                  int64_t N, int64_t C) = 0;
+  virtual void rmsnorm_forward(int dev, float* out, float* rstd, const float* inp, const float* weight, float eps,
+                               int64_t N, int64_t C) = 0;
+  virtual void rmsnorm_backward(int dev, float* dinp, float* dweight, const float* dout, const float* inp,
+                                const float* weight, const float* rstd, int64_t N, int64_t C) = 0;
+
+  // sign +1: rope_forward; -1: rope_backward (the transposed rotation).
+  virtual void rope(int dev, float* out, const float* inp, const cpu::RopeDims& d, double sign) = 0;
+
+  virtual void embedding_forward(int dev, float* out, const int32_t* ids, const float* weight, int64_t vocab_start,
+                                 int64_t N, int64_t V, int64_t C) = 0;
+  virtual void embedding_backward(int dev, float* dweight, const float* dout, const int32_t* ids, int64_t vocab_start,
+                                  int64_t N, int64_t V, int64_t C) = 0;
+
+  // Softmax cross-entropy; the full-vocabulary backward is
+  // shard_cross_entropy_backward with col_start 0 and n_valid V.
+  virtual void cross_entropy_forward(int dev, float* losses, float* lse, const float* logits, const int32_t* targets,
+                                     int ignore_index, int64_t N, int64_t V) = 0;
+  virtual void shard_row_max(int dev, float* row_max, const float* logits, int64_t n_valid, int64_t N, int64_t K) = 0;
+  virtual void shard_softmax_partials(int dev, float* sums, const float* logits, const float* row_max,
+                                      const int32_t* targets, int64_t col_start, int64_t n_valid, int64_t N,
+                                      int64_t K) = 0;
+  virtual void cross_entropy_from_partials(int dev, float* losses, float* lse, const float* row_max, const float* sums,
+                                           const int32_t* targets, int ignore_index, int64_t N) = 0;
+  virtual void shard_cross_entropy_backward(int dev, float* dlogits, const float* logits, const float* lse,
+                                            const int32_t* targets, float dloss, int64_t col_start, int64_t n_valid,
+                                            int ignore_index, int64_t N, int64_t K) = 0;
+
   virtual void adamw(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
                      float beta2, float eps, float weight_decay, float bias_correction1, float bias_correction2,
                      float grad_scale) = 0;

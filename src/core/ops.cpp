@@ -9,12 +9,12 @@
 #include <initializer_list>
 
 #include "core/backend.h"
-#include "core/ops_internal.h"
 #include "core/kernels/cpu/activation.h"
 #include "core/kernels/cpu/elementwise.h"
 #include "core/kernels/cpu/matmul.h"
 #include "core/kernels/cpu/norm.h"
 #include "core/kernels/cpu/optimizer.h"
+#include "core/ops_internal.h"
 
 namespace lattice::ops {
 
@@ -28,9 +28,9 @@ void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_
                 shape_str(a.shape()), shape_str(b.shape()), shape_str(c.shape()));
   int64_t m = trans_a ? a.dim(1) : a.dim(0), k = trans_a ? a.dim(0) : a.dim(1);
   int64_t kb = trans_b ? b.dim(1) : b.dim(0), n = trans_b ? b.dim(0) : b.dim(1);
-  LATTICE_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n,
-                "ops::gemm: op(a) {}{} times op(b) {}{} does not give c {}", shape_str(a.shape()),
-                trans_a ? "^T" : "", shape_str(b.shape()), trans_b ? "^T" : "", shape_str(c.shape()));
+  LATTICE_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, "ops::gemm: op(a) {}{} times op(b) {}{} does not give c {}",
+                shape_str(a.shape()), trans_a ? "^T" : "", shape_str(b.shape()), trans_b ? "^T" : "",
+                shape_str(c.shape()));
   if (cuda_f32(c))
     return cuda_backend().gemm(c.device().index, trans_a, trans_b, m, n, k, alpha, fp(a), fp(b), beta, fp(c));
   on_cpu("gemm", c, [&](auto t) {
@@ -81,8 +81,8 @@ void linear_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor&
   LinearDims d = linear_dims("linear_backward", dout, inp, weight);
   if (dinp) {
     check_same("linear_backward", {&dout, dinp});
-    LATTICE_CHECK(dinp->numel() == inp.numel(), "ops::linear_backward: dinp {} for inp {}",
-                  shape_str(dinp->shape()), shape_str(inp.shape()));
+    LATTICE_CHECK(dinp->numel() == inp.numel(), "ops::linear_backward: dinp {} for inp {}", shape_str(dinp->shape()),
+                  shape_str(inp.shape()));
   }
   if (dweight) {
     check_same("linear_backward", {&dout, dweight});
@@ -159,6 +159,9 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
   check_same("layernorm_forward", {&out, &mean, &rstd, &inp, &weight, &bias});
   Rows r = norm_dims("layernorm_forward", out, inp, weight, {&mean, &rstd});
   LATTICE_CHECK(bias.numel() == r.c, "ops::layernorm_forward: bias {} for C = {}", shape_str(bias.shape()), r.c);
+  if (cuda_f32(out))
+    return cuda_backend().layernorm_forward(out.device().index, fp(out), fp(mean), fp(rstd), fp(inp), fp(weight),
+                                            fp(bias), eps, r.n, r.c);
   on_cpu("layernorm_forward", out, [&](auto t) {
     using T = decltype(t);
     cpu::layernorm_forward<T>(out.data<T>(), mean.data<T>(), rstd.data<T>(), inp.data<T>(), weight.data<T>(),
@@ -173,6 +176,9 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
   LATTICE_CHECK(dout.numel() == inp.numel() && dweight.numel() == r.c && dbias.numel() == r.c,
                 "ops::layernorm_backward: dout {} dweight {} dbias {} for inp {}", shape_str(dout.shape()),
                 shape_str(dweight.shape()), shape_str(dbias.shape()), shape_str(inp.shape()));
+  if (cuda_f32(dinp))
+    return cuda_backend().layernorm_backward(dinp.device().index, fp(dinp), fp(dweight), fp(dbias), fp(dout), fp(inp),
+                                             fp(weight), fp(mean), fp(rstd), r.n, r.c);
   on_cpu("layernorm_backward", dinp, [&](auto t) {
     using T = decltype(t);
     cpu::layernorm_backward<T>(dinp.data<T>(), dweight.data<T>(), dbias.data<T>(), dout.data<T>(), inp.data<T>(),
@@ -183,6 +189,8 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
 void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps) {
   check_same("rmsnorm_forward", {&out, &rstd, &inp, &weight});
   Rows r = norm_dims("rmsnorm_forward", out, inp, weight, {&rstd});
+  if (cuda_f32(out))
+    return cuda_backend().rmsnorm_forward(out.device().index, fp(out), fp(rstd), fp(inp), fp(weight), eps, r.n, r.c);
   on_cpu("rmsnorm_forward", out, [&](auto t) {
     using T = decltype(t);
     cpu::rmsnorm_forward<T>(out.data<T>(), rstd.data<T>(), inp.data<T>(), weight.data<T>(), T(eps), r.n, r.c);
@@ -196,6 +204,9 @@ void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const T
   LATTICE_CHECK(dout.numel() == inp.numel() && dweight.numel() == r.c,
                 "ops::rmsnorm_backward: dout {} dweight {} for inp {}", shape_str(dout.shape()),
                 shape_str(dweight.shape()), shape_str(inp.shape()));
+  if (cuda_f32(dinp))
+    return cuda_backend().rmsnorm_backward(dinp.device().index, fp(dinp), fp(dweight), fp(dout), fp(inp), fp(weight),
+                                           fp(rstd), r.n, r.c);
   on_cpu("rmsnorm_backward", dinp, [&](auto t) {
     using T = decltype(t);
     cpu::rmsnorm_backward<T>(dinp.data<T>(), dweight.data<T>(), dout.data<T>(), inp.data<T>(), weight.data<T>(),
@@ -241,6 +252,7 @@ Rows swiglu_dims(const char* op, const Tensor& y, const Tensor& x) {  // y (N, F
 void swiglu_forward(Tensor& out, const Tensor& inp) {
   check_same("swiglu_forward", {&out, &inp});
   Rows r = swiglu_dims("swiglu_forward", out, inp);
+  if (cuda_f32(out)) return cuda_backend().swiglu_forward(out.device().index, fp(out), fp(inp), r.n, r.c);
   on_cpu("swiglu_forward", out, [&](auto t) {
     using T = decltype(t);
     cpu::swiglu_forward<T>(out.data<T>(), inp.data<T>(), r.n, r.c);
@@ -252,6 +264,7 @@ void swiglu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
   Rows r = swiglu_dims("swiglu_backward", dout, inp);
   LATTICE_CHECK(dinp.numel() == inp.numel(), "ops::swiglu_backward: dinp {} for inp {}", shape_str(dinp.shape()),
                 shape_str(inp.shape()));
+  if (cuda_f32(dinp)) return cuda_backend().swiglu_backward(dinp.device().index, fp(dinp), fp(dout), fp(inp), r.n, r.c);
   on_cpu("swiglu_backward", dinp, [&](auto t) {
     using T = decltype(t);
     cpu::swiglu_backward<T>(dinp.data<T>(), dout.data<T>(), inp.data<T>(), r.n, r.c);
@@ -307,6 +320,7 @@ void add_inplace(Tensor& acc, const Tensor& x) {
 
 void scale_inplace(Tensor& x, double s) {
   check_same("scale_inplace", {&x});
+  if (cuda_f32(x)) return cuda_backend().scale(x.device().index, fp(x), float(s), x.numel());
   on_cpu("scale_inplace", x, [&](auto t) {
     using T = decltype(t);
     cpu::scale_inplace<T>(x.data<T>(), s, x.numel());
@@ -315,6 +329,7 @@ void scale_inplace(Tensor& x, double s) {
 
 double sum_squares(const Tensor& x) {
   check_same("sum_squares", {&x});
+  if (cuda_f32(x)) return cuda_backend().sum_squares(x.device().index, fp(x), x.numel());
   return on_cpu("sum_squares", x, [&](auto t) {
     using T = decltype(t);
     return cpu::sum_squares<T>(x.data<T>(), x.numel());
@@ -340,8 +355,8 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
   if (cuda_f32(param)) {
     float bc1 = float(1.0 - std::pow(double(s.beta1), double(s.step)));
     float bc2 = float(1.0 - std::pow(double(s.beta2), double(s.step)));
-    return cuda_backend().adamw(param.device().index, fp(param), fp(grad), fp(m), fp(v), param.numel(), s.lr,
-                                s.beta1, s.beta2, s.eps, s.weight_decay, bc1, bc2, s.grad_scale);
+    return cuda_backend().adamw(param.device().index, fp(param), fp(grad), fp(m), fp(v), param.numel(), s.lr, s.beta1,
+                                s.beta2, s.eps, s.weight_decay, bc1, bc2, s.grad_scale);
   }
   on_cpu("adamw_update", param, [&](auto t) {
     using T = decltype(t);
@@ -361,8 +376,8 @@ void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum, float lr, f
                 shape_str(grad.shape()), use_buf ? shape_str(momentum.shape()) : "undefined");
   on_cpu("sgd_update", param, [&](auto t) {
     using T = decltype(t);
-    cpu::sgd_update<T>(param.data<T>(), grad.data<T>(), use_buf ? momentum.data<T>() : nullptr, param.numel(), lr,
-                       mu, weight_decay, grad_scale);
+    cpu::sgd_update<T>(param.data<T>(), grad.data<T>(), use_buf ? momentum.data<T>() : nullptr, param.numel(), lr, mu,
+                       weight_decay, grad_scale);
   });
 }
 

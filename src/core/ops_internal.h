@@ -25,8 +25,8 @@ inline void check_same(const char* op, std::initializer_list<const Tensor*> ts) 
   const Tensor* first = *ts.begin();
   for (const Tensor* t : ts) {
     LATTICE_CHECK(t->defined(), "ops::{}: an argument tensor is undefined", op);
-    LATTICE_CHECK(t->dtype() == first->dtype() && t->device() == first->device(),
-                  "ops::{}: mixed tensors {} and {}", op, desc(*first), desc(*t));
+    LATTICE_CHECK(t->dtype() == first->dtype() && t->device() == first->device(), "ops::{}: mixed tensors {} and {}",
+                  op, desc(*first), desc(*t));
   }
 }
 
@@ -58,10 +58,11 @@ auto on_cpu(const char* op, const Tensor& t, F&& f) -> decltype(f(float{})) {
 
 inline bool cuda_f32(const Tensor& t) { return t.device().is_cuda() && t.dtype() == DType::f32; }
 inline float* fp(const Tensor& t) { return static_cast<float*>(t.raw()); }
+// i32 ids or targets on any device (Tensor::data is host-only).
+inline const int32_t* ip(const Tensor& t) { return static_cast<const int32_t*>(t.raw()); }
 template <typename T>
 T* ptr(const Tensor* t) {
   return t ? t->data<T>() : nullptr;
 }
-
 
 }  // namespace lattice::ops::detail

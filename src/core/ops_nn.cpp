@@ -27,6 +27,13 @@ void dropout_apply(const char* op, Tensor& y, const Tensor& x, const Dropout& d)
                 shape_str(x.shape()));
   LATTICE_CHECK(d.p >= 0.0f && d.p < 1.0f, "ops::{}: p = {} must lie in [0, 1)", op, d.p);
   int64_t B = x.ndim() ? x.dim(0) : 1, S = B ? x.numel() / B : 0;
+  if (cuda_f32(y)) {
+    if (d.p == 0.0f) {
+      if (y.raw() != x.raw()) y.copy_from(x);
+      return;
+    }
+    return cuda_backend().dropout(y.device().index, fp(y), fp(x), d.key, d.sample0, d.p, B, S);
+  }
   on_cpu(op, y, [&](auto t) {
     using T = decltype(t);
     cpu::dropout_forward<T>(y.data<T>(), x.data<T>(), d.key, d.sample0, d.p, B, S);
@@ -114,6 +121,9 @@ Rows embedding_dims(const char* op, const Tensor& rows, const Tensor& ids, const
 void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& weight, int64_t vocab_start) {
   check_same("embedding_forward", {&out, &weight});
   Rows r = embedding_dims("embedding_forward", out, ids, weight);
+  if (cuda_f32(out))
+    return cuda_backend().embedding_forward(out.device().index, fp(out), ip(ids), fp(weight), vocab_start, r.n,
+                                            weight.dim(0), r.c);
   on_cpu("embedding_forward", out, [&](auto t) {
     using T = decltype(t);
     cpu::embedding_forward<T>(out.data<T>(), ids.data<int32_t>(), weight.data<T>(), vocab_start, r.n, weight.dim(0),
@@ -124,6 +134,9 @@ void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& weight, int
 void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids, int64_t vocab_start) {
   check_same("embedding_backward", {&dweight, &dout});
   Rows r = embedding_dims("embedding_backward", dout, ids, dweight);
+  if (cuda_f32(dweight))
+    return cuda_backend().embedding_backward(dweight.device().index, fp(dweight), fp(dout), ip(ids), vocab_start, r.n,
+                                             dweight.dim(0), r.c);
   on_cpu("embedding_backward", dweight, [&](auto t) {
     using T = decltype(t);
     cpu::embedding_backward<T>(dweight.data<T>(), dout.data<T>(), ids.data<int32_t>(), vocab_start, r.n, dweight.dim(0),
@@ -139,8 +152,10 @@ Rows cross_entropy_dims(const char* op, const Tensor& logits, const Tensor& targ
   Rows r = rows_of(logits);
   LATTICE_CHECK(targets.numel() == r.n, "ops::{}: targets {} for logits {} (N, V)", op, shape_str(targets.shape()),
                 shape_str(logits.shape()));
-  if (targets.device().is_cpu()) {
-    const int32_t* t = targets.data<int32_t>();
+  {
+    // Targets on a GPU are checked on a host copy (N ints, small next to the logits).
+    const Tensor host = targets.device().is_cpu() ? targets : targets.to(Device::cpu());
+    const int32_t* t = host.data<int32_t>();
     for (int64_t n = 0; n < r.n; ++n)
       LATTICE_CHECK(t[n] == ignore_index || (t[n] >= 0 && t[n] < r.c),
                     "ops::{}: target {} of row {} is outside [0, {}) and not ignore_index ({})", op, t[n], n, r.c,
@@ -155,6 +170,9 @@ void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, co
   Rows r = cross_entropy_dims("cross_entropy_forward", logits, targets, ignore_index);
   LATTICE_CHECK(losses.numel() == r.n && lse.numel() == r.n, "ops::cross_entropy_forward: losses {} lse {} for N = {}",
                 shape_str(losses.shape()), shape_str(lse.shape()), r.n);
+  if (cuda_f32(logits))
+    return cuda_backend().cross_entropy_forward(logits.device().index, fp(losses), fp(lse), fp(logits), ip(targets),
+                                                ignore_index, r.n, r.c);
   on_cpu("cross_entropy_forward", logits, [&](auto t) {
     using T = decltype(t);
     cpu::cross_entropy_forward<T>(losses.data<T>(), lse.data<T>(), logits.data<T>(), targets.data<int32_t>(),
@@ -169,6 +187,9 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
   LATTICE_CHECK(dlogits.numel() == logits.numel() && lse.numel() == r.n,
                 "ops::cross_entropy_backward: dlogits {} lse {} for logits {}", shape_str(dlogits.shape()),
                 shape_str(lse.shape()), shape_str(logits.shape()));
+  if (cuda_f32(logits))
+    return cuda_backend().shard_cross_entropy_backward(logits.device().index, fp(dlogits), fp(logits), fp(lse),
+                                                       ip(targets), dloss, 0, r.c, ignore_index, r.n, r.c);
   on_cpu("cross_entropy_backward", logits, [&](auto t) {
     using T = decltype(t);
     cpu::cross_entropy_backward<T>(dlogits.data<T>(), logits.data<T>(), lse.data<T>(), targets.data<int32_t>(),
@@ -198,6 +219,8 @@ void shard_row_max(Tensor& row_max, const Tensor& logits, int64_t n_valid) {
   Rows r = rows_of(logits);
   LATTICE_CHECK(row_max.numel() == r.n, "ops::shard_row_max: row_max {} for logits {}", shape_str(row_max.shape()),
                 shape_str(logits.shape()));
+  if (cuda_f32(logits))
+    return cuda_backend().shard_row_max(logits.device().index, fp(row_max), fp(logits), n_valid, r.n, r.c);
   on_cpu("shard_row_max", logits, [&](auto t) {
     using T = decltype(t);
     cpu::shard_row_max<T>(row_max.data<T>(), logits.data<T>(), n_valid, r.n, r.c);
@@ -208,6 +231,9 @@ void shard_softmax_partials(Tensor& sums, const Tensor& logits, const Tensor& ro
                             int64_t col_start, int64_t n_valid) {
   check_same("shard_softmax_partials", {&sums, &logits, &row_max});
   Rows r = shard_loss_dims("shard_softmax_partials", logits, targets, {{&sums, 2}, {&row_max, 1}});
+  if (cuda_f32(logits))
+    return cuda_backend().shard_softmax_partials(logits.device().index, fp(sums), fp(logits), fp(row_max), ip(targets),
+                                                 col_start, n_valid, r.n, r.c);
   on_cpu("shard_softmax_partials", logits, [&](auto t) {
     using T = decltype(t);
     cpu::shard_softmax_partials<T>(sums.data<T>(), logits.data<T>(), row_max.data<T>(), targets.data<int32_t>(),
@@ -224,6 +250,9 @@ void cross_entropy_from_partials(Tensor& losses, Tensor& lse, const Tensor& row_
                 "ops::cross_entropy_from_partials: losses {} lse {} row_max {} sums {} for targets {} (N)",
                 shape_str(losses.shape()), shape_str(lse.shape()), shape_str(row_max.shape()), shape_str(sums.shape()),
                 shape_str(targets.shape()));
+  if (cuda_f32(losses))
+    return cuda_backend().cross_entropy_from_partials(losses.device().index, fp(losses), fp(lse), fp(row_max), fp(sums),
+                                                      ip(targets), ignore_index, N);
   on_cpu("cross_entropy_from_partials", losses, [&](auto t) {
     using T = decltype(t);
     cpu::cross_entropy_from_partials<T>(losses.data<T>(), lse.data<T>(), row_max.data<T>(), sums.data<T>(),
@@ -237,6 +266,9 @@ void shard_cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const T
   Rows r = shard_loss_dims("shard_cross_entropy_backward", logits, targets, {{&lse, 1}});
   LATTICE_CHECK(dlogits.numel() == logits.numel(), "ops::shard_cross_entropy_backward: dlogits {} for logits {}",
                 shape_str(dlogits.shape()), shape_str(logits.shape()));
+  if (cuda_f32(logits))
+    return cuda_backend().shard_cross_entropy_backward(logits.device().index, fp(dlogits), fp(logits), fp(lse),
+                                                       ip(targets), dloss, col_start, n_valid, ignore_index, r.n, r.c);
   on_cpu("shard_cross_entropy_backward", logits, [&](auto t) {
     using T = decltype(t);
     cpu::shard_cross_entropy_backward<T>(dlogits.data<T>(), logits.data<T>(), lse.data<T>(), targets.data<int32_t>(),
@@ -286,6 +318,7 @@ void gelu_erf_forward(Tensor& out, const Tensor& inp) {
   check_same("gelu_erf_forward", {&out, &inp});
   LATTICE_CHECK(out.numel() == inp.numel(), "ops::gelu_erf_forward: out {} for inp {}", shape_str(out.shape()),
                 shape_str(inp.shape()));
+  if (cuda_f32(out)) return cuda_backend().gelu_erf_forward(out.device().index, fp(out), fp(inp), out.numel());
   on_cpu("gelu_erf_forward", out, [&](auto t) {
     using T = decltype(t);
     cpu::gelu_erf_forward<T>(out.data<T>(), inp.data<T>(), out.numel());
@@ -297,6 +330,8 @@ void gelu_erf_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
   LATTICE_CHECK(dinp.numel() == inp.numel() && dout.numel() == inp.numel(),
                 "ops::gelu_erf_backward: dinp {} dout {} for inp {}", shape_str(dinp.shape()), shape_str(dout.shape()),
                 shape_str(inp.shape()));
+  if (cuda_f32(dinp))
+    return cuda_backend().gelu_erf_backward(dinp.device().index, fp(dinp), fp(dout), fp(inp), dinp.numel());
   on_cpu("gelu_erf_backward", dinp, [&](auto t) {
     using T = decltype(t);
     cpu::gelu_erf_backward<T>(dinp.data<T>(), dout.data<T>(), inp.data<T>(), dinp.numel());
@@ -333,6 +368,7 @@ KvDims kv_dims(const char* op, const Tensor& packed, const Tensor& expanded, int
 void rope_forward(Tensor& out, const Tensor& inp, int n_rot, int64_t head_size, double theta) {
   check_same("rope_forward", {&out, &inp});
   cpu::RopeDims d = rope_dims("rope_forward", out, inp, n_rot, head_size, theta);
+  if (cuda_f32(out)) return cuda_backend().rope(out.device().index, fp(out), fp(inp), d, 1.0);
   on_cpu("rope_forward", out, [&](auto t) {
     using T = decltype(t);
     cpu::rope_forward<T>(out.data<T>(), inp.data<T>(), d);
@@ -342,6 +378,7 @@ void rope_forward(Tensor& out, const Tensor& inp, int n_rot, int64_t head_size, 
 void rope_backward(Tensor& dinp, const Tensor& dout, int n_rot, int64_t head_size, double theta) {
   check_same("rope_backward", {&dinp, &dout});
   cpu::RopeDims d = rope_dims("rope_backward", dinp, dout, n_rot, head_size, theta);
+  if (cuda_f32(dinp)) return cuda_backend().rope(dinp.device().index, fp(dinp), fp(dout), d, -1.0);
   on_cpu("rope_backward", dinp, [&](auto t) {
     using T = decltype(t);
     cpu::rope_backward<T>(dinp.data<T>(), dout.data<T>(), d);

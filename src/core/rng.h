@@ -42,8 +42,7 @@ LATTICE_HD uint32_t mulhilo32(uint32_t a, uint32_t b, uint32_t* hi) {
 
 // Philox4x32 with 10 rounds (Salmon et al., "Parallel random numbers: as easy
 // as 1, 2, 3", SC'11); constants from the paper.
-LATTICE_HD Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
-                                 uint32_t k1) {
+LATTICE_HD Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0, uint32_t k1) {
   for (int r = 0; r < 10; ++r) {
     uint32_t hi0, hi1;
     uint32_t lo0 = mulhilo32(0xD2511F53u, c0, &hi0);
@@ -80,7 +79,7 @@ LATTICE_HD float rng_uniform(const RngKey& k, uint64_t sample, uint64_t element)
 // Standard normal for one logical element (Box-Muller on a dedicated call so
 // each element has its own pair of uniforms).
 LATTICE_HD float rng_normal(const RngKey& k, uint64_t sample, uint64_t element) {
-  Philox4 r = rng_bits(k, sample, element * 4);  // lanes 0..3 of this element's own block
+  Philox4 r = rng_bits(k, sample, element * 4);                   // lanes 0..3 of this element's own block
   float u1 = (float(r.v[0] >> 8) + 1.0f) * (1.0f / 16777217.0f);  // (0, 1]
   float u2 = uint_to_unit(r.v[1]);
   return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
@@ -89,6 +88,11 @@ LATTICE_HD float rng_normal(const RngKey& k, uint64_t sample, uint64_t element) 
 // Keep an element with probability 1 - p (dropout masks).
 LATTICE_HD bool rng_keep(const RngKey& k, uint64_t sample, uint64_t element, float p) {
   return rng_uniform(k, sample, element) >= p;
+}
+// rng_keep for an element whose block of four, rng_bits(k, sample, element),
+// is already drawn: kernels draw once per four consecutive elements.
+LATTICE_HD bool rng_keep_lane(const Philox4& bits, uint64_t element, float p) {
+  return uint_to_unit(bits.v[element & 3]) >= p;
 }
 
 // FNV-1a, for keying initial weights by parameter name.

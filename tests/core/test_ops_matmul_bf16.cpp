@@ -132,7 +132,9 @@ TEST(Bf16MatmulAvailability, SaysWhyAndRefusesToSwitchOnWithout) {
   std::string why;
   const bool ok = cpu::bf16_matmul_available(&why);
   EXPECT_FALSE(why.empty());
-  if (!ok) EXPECT_HAS(test::error_text([] { cpu::set_bf16_matmul(true); }), why);
+  if (!ok) {
+    EXPECT_HAS(test::error_text([] { cpu::set_bf16_matmul(true); }), why);
+  }
   EXPECT_FALSE(cpu::bf16_matmul());
 }
 

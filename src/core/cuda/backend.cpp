@@ -1,5 +1,5 @@
 // The CUDA backend (core/backend.h): device memory, copies, cuBLAS gemm and
-// the element-wise kernels of kernels.cu, exported as the one C symbol
+// the kernels of the .cu files (kernels.h), exported as the one C symbol
 // lattice_cuda_backend_create that core/backend_loader.cpp looks up.
 //
 // Invariants: every call runs on the legacy default stream of its device and
@@ -7,7 +7,9 @@
 // asynchronous fault is reported by the call that caused it. One cuBLAS handle
 // per device, created on first use and kept for the life of the process (the
 // backend is a never-destroyed singleton: tearing handles down after the CUDA
-// runtime has shut down at exit would crash).
+// runtime has shut down at exit would crash). Likewise one grow-only scratch
+// buffer per device for the kernels that need workspace (embedding backward,
+// sum of squares), held under a lock for the whole call that uses it.
 #include "core/backend.h"
 
 #include <cublas_v2.h>
@@ -32,6 +34,11 @@ constexpr cudaStream_t kStream = nullptr;
 int checked_int(int64_t v, const char* what) {
   LATTICE_CHECK(v >= 0 && v <= INT_MAX, "gemm: {} = {} is out of the range cuBLAS int arguments take", what, v);
   return int(v);
+}
+
+// Row kernels launch one block per row, and grids hold at most INT_MAX blocks.
+void check_rows(const char* op, int64_t N) {
+  LATTICE_CHECK(N <= INT_MAX, "cuda {}: {} rows exceed the {} blocks of one grid", op, N, INT_MAX);
 }
 
 class Backend final : public CudaBackend {
@@ -118,42 +125,149 @@ class Backend final : public CudaBackend {
   }
 
   void add_bias(int dev, float* out, const float* bias, int64_t rows, int64_t cols) override {
-    use(dev);
-    launch_add_bias(kStream, out, bias, rows, cols);
-    finish();
+    run(dev, [&] { launch_add_bias(kStream, out, bias, rows, cols); });
   }
 
   void bias_backward(int dev, float* dbias, const float* dout, int64_t rows, int64_t cols) override {
-    use(dev);
-    launch_bias_backward(kStream, dbias, dout, rows, cols);
-    finish();
+    run(dev, [&] { launch_bias_backward(kStream, dbias, dout, rows, cols); });
   }
 
   void gelu_forward(int dev, float* out, const float* inp, int64_t n) override {
-    use(dev);
-    launch_gelu_forward(kStream, out, inp, n);
-    finish();
+    run(dev, [&] { launch_gelu_forward(kStream, out, inp, n); });
   }
 
   void gelu_backward(int dev, float* dinp, const float* dout, const float* inp, int64_t n) override {
-    use(dev);
-    launch_gelu_backward(kStream, dinp, dout, inp, n);
-    finish();
+    run(dev, [&] { launch_gelu_backward(kStream, dinp, dout, inp, n); });
+  }
+
+  void gelu_erf_forward(int dev, float* out, const float* inp, int64_t n) override {
+    run(dev, [&] { launch_gelu_erf_forward(kStream, out, inp, n); });
+  }
+
+  void gelu_erf_backward(int dev, float* dinp, const float* dout, const float* inp, int64_t n) override {
+    run(dev, [&] { launch_gelu_erf_backward(kStream, dinp, dout, inp, n); });
+  }
+
+  void swiglu_forward(int dev, float* out, const float* inp, int64_t N, int64_t F) override {
+    run(dev, [&] { launch_swiglu_forward(kStream, out, inp, N, F); });
+  }
+
+  void swiglu_backward(int dev, float* dinp, const float* dout, const float* inp, int64_t N, int64_t F) override {
+    run(dev, [&] { launch_swiglu_backward(kStream, dinp, dout, inp, N, F); });
   }
 
   void add(int dev, float* out, const float* a, const float* b, int64_t n) override {
+    run(dev, [&] { launch_add(kStream, out, a, b, n); });
+  }
+
+  void scale(int dev, float* x, float s, int64_t n) override {
+    run(dev, [&] { launch_scale(kStream, x, s, n); });
+  }
+
+  double sum_squares(int dev, const float* x, int64_t n) override {
     use(dev);
-    launch_add(kStream, out, a, b, n);
+    std::lock_guard<std::mutex> lock(ws_mu_);
+    const size_t partial_bytes = sum_squares_workspace_bytes();
+    char* ws = static_cast<char*>(workspace(dev, partial_bytes + sizeof(double)));
+    double* result = reinterpret_cast<double*>(ws + partial_bytes);
+    launch_sum_squares(kStream, result, x, n, ws);
     finish();
+    double host = 0.0;
+    CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, kStream));
+    CUDA_CHECK(cudaStreamSynchronize(kStream));
+    return host;
+  }
+
+  void dropout(int dev, float* out, const float* inp, const RngKey& key, int64_t sample0, float p, int64_t B,
+               int64_t S) override {
+    run(dev, [&] { launch_dropout(kStream, out, inp, key, sample0, p, B, S); });
+  }
+
+  void layernorm_forward(int dev, float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, float eps, int64_t N, int64_t C) override {
+    check_rows("layernorm_forward", N);
+    run(dev, [&] { launch_layernorm_forward(kStream, out, mean, rstd, inp, weight, bias, eps, N, C); });
+  }
+
+  void layernorm_backward(int dev, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) override {
+    check_rows("layernorm_backward", N);
+    run(dev, [&] { launch_layernorm_backward(kStream, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C); });
+  }
+
+  void rmsnorm_forward(int dev, float* out, float* rstd, const float* inp, const float* weight, float eps, int64_t N,
+                       int64_t C) override {
+    check_rows("rmsnorm_forward", N);
+    run(dev, [&] { launch_rmsnorm_forward(kStream, out, rstd, inp, weight, eps, N, C); });
+  }
+
+  void rmsnorm_backward(int dev, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                        const float* rstd, int64_t N, int64_t C) override {
+    check_rows("rmsnorm_backward", N);
+    run(dev, [&] { launch_rmsnorm_backward(kStream, dinp, dweight, dout, inp, weight, rstd, N, C); });
+  }
+
+  void rope(int dev, float* out, const float* inp, const cpu::RopeDims& d, double sign) override {
+    run(dev, [&] { launch_rope(kStream, out, inp, d, sign); });
+  }
+
+  void embedding_forward(int dev, float* out, const int32_t* ids, const float* weight, int64_t vocab_start, int64_t N,
+                         int64_t V, int64_t C) override {
+    run(dev, [&] { launch_embedding_forward(kStream, out, ids, weight, vocab_start, N, V, C); });
+  }
+
+  void embedding_backward(int dev, float* dweight, const float* dout, const int32_t* ids, int64_t vocab_start,
+                          int64_t N, int64_t V, int64_t C) override {
+    LATTICE_CHECK(N < INT_MAX && V < INT_MAX, "cuda embedding_backward: {} tokens or {} rows exceed the int32 sort", N,
+                  V);
+    use(dev);
+    std::lock_guard<std::mutex> lock(ws_mu_);
+    const size_t bytes = embedding_backward_workspace_bytes(N, V);
+    void* ws = workspace(dev, bytes);
+    CUDA_CHECK(launch_embedding_backward(kStream, dweight, dout, ids, vocab_start, N, V, C, ws, bytes));
+    finish();
+  }
+
+  void cross_entropy_forward(int dev, float* losses, float* lse, const float* logits, const int32_t* targets,
+                             int ignore_index, int64_t N, int64_t V) override {
+    check_rows("cross_entropy_forward", N);
+    run(dev, [&] { launch_cross_entropy_forward(kStream, losses, lse, logits, targets, ignore_index, N, V); });
+  }
+
+  void shard_row_max(int dev, float* row_max, const float* logits, int64_t n_valid, int64_t N, int64_t K) override {
+    check_rows("shard_row_max", N);
+    run(dev, [&] { launch_shard_row_max(kStream, row_max, logits, n_valid, N, K); });
+  }
+
+  void shard_softmax_partials(int dev, float* sums, const float* logits, const float* row_max, const int32_t* targets,
+                              int64_t col_start, int64_t n_valid, int64_t N, int64_t K) override {
+    check_rows("shard_softmax_partials", N);
+    run(dev, [&] { launch_shard_softmax_partials(kStream, sums, logits, row_max, targets, col_start, n_valid, N, K); });
+  }
+
+  void cross_entropy_from_partials(int dev, float* losses, float* lse, const float* row_max, const float* sums,
+                                   const int32_t* targets, int ignore_index, int64_t N) override {
+    run(dev,
+        [&] { launch_cross_entropy_from_partials(kStream, losses, lse, row_max, sums, targets, ignore_index, N); });
+  }
+
+  void shard_cross_entropy_backward(int dev, float* dlogits, const float* logits, const float* lse,
+                                    const int32_t* targets, float dloss, int64_t col_start, int64_t n_valid,
+                                    int ignore_index, int64_t N, int64_t K) override {
+    check_rows("shard_cross_entropy_backward", N);
+    run(dev, [&] {
+      launch_shard_cross_entropy_backward(kStream, dlogits, logits, lse, targets, dloss, col_start, n_valid,
+                                          ignore_index, N, K);
+    });
   }
 
   void adamw(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
              float beta2, float eps, float weight_decay, float bias_correction1, float bias_correction2,
              float grad_scale) override {
-    use(dev);
-    launch_adamw(kStream, param, grad, m, v, n,
-                 AdamWArgs{lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2, grad_scale});
-    finish();
+    run(dev, [&] {
+      launch_adamw(kStream, param, grad, m, v, n,
+                   AdamWArgs{lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2, grad_scale});
+    });
   }
 
   void attention_forward(int dev, float* out, float* att, const float* qkv, const CudaAttentionArgs& a) override {
@@ -193,6 +307,14 @@ class Backend final : public CudaBackend {
     return static_cast<float*>(w.ptr);
   }
 
+  // Makes `dev` current, enqueues the launches and waits for them (finish).
+  template <typename Launch>
+  static void run(int dev, Launch&& launch) {
+    use(dev);
+    launch();
+    finish();
+  }
+
   // Reports a bad launch, then waits so that a fault inside the kernel is
   // reported here rather than by some later call.
   static void finish() {
@@ -216,6 +338,22 @@ class Backend final : public CudaBackend {
     return handles_[dev];
   }
 
+  // The scratch buffer of `dev`, grown to at least `bytes`; never shrunk or
+  // freed (see the header comment). The caller holds ws_mu_ and has made
+  // `dev` current.
+  void* workspace(int dev, size_t bytes) {
+    if (size_t(dev) >= workspaces_.size()) workspaces_.resize(size_t(dev) + 1);
+    Workspace& w = workspaces_[dev];
+    if (w.bytes < bytes) {
+      if (w.ptr) CUDA_CHECK(cudaFree(w.ptr));
+      w.ptr = nullptr;
+      w.bytes = 0;
+      w.ptr = malloc(bytes, dev);
+      w.bytes = bytes;
+    }
+    return w.ptr;
+  }
+
   struct Workspace {
     void* ptr = nullptr;
     size_t bytes = 0;
@@ -224,6 +362,8 @@ class Backend final : public CudaBackend {
   std::mutex mu_;
   std::vector<cublasHandle_t> handles_;  // indexed by device; null until first gemm there
   std::vector<Workspace> dropped_;       // indexed by device: attention's dropout buffer
+  std::mutex ws_mu_;
+  std::vector<Workspace> workspaces_;  // indexed by device; guarded by ws_mu_
 };
 
 }  // namespace

@@ -1,60 +1,103 @@
-// The CUDA element-wise kernels (declared in kernels.h). Grid-stride loops
-// over int64 indices; the math itself is core/kernels/math.h, the same code
-// the CPU kernels run.
+// The CUDA element-wise kernels and reductions (declared in kernels.h):
+// bias, GELU (tanh and erf), SwiGLU, add, scale, dropout, sum of squares and
+// AdamW. Grid-stride loops over int64 indices; the math itself is
+// core/kernels/math.h and core/rng.h, the same code the CPU kernels run.
 #include "core/cuda/kernels.h"
+#include "core/cuda/launch.cuh"
 #include "core/kernels/math.h"
 
 namespace lattice::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65535;
-
-int blocks_for(int64_t n) {
-  int64_t b = (n + kThreads - 1) / kThreads;
-  return int(b < kMaxBlocks ? b : kMaxBlocks);
-}
-
-__device__ int64_t first_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
-
 __global__ void add_bias_kernel(float* out, const float* bias, int64_t rows, int64_t cols) {
   int64_t n = rows * cols;
   for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] += bias[i % cols];
 }
 
-// Block (32, kRowLanes): threadIdx.x picks a column of the block's 32-column
-// tile (coalesced reads along a row), threadIdx.y a lane of rows; the lanes'
-// partial sums are combined in shared memory in a fixed order.
-constexpr int kRowLanes = 16;
+// Element-wise activations: Act::f is the function, Act::df its derivative.
+struct GeluTanh {
+  __device__ static float f(float x) { return math::gelu(x); }
+  __device__ static float df(float x) { return math::gelu_grad(x); }
+};
+struct GeluErf {
+  __device__ static float f(float x) { return math::gelu_erf(x); }
+  __device__ static float df(float x) { return math::gelu_erf_grad(x); }
+};
 
-__global__ void bias_backward_kernel(float* dbias, const float* dout, int64_t rows, int64_t cols) {
-  __shared__ float partial[kRowLanes][32];
-  int64_t col = int64_t(blockIdx.x) * 32 + threadIdx.x;
-  float sum = 0.0f;
-  if (col < cols) {
-    for (int64_t r = threadIdx.y; r < rows; r += kRowLanes) sum += dout[r * cols + col];
-  }
-  partial[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    float total = 0.0f;
-    for (int lane = 0; lane < kRowLanes; ++lane) total += partial[lane][threadIdx.x];
-    dbias[col] += total;
+template <typename Act>
+__global__ void activation_forward_kernel(float* out, const float* inp, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = Act::f(inp[i]);
+}
+
+template <typename Act>
+__global__ void activation_backward_kernel(float* dinp, const float* dout, const float* inp, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dinp[i] = Act::df(inp[i]) * dout[i];
+}
+
+template <typename Act>
+void launch_activation(cudaStream_t stream, float* out, const float* inp, int64_t n) {
+  if (n > 0) activation_forward_kernel<Act><<<blocks_for(n), kThreads, 0, stream>>>(out, inp, n);
+}
+
+template <typename Act>
+void launch_activation_backward(cudaStream_t stream, float* dinp, const float* dout, const float* inp, int64_t n) {
+  if (n > 0) activation_backward_kernel<Act><<<blocks_for(n), kThreads, 0, stream>>>(dinp, dout, inp, n);
+}
+
+__global__ void swiglu_forward_kernel(float* out, const float* inp, int64_t N, int64_t F) {
+  for (int64_t i = first_index(); i < N * F; i += grid_stride()) {
+    const int64_t r = i / F, f = i % F;
+    out[i] = math::swiglu(inp[r * 2 * F + f], inp[r * 2 * F + F + f]);
   }
 }
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = math::gelu(inp[i]);
-}
-
-__global__ void gelu_backward_kernel(float* dinp, const float* dout, const float* inp, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) dinp[i] = dout[i] * math::gelu_grad(inp[i]);
+__global__ void swiglu_backward_kernel(float* dinp, const float* dout, const float* inp, int64_t N, int64_t F) {
+  for (int64_t i = first_index(); i < N * F; i += grid_stride()) {
+    const int64_t r = i / F, f = i % F, g = r * 2 * F + f;
+    math::swiglu_grad(dout[i], inp[g], inp[g + F], dinp[g], dinp[g + F]);
+  }
 }
 
 __global__ void add_kernel(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = a[i] + b[i];
+}
+
+__global__ void scale_kernel(float* x, float s, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) x[i] *= s;
+}
+
+// One thread per aligned group of four logical elements of a row: one Philox
+// call gives the four uniforms (core/rng.h), as on the CPU path.
+__global__ void dropout_kernel(float* out, const float* inp, RngKey key, int64_t sample0, float p, int64_t B,
+                               int64_t S) {
+  const int64_t groups = (S + 3) / 4;
+  const float scale = 1.0f / (1.0f - p);
+  for (int64_t g = first_index(); g < B * groups; g += grid_stride()) {
+    const int64_t b = g / groups, s0 = (g % groups) * 4;
+    const Philox4 bits = rng_bits(key, uint64_t(sample0 + b), uint64_t(s0));
+    for (int64_t s = s0; s < s0 + 4 && s < S; ++s) {
+      const int64_t i = b * S + s;
+      out[i] = rng_keep_lane(bits, uint64_t(s), p) ? inp[i] * scale : 0.0f;
+    }
+  }
+}
+
+// Stage one of sum_squares: block b sums x^2 in double over the elements
+// i = b * kThreads + t (mod the grid), then reduces in a fixed tree.
+__global__ void sum_squares_partial_kernel(double* partial, const float* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) s += double(x[i]) * double(x[i]);
+  s = block_sum(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// Stage two: one block adds the partials in a fixed order.
+__global__ void sum_partials_kernel(double* out, const double* partial, int n) {
+  double s = 0.0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) *out = s;
 }
 
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n, AdamWArgs s) {
@@ -75,25 +118,59 @@ void launch_add_bias(cudaStream_t stream, float* out, const float* bias, int64_t
 }
 
 void launch_bias_backward(cudaStream_t stream, float* dbias, const float* dout, int64_t rows, int64_t cols) {
-  if (cols == 0) return;
-  dim3 block(32, kRowLanes);
-  dim3 grid(unsigned((cols + 31) / 32));
-  bias_backward_kernel<<<grid, block, 0, stream>>>(dbias, dout, rows, cols);
+  launch_column_sum(stream, dbias, rows, cols, RowTerm{dout, cols});
 }
 
 void launch_gelu_forward(cudaStream_t stream, float* out, const float* inp, int64_t n) {
-  if (n == 0) return;
-  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, inp, n);
+  launch_activation<GeluTanh>(stream, out, inp, n);
 }
 
 void launch_gelu_backward(cudaStream_t stream, float* dinp, const float* dout, const float* inp, int64_t n) {
-  if (n == 0) return;
-  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dinp, dout, inp, n);
+  launch_activation_backward<GeluTanh>(stream, dinp, dout, inp, n);
+}
+
+void launch_gelu_erf_forward(cudaStream_t stream, float* out, const float* inp, int64_t n) {
+  launch_activation<GeluErf>(stream, out, inp, n);
+}
+
+void launch_gelu_erf_backward(cudaStream_t stream, float* dinp, const float* dout, const float* inp, int64_t n) {
+  launch_activation_backward<GeluErf>(stream, dinp, dout, inp, n);
+}
+
+void launch_swiglu_forward(cudaStream_t stream, float* out, const float* inp, int64_t N, int64_t F) {
+  if (N * F == 0) return;
+  swiglu_forward_kernel<<<blocks_for(N * F), kThreads, 0, stream>>>(out, inp, N, F);
+}
+
+void launch_swiglu_backward(cudaStream_t stream, float* dinp, const float* dout, const float* inp, int64_t N,
+                            int64_t F) {
+  if (N * F == 0) return;
+  swiglu_backward_kernel<<<blocks_for(N * F), kThreads, 0, stream>>>(dinp, dout, inp, N, F);
 }
 
 void launch_add(cudaStream_t stream, float* out, const float* a, const float* b, int64_t n) {
   if (n == 0) return;
   add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, a, b, n);
+}
+
+void launch_scale(cudaStream_t stream, float* x, float s, int64_t n) {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, s, n);
+}
+
+void launch_dropout(cudaStream_t stream, float* out, const float* inp, const RngKey& key, int64_t sample0, float p,
+                    int64_t B, int64_t S) {
+  const int64_t groups = B * ((S + 3) / 4);
+  if (groups == 0) return;
+  dropout_kernel<<<blocks_for(groups), kThreads, 0, stream>>>(out, inp, key, sample0, p, B, S);
+}
+
+size_t sum_squares_workspace_bytes() { return kSumSquaresBlocks * sizeof(double); }
+
+void launch_sum_squares(cudaStream_t stream, double* result, const float* x, int64_t n, void* workspace) {
+  double* partial = static_cast<double*>(workspace);
+  sum_squares_partial_kernel<<<kSumSquaresBlocks, kThreads, 0, stream>>>(partial, x, n);
+  sum_partials_kernel<<<1, kThreads, 0, stream>>>(result, partial, kSumSquaresBlocks);
 }
 
 void launch_adamw(cudaStream_t stream, float* param, const float* grad, float* m, float* v, int64_t n,

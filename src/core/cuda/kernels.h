@@ -1,35 +1,68 @@
-// Launchers for the CUDA element-wise kernels (kernels.cu), called by the
-// backend (backend.cpp). Plain C++ declarations so the host side compiles
-// with the C++ compiler; only kernels.cu goes through nvcc.
+// Launchers for the CUDA kernels, called by the backend (backend.cpp). Plain
+// C++ declarations so the host side compiles with the C++ compiler; the
+// kernels live in one .cu file per family: kernels.cu (element-wise and
+// reductions), norm.cu, rope.cu, embedding.cu, loss.cu.
 //
 // Invariants: f32 only; every pointer is a device pointer of the current
-// device; the launchers only enqueue on `stream` (n == 0 launches nothing);
-// the caller checks the launch (cudaGetLastError) and synchronizes, so this
-// file and kernels.cu need no error machinery. The per-element math is core/kernels/math.h, shared
-// with the CPU kernels. Parameter gradients accumulate (+=), activation
-// gradients overwrite (=).
+// device; the launchers only enqueue on `stream` (empty sizes launch nothing);
+// the caller checks the launch (cudaGetLastError) and synchronizes, so the .cu
+// files need no error machinery (the one exception, the cub sort of
+// embedding_backward, returns its status). The per-element and per-row math is
+// core/kernels/math.h, shared with the CPU kernels. Parameter gradients
+// accumulate (+=), activation gradients overwrite (=). No kernel uses float
+// atomics: every reduction has a fixed order, so results are bitwise
+// reproducible run to run.
 //
-// Shapes: rows = N (folded leading dims), cols = C (last dim), n = numel.
+// Shapes: rows = N (folded leading dims), cols = C (last dim), n = numel;
+// other letters as in core/shapes.h and the matching CPU kernel headers
+// (core/kernels/cpu/).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
+
+#include "core/kernels/cpu/rope.h"
+#include "core/rng.h"
 
 namespace lattice::cuda {
 
+// ---- element-wise and reductions (kernels.cu) ----------------------------
 // out (N, C) += bias (C), broadcast over rows.
 void launch_add_bias(cudaStream_t stream, float* out, const float* bias, int64_t rows, int64_t cols);
-// dbias (C) += column sums of dout (N, C); deterministic (no atomics).
+// dbias (C) += column sums of dout (N, C).
 void launch_bias_backward(cudaStream_t stream, float* dbias, const float* dout, int64_t rows, int64_t cols);
 
-// out (n) = gelu(inp), tanh approximation.
+// out (n) = gelu(inp), tanh approximation; dinp (n) = dout * gelu'(inp).
 void launch_gelu_forward(cudaStream_t stream, float* out, const float* inp, int64_t n);
-// dinp (n) = dout * gelu'(inp)   (overwrite)
 void launch_gelu_backward(cudaStream_t stream, float* dinp, const float* dout, const float* inp, int64_t n);
+// The same with the exact erf GELU (BERT).
+void launch_gelu_erf_forward(cudaStream_t stream, float* out, const float* inp, int64_t n);
+void launch_gelu_erf_backward(cudaStream_t stream, float* dinp, const float* dout, const float* inp, int64_t n);
+
+// out (N, F) = silu(gate) * up with inp (N, 2F) = [gate | up]; dinp (N, 2F).
+void launch_swiglu_forward(cudaStream_t stream, float* out, const float* inp, int64_t N, int64_t F);
+void launch_swiglu_backward(cudaStream_t stream, float* dinp, const float* dout, const float* inp, int64_t N,
+                            int64_t F);
 
 // out (n) = a + b; out may alias a or b.
 void launch_add(cudaStream_t stream, float* out, const float* a, const float* b, int64_t n);
+// x (n) *= s
+void launch_scale(cudaStream_t stream, float* x, float s, int64_t n);
+
+// Inverted dropout on (B, S): element s of row b is kept when
+// rng_keep(key, sample0 + b, s, p) and scaled by 1 / (1 - p), else 0; the
+// same map serves backward. out may alias inp; 0 <= p < 1.
+void launch_dropout(cudaStream_t stream, float* out, const float* inp, const RngKey& key, int64_t sample0, float p,
+                    int64_t B, int64_t S);
+
+// *result (one device double) = sum of x (n) squared, accumulated in double:
+// kSumSquaresBlocks fixed blocks of partial sums, then one block adds them.
+// `workspace` holds sum_squares_workspace_bytes() (the partials).
+constexpr int kSumSquaresBlocks = 1024;
+size_t sum_squares_workspace_bytes();
+void launch_sum_squares(cudaStream_t stream, double* result, const float* x, int64_t n, void* workspace);
 
 // One AdamW step on n elements: g = grad * grad_scale, then
 // math::adamw_step(param, g, m, v, ...) with bc1 = 1 - beta1^t, bc2 = 1 - beta2^t.
@@ -38,5 +71,56 @@ struct AdamWArgs {
 };
 void launch_adamw(cudaStream_t stream, float* param, const float* grad, float* m, float* v, int64_t n,
                   const AdamWArgs& args);
+
+// ---- normalisation (norm.cu): one block per row --------------------------
+// out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N).
+void launch_layernorm_forward(cudaStream_t stream, float* out, float* mean, float* rstd, const float* inp,
+                              const float* weight, const float* bias, float eps, int64_t N, int64_t C);
+// dinp (N, C) overwrite; dweight, dbias (C) +=.
+void launch_layernorm_backward(cudaStream_t stream, float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, const float* mean, const float* rstd, int64_t N,
+                               int64_t C);
+// out (N, C) = inp * rstd * weight; saves rstd (N).
+void launch_rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, const float* inp, const float* weight,
+                            float eps, int64_t N, int64_t C);
+// dinp (N, C) overwrite; dweight (C) +=.
+void launch_rmsnorm_backward(cudaStream_t stream, float* dinp, float* dweight, const float* dout, const float* inp,
+                             const float* weight, const float* rstd, int64_t N, int64_t C);
+
+// ---- rotary embeddings (rope.cu) -----------------------------------------
+// out (B, T, W) = inp rotated as cpu::rope_forward (sign +1) or backward
+// (sign -1); out may be inp.
+void launch_rope(cudaStream_t stream, float* out, const float* inp, const cpu::RopeDims& d, double sign);
+
+// ---- embedding (embedding.cu) --------------------------------------------
+// out (N, C) = weight (V, C)[ids - vocab_start], zero rows for ids outside the shard.
+void launch_embedding_forward(cudaStream_t stream, float* out, const int32_t* ids, const float* weight,
+                              int64_t vocab_start, int64_t N, int64_t V, int64_t C);
+// dweight (V, C) += dout (N, C) scattered by ids, deterministically: a stable
+// sort of the token indices by row, then one block per run of equal rows adds
+// the run's dout rows in token order. `workspace` holds
+// embedding_backward_workspace_bytes(N, V); returns the sort's status.
+size_t embedding_backward_workspace_bytes(int64_t N, int64_t V);
+cudaError_t launch_embedding_backward(cudaStream_t stream, float* dweight, const float* dout, const int32_t* ids,
+                                      int64_t vocab_start, int64_t N, int64_t V, int64_t C, void* workspace,
+                                      size_t workspace_bytes);
+
+// ---- softmax cross-entropy (loss.cu): one block per row -------------------
+// losses (N), lse (N) from logits (N, V) and targets (N); ignored rows lose 0.
+void launch_cross_entropy_forward(cudaStream_t stream, float* losses, float* lse, const float* logits,
+                                  const int32_t* targets, int ignore_index, int64_t N, int64_t V);
+// The vocab-parallel pieces, as core/kernels/cpu/loss_shard.h: logits (N, K)
+// hold global columns [col_start, col_start + K), the first n_valid valid.
+void launch_shard_row_max(cudaStream_t stream, float* row_max, const float* logits, int64_t n_valid, int64_t N,
+                          int64_t K);
+void launch_shard_softmax_partials(cudaStream_t stream, float* sums, const float* logits, const float* row_max,
+                                   const int32_t* targets, int64_t col_start, int64_t n_valid, int64_t N, int64_t K);
+void launch_cross_entropy_from_partials(cudaStream_t stream, float* losses, float* lse, const float* row_max,
+                                        const float* sums, const int32_t* targets, int ignore_index, int64_t N);
+// dlogits (N, K) overwrite, may be logits; the full-vocabulary backward is
+// col_start 0, n_valid K.
+void launch_shard_cross_entropy_backward(cudaStream_t stream, float* dlogits, const float* logits, const float* lse,
+                                         const int32_t* targets, float dloss, int64_t col_start, int64_t n_valid,
+                                         int ignore_index, int64_t N, int64_t K);
 
 }  // namespace lattice::cuda

@@ -1,10 +1,13 @@
-// Element-wise math written once for both backends (LATTICE_HD: plain inline
-// on the CPU, __host__ __device__ under nvcc). The CPU kernels and the CUDA
-// kernels call these, so the CPU tests exercise the math the GPU runs.
-// Templated on the scalar so the f64 gradient checks run the same formulas.
+// Element-wise and per-row math written once for both backends (LATTICE_HD:
+// plain inline on the CPU, __host__ __device__ under nvcc). The CPU kernels and
+// the CUDA kernels call these, so the CPU tests exercise the math the GPU runs;
+// only the order of the row reductions that feed them differs (sequential on
+// the CPU, a fixed tree on the GPU). Templated on the scalar so the f64
+// gradient checks run the same formulas.
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "core/hd.h"
 
@@ -48,6 +51,100 @@ template <typename T>
 LATTICE_HD T silu_grad(T x) {
   T s = sigmoid(x);
   return s * (T(1) + x * (T(1) - s));
+}
+
+// GELU with the exact error function (BERT): 0.5 x (1 + erf(x / sqrt 2)).
+template <typename T>
+LATTICE_HD T gelu_erf(T x) {
+  using std::erf;
+  return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
+}
+// d gelu_erf(x) / dx = Phi(x) + x phi(x).
+template <typename T>
+LATTICE_HD T gelu_erf_grad(T x) {
+  using std::erf;
+  using std::exp;
+  T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+  T pdf = T(0.39894228040143267794) * exp(T(-0.5) * x * x);
+  return cdf + x * pdf;
+}
+
+// SwiGLU on one (gate, up) pair: y = silu(gate) * up, and its two gradients.
+template <typename T>
+LATTICE_HD T swiglu(T gate, T up) {
+  return silu(gate) * up;
+}
+template <typename T>
+LATTICE_HD void swiglu_grad(T dy, T gate, T up, T& dgate, T& dup) {
+  dgate = dy * up * silu_grad(gate);
+  dup = dy * silu(gate);
+}
+
+// ---- normalisation, given the row statistics ----------------------------
+// rstd = 1 / sqrt(mean_sq + eps), where mean_sq is the variance (LayerNorm)
+// or the mean of squares (RMSNorm).
+template <typename T>
+LATTICE_HD T rstd_of(T mean_sq, T eps) {
+  using std::sqrt;
+  return T(1) / sqrt(mean_sq + eps);
+}
+template <typename T>
+LATTICE_HD T layernorm_out(T x, T mean, T rstd, T w, T b) {
+  return (x - mean) * rstd * w + b;
+}
+// dinp = rstd (dn - mean(dn) - xhat mean(dn xhat)), dn = w dy, xhat = (x - mean) rstd.
+template <typename T>
+LATTICE_HD T layernorm_dinp(T x, T dy, T w, T mean, T rstd, T mean_dn, T mean_dn_xhat) {
+  return rstd * (w * dy - mean_dn - (x - mean) * rstd * mean_dn_xhat);
+}
+template <typename T>
+LATTICE_HD T rmsnorm_out(T x, T rstd, T w) {
+  return x * rstd * w;
+}
+// y = x r w with r = (mean(x^2) + eps)^(-1/2), so dr/dx_c = -r^3 x_c / C:
+// dinp = r w dy - x k with k = r^3 sum(dy w x) / C (rmsnorm_k).
+template <typename T>
+LATTICE_HD T rmsnorm_k(T rstd, T dot, T C) {
+  return rstd * rstd * rstd * dot / C;
+}
+template <typename T>
+LATTICE_HD T rmsnorm_dinp(T x, T dy, T w, T rstd, T k) {
+  return rstd * w * dy - x * k;
+}
+
+// ---- rotary embeddings (HF rotate-half), in double ------------------------
+// Angle of pair i of a head of size HS at position t: t * theta^(-2i / HS).
+LATTICE_HD double rope_angle(int64_t t, int64_t i, int64_t HS, double theta) {
+  using std::pow;
+  return double(t) * pow(theta, -2.0 * double(i) / double(HS));
+}
+// (y1, y2) = (x1 cos a - x2 sin a, x2 cos a + x1 sin a); sn carries the sign
+// of the rotation (backward rotates by -a). y may alias x.
+template <typename T>
+LATTICE_HD void rope_rotate(T& y1, T& y2, T x1, T x2, double cs, double sn) {
+  const double a = double(x1), b = double(x2);
+  y1 = T(a * cs - b * sn);
+  y2 = T(b * cs + a * sn);
+}
+
+// ---- softmax cross-entropy, given the row statistics ----------------------
+// logsumexp from the row max and sum of exp(x - max).
+template <typename T>
+LATTICE_HD T logsumexp_of(T row_max, T sum_exp) {
+  using std::log;
+  return row_max + log(sum_exp);
+}
+// Loss of one row: lse - logit of the target, 0 for an ignored row.
+template <typename T>
+LATTICE_HD T xent_loss(T lse, T target_logit, bool ignored) {
+  return ignored ? T(0) : lse - target_logit;
+}
+// d loss / d logit = (softmax - onehot) * dloss.
+template <typename T>
+LATTICE_HD T xent_grad(T x, T lse, T dloss, bool is_target) {
+  using std::exp;
+  T g = exp(x - lse) * dloss;
+  return is_target ? g - dloss : g;
 }
 
 // One AdamW element update (decoupled weight decay, bias-corrected moments).

@@ -15,6 +15,7 @@
 #include "core/allocator.h"
 #include "core/backend.h"
 #include "core/ops.h"
+#include "support/cuda_test_support.h"
 #include "support/test_support.h"
 
 namespace lattice {
@@ -63,15 +64,8 @@ TEST(CudaBackend, GemmRejectsSizesCublasCannotTake) {
 
 // ---- with a device ----------------------------------------------------------
 
-class CudaOps : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string why;
-    if (!cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
-  }
-  static Tensor gpu(const Tensor& t) { return t.to(Device::cuda(0)); }
-  static Tensor host(const Tensor& t) { return t.to(Device::cpu()); }
-};
+using test::CudaOps;
+using test::expect_activation_matches_cpu;
 
 TEST_F(CudaOps, TensorStorageAndCopies) {
   Device dev = Device::cuda(0);
@@ -136,16 +130,7 @@ TEST_F(CudaOps, LinearForwardBackwardMatchCpu) {
 }
 
 TEST_F(CudaOps, GeluForwardBackwardMatchCpu) {
-  Tensor inp = random_tensor({7, 129}, DType::f32, 12, 4.0);
-  Tensor dout = random_tensor({7, 129}, DType::f32, 13);
-  Tensor out = Tensor::empty(inp.shape(), DType::f32), dinp = Tensor::empty(inp.shape(), DType::f32);
-  Tensor out_g = gpu(out), dinp_g = gpu(dinp), inp_g = gpu(inp);
-  ops::gelu_forward(out, inp);
-  ops::gelu_forward(out_g, inp_g);
-  EXPECT_TENSOR_NEAR(host(out_g), out, tolerance(DType::f32));
-  ops::gelu_backward(dinp, dout, inp);
-  ops::gelu_backward(dinp_g, gpu(dout), inp_g);
-  EXPECT_TENSOR_NEAR(host(dinp_g), dinp, tolerance(DType::f32));
+  expect_activation_matches_cpu(ops::gelu_forward, ops::gelu_backward, {7, 129}, {7, 129}, 12, 4.0);
 }
 
 TEST_F(CudaOps, AddMatchesCpu) {

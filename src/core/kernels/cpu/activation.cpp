@@ -30,7 +30,7 @@ void swiglu_forward(T* out, const T* inp, int64_t N, int64_t F) {
     const T* gate = inp + r * 2 * F;
     const T* up = gate + F;
     T* y = out + r * F;
-    for (int64_t f = 0; f < F; ++f) y[f] = math::silu(gate[f]) * up[f];
+    for (int64_t f = 0; f < F; ++f) y[f] = math::swiglu(gate[f], up[f]);
   }
 }
 
@@ -43,11 +43,7 @@ void swiglu_backward(T* dinp, const T* dout, const T* inp, int64_t N, int64_t F)
     const T* dy = dout + r * F;
     T* dgate = dinp + r * 2 * F;
     T* dup = dgate + F;
-    for (int64_t f = 0; f < F; ++f) {
-      T g = gate[f], u = up[f];
-      dgate[f] = dy[f] * u * math::silu_grad(g);
-      dup[f] = dy[f] * math::silu(g);
-    }
+    for (int64_t f = 0; f < F; ++f) math::swiglu_grad(dy[f], gate[f], up[f], dgate[f], dup[f]);
   }
 }
 
@@ -85,12 +81,12 @@ void softmax_backward(T* dinp, const T* dout, const T* out, int64_t N, int64_t K
   }
 }
 
-#define LATTICE_INSTANTIATE(T)                                                    \
-  template void gelu_forward<T>(T*, const T*, int64_t);                           \
-  template void gelu_backward<T>(T*, const T*, const T*, int64_t);                \
-  template void swiglu_forward<T>(T*, const T*, int64_t, int64_t);                \
-  template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t);     \
-  template void softmax_forward<T>(T*, const T*, int64_t, int64_t);               \
+#define LATTICE_INSTANTIATE(T)                                                \
+  template void gelu_forward<T>(T*, const T*, int64_t);                       \
+  template void gelu_backward<T>(T*, const T*, const T*, int64_t);            \
+  template void swiglu_forward<T>(T*, const T*, int64_t, int64_t);            \
+  template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t); \
+  template void softmax_forward<T>(T*, const T*, int64_t, int64_t);           \
   template void softmax_backward<T>(T*, const T*, const T*, int64_t, int64_t);
 LATTICE_INSTANTIATE(float)
 LATTICE_INSTANTIATE(double)

@@ -14,8 +14,7 @@ void dropout_row(T* out, const T* inp, const RngKey& key, uint64_t sample, uint6
   for (int64_t i = 0; i < n; ++i) {
     uint64_t e = e0 + uint64_t(i);
     if (i == 0 || (e & 3) == 0) bits = rng_bits(key, sample, e);
-    bool keep = uint_to_unit(bits.v[e & 3]) >= p;  // == rng_keep(key, sample, e, p)
-    out[i] = keep ? inp[i] * scale : T(0);
+    out[i] = rng_keep_lane(bits, e, p) ? inp[i] * scale : T(0);
   }
 }
 
@@ -37,8 +36,8 @@ void dropout_forward(T* out, const T* inp, const RngKey& key, int64_t sample0, f
   }
 }
 
-#define LATTICE_INSTANTIATE(T)                                                                         \
-  template void dropout_row<T>(T*, const T*, const RngKey&, uint64_t, uint64_t, int64_t, float);       \
+#define LATTICE_INSTANTIATE(T)                                                                   \
+  template void dropout_row<T>(T*, const T*, const RngKey&, uint64_t, uint64_t, int64_t, float); \
   template void dropout_forward<T>(T*, const T*, const RngKey&, int64_t, float, int64_t, int64_t);
 LATTICE_INSTANTIATE(float)
 LATTICE_INSTANTIATE(double)

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/kernels/math.h"
+
 namespace lattice::cpu {
 
 template <typename T>
@@ -15,9 +17,10 @@ void cross_entropy_forward(T* losses, T* lse, const T* logits, const int32_t* ta
     for (int64_t j = 0; j < V; ++j) mx = std::max(mx, x[j]);
     T sum = 0;
     for (int64_t j = 0; j < V; ++j) sum += std::exp(x[j] - mx);
-    T l = mx + std::log(sum);
+    const bool ignored = targets[n] == ignore_index;
+    const T l = math::logsumexp_of(mx, sum);
     lse[n] = l;
-    losses[n] = targets[n] == ignore_index ? T(0) : l - x[targets[n]];
+    losses[n] = math::xent_loss(l, ignored ? T(0) : x[targets[n]], ignored);
   }
 }
 
@@ -33,13 +36,13 @@ void cross_entropy_backward(T* dlogits, const T* logits, const T* lse, const int
       continue;
     }
     const T l = lse[n];
-    for (int64_t j = 0; j < V; ++j) dx[j] = std::exp(x[j] - l) * dloss;
-    dx[targets[n]] -= dloss;
+    const int64_t t = targets[n];
+    for (int64_t j = 0; j < V; ++j) dx[j] = math::xent_grad(x[j], l, dloss, j == t);
   }
 }
 
-#define LATTICE_INSTANTIATE(T)                                                                          \
-  template void cross_entropy_forward<T>(T*, T*, const T*, const int32_t*, int, int64_t, int64_t);      \
+#define LATTICE_INSTANTIATE(T)                                                                     \
+  template void cross_entropy_forward<T>(T*, T*, const T*, const int32_t*, int, int64_t, int64_t); \
   template void cross_entropy_backward<T>(T*, const T*, const T*, const int32_t*, T, int, int64_t, int64_t);
 LATTICE_INSTANTIATE(float)
 LATTICE_INSTANTIATE(double)

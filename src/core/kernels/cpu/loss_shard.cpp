@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/kernels/math.h"
+
 namespace lattice::cpu {
 
 namespace {
@@ -43,9 +45,9 @@ template <typename T>
 void cross_entropy_from_partials(T* losses, T* lse, const T* row_max, const T* sums, const int32_t* targets,
                                  int ignore_index, int64_t N) {
   for (int64_t n = 0; n < N; ++n) {
-    const T l = row_max[n] + std::log(sums[n]);
+    const T l = math::logsumexp_of(row_max[n], sums[n]);
     lse[n] = l;
-    losses[n] = targets[n] == ignore_index ? T(0) : l - sums[N + n];
+    losses[n] = math::xent_loss(l, sums[N + n], targets[n] == ignore_index);
   }
 }
 
@@ -62,10 +64,9 @@ void shard_cross_entropy_backward(T* dlogits, const T* logits, const T* lse, con
       continue;
     }
     const T l = lse[n];
-    for (int64_t j = 0; j < kv; ++j) dx[j] = std::exp(x[j] - l) * dloss;
-    std::fill(dx + kv, dx + K, T(0));
     const int64_t t = int64_t(targets[n]) - col_start;
-    if (t >= 0 && t < kv) dx[t] -= dloss;
+    for (int64_t j = 0; j < kv; ++j) dx[j] = math::xent_grad(x[j], l, dloss, j == t);
+    std::fill(dx + kv, dx + K, T(0));
   }
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/kernels/math.h"
+
 namespace lattice::cpu {
 
 namespace {
@@ -24,9 +26,9 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
     T v = 0;
 #pragma omp simd reduction(+ : v)
     for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
-    T rs = T(1) / std::sqrt(v / T(C) + eps);
+    T rs = math::rstd_of(v / T(C), eps);
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * rs * weight[c] + bias[c];
+    for (int64_t c = 0; c < C; ++c) y[c] = math::layernorm_out(x[c], m, rs, weight[c], bias[c]);
     mean[r] = m;
     rstd[r] = rs;
   }
@@ -35,7 +37,6 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,
                         const T* rstd, int64_t N, int64_t C) {
-  // dinp = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = weight * dout.
 #pragma omp parallel for schedule(static) if (worth_threads(N, C))
   for (int64_t r = 0; r < N; ++r) {
     const T* x = inp + r * C;
@@ -51,7 +52,7 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
     }
     const T mean_dn = sum_dn / T(C), mean_dn_n = sum_dn_n / T(C);
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) dx[c] = rs * (weight[c] * dy[c] - mean_dn - (x[c] - m) * rs * mean_dn_n);
+    for (int64_t c = 0; c < C; ++c) dx[c] = math::layernorm_dinp(x[c], dy[c], weight[c], m, rs, mean_dn, mean_dn_n);
   }
   int64_t blocks = (C + kColBlock - 1) / kColBlock;
 #pragma omp parallel for schedule(static) if (worth_threads(N, C))
@@ -84,9 +85,9 @@ void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, T eps, int6
     T ss = 0;
 #pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
-    T rs = T(1) / std::sqrt(ss / T(C) + eps);
+    T rs = math::rstd_of(ss / T(C), eps);
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) y[c] = x[c] * rs * weight[c];
+    for (int64_t c = 0; c < C; ++c) y[c] = math::rmsnorm_out(x[c], rs, weight[c]);
     rstd[r] = rs;
   }
 }
@@ -94,8 +95,6 @@ void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, T eps, int6
 template <typename T>
 void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N,
                       int64_t C) {
-  // y = x * r * w with r = (mean(x^2) + eps)^(-1/2), so dr/dx_c = -r^3 x_c / C:
-  // dx = r * w * dy - x * r^3 / C * sum(dy * w * x).
 #pragma omp parallel for schedule(static) if (worth_threads(N, C))
   for (int64_t r = 0; r < N; ++r) {
     const T* x = inp + r * C;
@@ -105,9 +104,9 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
     T dot = 0;
 #pragma omp simd reduction(+ : dot)
     for (int64_t c = 0; c < C; ++c) dot += dy[c] * weight[c] * x[c];
-    const T k = rs * rs * rs * dot / T(C);
+    const T k = math::rmsnorm_k(rs, dot, T(C));
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) dx[c] = rs * weight[c] * dy[c] - x[c] * k;
+    for (int64_t c = 0; c < C; ++c) dx[c] = math::rmsnorm_dinp(x[c], dy[c], weight[c], rs, k);
   }
   int64_t blocks = (C + kColBlock - 1) / kColBlock;
 #pragma omp parallel for schedule(static) if (worth_threads(N, C))
@@ -125,11 +124,10 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
   }
 }
 
-#define LATTICE_INSTANTIATE(T)                                                                                 \
-  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, T, int64_t, int64_t);            \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t,    \
-                                      int64_t);                                                                \
-  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, T, int64_t, int64_t);                           \
+#define LATTICE_INSTANTIATE(T)                                                                                         \
+  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, T, int64_t, int64_t);                   \
+  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int64_t); \
+  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, T, int64_t, int64_t);                                   \
   template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t);
 LATTICE_INSTANTIATE(float)
 LATTICE_INSTANTIATE(double)

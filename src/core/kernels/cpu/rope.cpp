@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "core/kernels/math.h"
+
 namespace lattice::cpu {
 
 namespace {
@@ -14,10 +16,10 @@ void rope_tables(std::vector<double>& cs, std::vector<double>& sn, const RopeDim
   cs.resize(size_t(d.T * H));
   sn.resize(size_t(d.T * H));
   for (int64_t i = 0; i < H; ++i) {
-    const double inv_freq = std::pow(d.theta, -2.0 * double(i) / double(d.HS));
     for (int64_t t = 0; t < d.T; ++t) {
-      cs[size_t(t * H + i)] = std::cos(double(t) * inv_freq);
-      sn[size_t(t * H + i)] = std::sin(double(t) * inv_freq);
+      const double a = math::rope_angle(t, i, d.HS, d.theta);
+      cs[size_t(t * H + i)] = std::cos(a);
+      sn[size_t(t * H + i)] = std::sin(a);
     }
   }
 }
@@ -38,11 +40,7 @@ void rope_apply(T* out, const T* inp, const RopeDims& d, double sign) {
     for (int64_t h = 0; h < d.n_rot; ++h) {
       const T* x1 = x + h * d.HS;
       T* y1 = y + h * d.HS;
-      for (int64_t i = 0; i < H; ++i) {
-        const double a = double(x1[i]), b = double(x1[i + H]), si = sign * s[i];
-        y1[i] = T(a * c[i] - b * si);
-        y1[i + H] = T(b * c[i] + a * si);
-      }
+      for (int64_t i = 0; i < H; ++i) math::rope_rotate(y1[i], y1[i + H], x1[i], x1[i + H], c[i], sign * s[i]);
     }
     if (y != x)
       for (int64_t j = rot; j < d.W; ++j) y[j] = x[j];

@@ -1,0 +1,123 @@
+// CUDA softmax cross-entropy (declared in kernels.h): the full-vocabulary
+// forward and the vocab-parallel pieces of core/kernels/cpu/loss_shard.h,
+// whose backward also serves the full vocabulary (col_start 0, n_valid K).
+// One block of kRowThreads per row; row maxima and sums are block reductions
+// in a fixed tree (launch.cuh); the per-row and per-element formulas are
+// core/kernels/math.h, as on the CPU. Padding columns (j >= n_valid) never
+// enter a max or a sum and get zero gradient.
+#include "core/cuda/kernels.h"
+#include "core/cuda/launch.cuh"
+#include "core/kernels/math.h"
+
+namespace lattice::cuda {
+
+namespace {
+
+__device__ float row_max(const float* x, int64_t kv) {
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < kv; j += blockDim.x) mx = MaxOp{}(mx, x[j]);
+  return block_max(mx);
+}
+
+__device__ float row_sum_exp(const float* x, int64_t kv, float mx) {
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < kv; j += blockDim.x) s += expf(x[j] - mx);
+  return block_sum(s);
+}
+
+__global__ void cross_entropy_forward_kernel(float* losses, float* lse, const float* logits, const int32_t* targets,
+                                             int ignore_index, int64_t V) {
+  const int64_t n = blockIdx.x;
+  const float* x = logits + n * V;
+  const float mx = row_max(x, V);
+  const float l = math::logsumexp_of(mx, row_sum_exp(x, V, mx));
+  if (threadIdx.x == 0) {
+    const bool ignored = targets[n] == ignore_index;
+    lse[n] = l;
+    losses[n] = math::xent_loss(l, ignored ? 0.0f : x[targets[n]], ignored);
+  }
+}
+
+__global__ void shard_row_max_kernel(float* out, const float* logits, int64_t kv, int64_t K) {
+  const float mx = row_max(logits + int64_t(blockIdx.x) * K, kv);
+  if (threadIdx.x == 0) out[blockIdx.x] = mx;
+}
+
+__global__ void shard_softmax_partials_kernel(float* sums, const float* logits, const float* row_max,
+                                              const int32_t* targets, int64_t col_start, int64_t kv, int64_t N,
+                                              int64_t K) {
+  const int64_t n = blockIdx.x;
+  const float* x = logits + n * K;
+  const float mx = row_max[n];
+  // A shard whose valid columns are all -inf (or none) adds 0, never NaN.
+  const float s = isfinite(mx) ? row_sum_exp(x, kv, mx) : 0.0f;
+  if (threadIdx.x == 0) {
+    const int64_t t = int64_t(targets[n]) - col_start;
+    sums[n] = s;
+    sums[N + n] = (t >= 0 && t < kv) ? x[t] : 0.0f;
+  }
+}
+
+__global__ void cross_entropy_from_partials_kernel(float* losses, float* lse, const float* row_max, const float* sums,
+                                                   const int32_t* targets, int ignore_index, int64_t N) {
+  for (int64_t n = first_index(); n < N; n += grid_stride()) {
+    const float l = math::logsumexp_of(row_max[n], sums[n]);
+    lse[n] = l;
+    losses[n] = math::xent_loss(l, sums[N + n], targets[n] == ignore_index);
+  }
+}
+
+// Each element is read before it is written by the same thread, so dlogits
+// may be logits.
+__global__ void shard_cross_entropy_backward_kernel(float* dlogits, const float* logits, const float* lse,
+                                                    const int32_t* targets, float dloss, int64_t col_start, int64_t kv,
+                                                    int ignore_index, int64_t K) {
+  const int64_t n = blockIdx.x;
+  const float* x = logits + n * K;
+  float* dx = dlogits + n * K;
+  const bool ignored = targets[n] == ignore_index;
+  const int64_t t = int64_t(targets[n]) - col_start;
+  const float l = lse[n];
+  for (int64_t j = threadIdx.x; j < K; j += blockDim.x)
+    dx[j] = (ignored || j >= kv) ? 0.0f : math::xent_grad(x[j], l, dloss, j == t);
+}
+
+int64_t clamp_valid(int64_t n_valid, int64_t K) { return n_valid < 0 ? 0 : (n_valid > K ? K : n_valid); }
+
+}  // namespace
+
+void launch_cross_entropy_forward(cudaStream_t stream, float* losses, float* lse, const float* logits,
+                                  const int32_t* targets, int ignore_index, int64_t N, int64_t V) {
+  if (N == 0) return;
+  cross_entropy_forward_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(losses, lse, logits, targets, ignore_index, V);
+}
+
+void launch_shard_row_max(cudaStream_t stream, float* row_max, const float* logits, int64_t n_valid, int64_t N,
+                          int64_t K) {
+  if (N == 0) return;
+  shard_row_max_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(row_max, logits, clamp_valid(n_valid, K), K);
+}
+
+void launch_shard_softmax_partials(cudaStream_t stream, float* sums, const float* logits, const float* row_max,
+                                   const int32_t* targets, int64_t col_start, int64_t n_valid, int64_t N, int64_t K) {
+  if (N == 0) return;
+  shard_softmax_partials_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(sums, logits, row_max, targets, col_start,
+                                                                         clamp_valid(n_valid, K), N, K);
+}
+
+void launch_cross_entropy_from_partials(cudaStream_t stream, float* losses, float* lse, const float* row_max,
+                                        const float* sums, const int32_t* targets, int ignore_index, int64_t N) {
+  if (N == 0) return;
+  cross_entropy_from_partials_kernel<<<blocks_for(N), kThreads, 0, stream>>>(losses, lse, row_max, sums, targets,
+                                                                             ignore_index, N);
+}
+
+void launch_shard_cross_entropy_backward(cudaStream_t stream, float* dlogits, const float* logits, const float* lse,
+                                         const int32_t* targets, float dloss, int64_t col_start, int64_t n_valid,
+                                         int ignore_index, int64_t N, int64_t K) {
+  if (N == 0) return;
+  shard_cross_entropy_backward_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(
+      dlogits, logits, lse, targets, dloss, col_start, clamp_valid(n_valid, K), ignore_index, K);
+}
+
+}  // namespace lattice::cuda

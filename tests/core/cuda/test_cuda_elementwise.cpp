@@ -1,0 +1,72 @@
+// GPU dropout, scale and sum of squares (src/core/cuda/kernels.cu) against the
+// CPU kernels. Dropout draws the same Philox counters on both (core/rng.h), so
+// masks and kept values are bitwise equal; scaling is one float multiply on
+// both; the sum of squares accumulates in double in a different order
+// (relative 1e-10, against float rounding at 1e-7).
+#include <cmath>
+
+#include "support/cuda_test_support.h"
+
+namespace lattice::test {
+namespace {
+
+ops::Dropout dropout_of(float p) {
+  ops::Dropout d;
+  d.p = p;
+  d.key = RngKey{.seed = 1234, .purpose = RngPurpose::dropout, .step = 7, .layer = 2, .site = 1};
+  d.sample0 = 5;
+  return d;
+}
+
+TEST_F(CudaOps, DropoutMatchesCpuBitwise) {
+  // S = 1003 is not a multiple of four: the last group of a row is partial.
+  const Shape shape{3, 17, 59};
+  const ops::Dropout d = dropout_of(0.3f);
+  Tensor inp = random_tensor(shape, DType::f32, 1), dout = random_tensor(shape, DType::f32, 2);
+  Tensor out = Tensor::empty(shape, DType::f32), dinp = Tensor::empty(shape, DType::f32);
+  Tensor out_g = empty_gpu(shape), dinp_g = empty_gpu(shape);
+  ops::dropout_forward(out, inp, d);
+  ops::dropout_forward(out_g, gpu(inp), d);
+  EXPECT_TRUE(same_bits(host(out_g), out));
+  ops::dropout_backward(dinp, dout, d);
+  ops::dropout_backward(dinp_g, gpu(dout), d);
+  EXPECT_TRUE(same_bits(host(dinp_g), dinp));
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < out.numel(); ++i) dropped += out.data<float>()[i] == 0.0f;
+  EXPECT_NEAR(double(dropped) / double(out.numel()), 0.3, 0.05);
+}
+
+TEST_F(CudaOps, DropoutInPlaceAndZeroRate) {
+  const Shape shape{4, 101};
+  Tensor x = random_tensor(shape, DType::f32, 3), ref = Tensor::empty(shape, DType::f32);
+  ops::dropout_forward(ref, x, dropout_of(0.5f));
+  Tensor x_g = gpu(x);
+  ops::dropout_forward(x_g, x_g, dropout_of(0.5f));
+  EXPECT_TRUE(same_bits(host(x_g), ref));
+  Tensor copy_g = empty_gpu(shape);
+  ops::dropout_forward(copy_g, gpu(x), dropout_of(0.0f));
+  EXPECT_TRUE(same_bits(host(copy_g), x));
+}
+
+TEST_F(CudaOps, ScaleMatchesCpuBitwise) {
+  Tensor x = random_tensor({1001}, DType::f32, 4);
+  Tensor x_g = gpu(x);
+  ops::scale_inplace(x, 0.37);
+  ops::scale_inplace(x_g, 0.37);
+  EXPECT_TRUE(same_bits(host(x_g), x));
+}
+
+TEST_F(CudaOps, SumSquaresMatchesCpu) {
+  for (int64_t n : {int64_t(1), int64_t(1000), int64_t(300001)}) {
+    SCOPED_TRACE(n);
+    Tensor x = random_tensor({n}, DType::f32, 5 + uint64_t(n));
+    const double cpu = ops::sum_squares(x);
+    Tensor x_g = gpu(x);
+    const double first = ops::sum_squares(x_g);
+    EXPECT_NEAR(first, cpu, 1e-10 * cpu);
+    EXPECT_EQ(ops::sum_squares(x_g), first);  // deterministic: fixed blocks, fixed tree
+  }
+}
+
+}  // namespace
+}  // namespace lattice::test

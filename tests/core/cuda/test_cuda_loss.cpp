@@ -1,0 +1,98 @@
+// GPU softmax cross-entropy (src/core/cuda/loss.cu) against the CPU kernels:
+// the fused full-vocabulary loss with ignored rows, its backward (also in
+// place), and each vocab-parallel piece on a shard with padding columns, a
+// target outside the shard, an ignored row and a row whose valid columns are
+// all -inf. Tolerance: f32 (row reductions in a different order, expf);
+// row maxima are exact. See cuda_test_support.h.
+#include <cmath>
+
+#include "support/cuda_test_support.h"
+
+namespace lattice::test {
+namespace {
+
+constexpr int kIgnore = -1;  // models' kIgnoreIndex
+constexpr float kDloss = 0.37f;
+
+TEST_F(CudaOps, CrossEntropyForwardBackwardMatchCpu) {
+  const int64_t N = 6, V = 1000;
+  Tensor logits = random_tensor({N, V}, DType::f32, 1, 5.0);
+  Tensor targets = Tensor::from<int32_t>({3, kIgnore, 999, 0, 517, kIgnore}, {N});
+  Tensor losses = Tensor::empty({N}, DType::f32), lse = Tensor::empty({N}, DType::f32);
+  Tensor losses_g = empty_gpu({N}), lse_g = empty_gpu({N}), logits_g = gpu(logits), targets_g = gpu(targets);
+  ops::cross_entropy_forward(losses, lse, logits, targets, kIgnore);
+  ops::cross_entropy_forward(losses_g, lse_g, logits_g, targets_g, kIgnore);
+  EXPECT_TENSOR_NEAR(host(losses_g), losses, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(host(lse_g), lse, tolerance(DType::f32));
+  EXPECT_EQ(host(losses_g).data<float>()[1], 0.0f);
+
+  Tensor dlogits = Tensor::empty({N, V}, DType::f32), dlogits_g = empty_gpu({N, V});
+  ops::cross_entropy_backward(dlogits, logits, lse, targets, kDloss, kIgnore);
+  ops::cross_entropy_backward(dlogits_g, logits_g, lse_g, targets_g, kDloss, kIgnore);
+  EXPECT_TENSOR_NEAR(host(dlogits_g), dlogits, tolerance(DType::f32));
+  ops::cross_entropy_backward(logits_g, logits_g, lse_g, targets_g, kDloss, kIgnore);  // in place
+  EXPECT_TENSOR_NEAR(host(logits_g), dlogits, tolerance(DType::f32));
+}
+
+TEST_F(CudaOps, CrossEntropyRejectsBadTargetOnDevice) {
+  Tensor logits = gpu(random_tensor({2, 10}, DType::f32, 2));
+  Tensor targets = gpu(Tensor::from<int32_t>({1, 10}, {2}));
+  Tensor losses = empty_gpu({2}), lse = empty_gpu({2});
+  EXPECT_THROW(ops::cross_entropy_forward(losses, lse, logits, targets, kIgnore), Error);
+}
+
+// Shard [col_start, col_start + K) of a vocabulary, the last 3 columns padding.
+constexpr int64_t kN = 5, kK = 300, kValid = 297, kStart = 600;
+
+Tensor shard_logits() {
+  Tensor x = random_tensor({kN, kK}, DType::f32, 3, 4.0);
+  float* p = x.data<float>();
+  for (int64_t n = 0; n < kN; ++n)
+    for (int64_t j = kValid; j < kK; ++j) p[n * kK + j] = 1e4f;    // padding must never win
+  for (int64_t j = 0; j < kValid; ++j) p[4 * kK + j] = -INFINITY;  // row 4: nothing valid is finite
+  return x;
+}
+// Row 0: target in the shard; 1: ignored; 2: in another shard; 3: last valid column; 4: all -inf.
+Tensor shard_targets() {
+  return Tensor::from<int32_t>({int32_t(kStart + 17), kIgnore, 5, int32_t(kStart + kValid - 1), 2}, {kN});
+}
+
+TEST_F(CudaOps, ShardLossPiecesMatchCpu) {
+  Tensor logits = shard_logits(), targets = shard_targets();
+  Tensor logits_g = gpu(logits), targets_g = gpu(targets);
+  Tensor mx = Tensor::empty({kN}, DType::f32), mx_g = empty_gpu({kN});
+  ops::shard_row_max(mx, logits, kValid);
+  ops::shard_row_max(mx_g, logits_g, kValid);
+  EXPECT_TRUE(same_bits(host(mx_g), mx));
+
+  Tensor sums = Tensor::empty({2, kN}, DType::f32), sums_g = empty_gpu({2, kN});
+  ops::shard_softmax_partials(sums, logits, mx, targets, kStart, kValid);
+  ops::shard_softmax_partials(sums_g, logits_g, mx_g, targets_g, kStart, kValid);
+  EXPECT_TENSOR_NEAR(host(sums_g), sums, tolerance(DType::f32));
+  EXPECT_EQ(host(sums_g).data<float>()[4], 0.0f);  // the all -inf row adds 0, not NaN
+
+  // Row 4's statistics as another shard would have them, so the loss is finite.
+  mx.data<float>()[4] = 1.0f;
+  sums.data<float>()[4] = 2.0f;
+  Tensor losses = Tensor::empty({kN}, DType::f32), lse = Tensor::empty({kN}, DType::f32);
+  Tensor losses_g = empty_gpu({kN}), lse_g = empty_gpu({kN});
+  ops::cross_entropy_from_partials(losses, lse, mx, sums, targets, kIgnore);
+  ops::cross_entropy_from_partials(losses_g, lse_g, gpu(mx), gpu(sums), targets_g, kIgnore);
+  EXPECT_TENSOR_NEAR(host(losses_g), losses, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(host(lse_g), lse, tolerance(DType::f32));
+
+  Tensor dlogits = Tensor::empty({kN, kK}, DType::f32), dlogits_g = empty_gpu({kN, kK});
+  ops::shard_cross_entropy_backward(dlogits, logits, lse, targets, kDloss, kStart, kValid, kIgnore);
+  ops::shard_cross_entropy_backward(dlogits_g, logits_g, gpu(lse), targets_g, kDloss, kStart, kValid, kIgnore);
+  EXPECT_TENSOR_NEAR(host(dlogits_g), dlogits, tolerance(DType::f32));
+}
+
+TEST_F(CudaOps, ShardRowMaxWithoutValidColumns) {
+  Tensor logits = shard_logits(), mx_g = empty_gpu({kN});
+  ops::shard_row_max(mx_g, gpu(logits), 0);
+  Tensor mx = host(mx_g);
+  for (int64_t n = 0; n < kN; ++n) EXPECT_EQ(mx.data<float>()[n], -INFINITY);
+}
+
+}  // namespace
+}  // namespace lattice::test

@@ -1,0 +1,77 @@
+// GPU LayerNorm and RMSNorm (src/core/cuda/norm.cu) against the CPU kernels,
+// forward and backward, with parameter gradients that start non-zero (they
+// accumulate). Rows longer than one block (C = 700 > 256 threads) and a
+// partial warp (C = 37) exercise the strided loops and the block reduction.
+// Tolerance: f32 (reductions in a different order); see cuda_test_support.h.
+#include "support/cuda_test_support.h"
+
+namespace lattice::test {
+namespace {
+
+class CudaNorm : public CudaOps, public ::testing::WithParamInterface<int64_t> {};
+
+TEST_P(CudaNorm, LayernormMatchesCpu) {
+  const int64_t N = 9, C = GetParam();
+  Tensor inp = random_tensor({3, 3, C}, DType::f32, 1, 2.0), weight = random_tensor({C}, DType::f32, 2);
+  Tensor bias = random_tensor({C}, DType::f32, 3);
+  Tensor out = Tensor::empty(inp.shape(), DType::f32), mean = Tensor::empty({N}, DType::f32);
+  Tensor rstd = Tensor::empty({N}, DType::f32);
+  Tensor out_g = empty_gpu(inp.shape()), mean_g = empty_gpu({N}), rstd_g = empty_gpu({N});
+  Tensor inp_g = gpu(inp), weight_g = gpu(weight);
+  ops::layernorm_forward(out, mean, rstd, inp, weight, bias, 1e-5f);
+  ops::layernorm_forward(out_g, mean_g, rstd_g, inp_g, weight_g, gpu(bias), 1e-5f);
+  EXPECT_TENSOR_NEAR(host(out_g), out, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(host(mean_g), mean, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(host(rstd_g), rstd, tolerance(DType::f32));
+
+  Tensor dout = random_tensor(inp.shape(), DType::f32, 4), dinp = Tensor::empty(inp.shape(), DType::f32);
+  Tensor dweight = random_tensor({C}, DType::f32, 5), dbias = random_tensor({C}, DType::f32, 6);
+  Tensor dinp_g = empty_gpu(inp.shape()), dweight_g = gpu(dweight), dbias_g = gpu(dbias);
+  ops::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+  ops::layernorm_backward(dinp_g, dweight_g, dbias_g, gpu(dout), inp_g, weight_g, mean_g, rstd_g);
+  EXPECT_TENSOR_NEAR(host(dinp_g), dinp, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(host(dweight_g), dweight, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(host(dbias_g), dbias, tolerance(DType::f32));
+}
+
+TEST_P(CudaNorm, RmsnormMatchesCpu) {
+  const int64_t N = 9, C = GetParam();
+  Tensor inp = random_tensor({N, C}, DType::f32, 7, 2.0), weight = random_tensor({C}, DType::f32, 8);
+  Tensor out = Tensor::empty({N, C}, DType::f32), rstd = Tensor::empty({N}, DType::f32);
+  Tensor out_g = empty_gpu({N, C}), rstd_g = empty_gpu({N}), inp_g = gpu(inp), weight_g = gpu(weight);
+  ops::rmsnorm_forward(out, rstd, inp, weight, 1e-6f);
+  ops::rmsnorm_forward(out_g, rstd_g, inp_g, weight_g, 1e-6f);
+  EXPECT_TENSOR_NEAR(host(out_g), out, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(host(rstd_g), rstd, tolerance(DType::f32));
+
+  Tensor dout = random_tensor({N, C}, DType::f32, 9), dinp = Tensor::empty({N, C}, DType::f32);
+  Tensor dweight = random_tensor({C}, DType::f32, 10);
+  Tensor dinp_g = empty_gpu({N, C}), dweight_g = gpu(dweight);
+  ops::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
+  ops::rmsnorm_backward(dinp_g, dweight_g, gpu(dout), inp_g, weight_g, rstd_g);
+  EXPECT_TENSOR_NEAR(host(dinp_g), dinp, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(host(dweight_g), dweight, tolerance(DType::f32));
+}
+
+TEST_F(CudaOps, LayernormBackwardIsDeterministic) {
+  const int64_t N = 300, C = 130;
+  Tensor inp = gpu(random_tensor({N, C}, DType::f32, 11)), weight = gpu(random_tensor({C}, DType::f32, 12));
+  Tensor mean = empty_gpu({N}), rstd = empty_gpu({N}), out = empty_gpu({N, C}), dinp = empty_gpu({N, C});
+  ops::layernorm_forward(out, mean, rstd, inp, weight, weight, 1e-5f);
+  Tensor dout = gpu(random_tensor({N, C}, DType::f32, 13));
+  Tensor first;
+  for (int run = 0; run < 2; ++run) {
+    Tensor dweight = Tensor::zeros({C}, DType::f32, Device::cuda(0)), dbias = dweight.clone();
+    ops::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+    Tensor all = host(dweight);
+    if (run == 0)
+      first = all;
+    else
+      EXPECT_TRUE(same_bits(all, first));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Widths, CudaNorm, ::testing::Values(int64_t(37), int64_t(700)));
+
+}  // namespace
+}  // namespace lattice::test

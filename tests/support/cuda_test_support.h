@@ -1,0 +1,70 @@
+// Shared fixture of the GPU tests (tests/core/cuda/test_cuda_*.cpp and the
+// CUDA cases of test_ops.cpp): each test runs an op on the CPU (the
+// reference) and on cuda:0 through lattice::ops, and compares.
+//
+// Tolerances: tolerance(DType::f32) from tests/support (rtol 1e-4, atol 1e-5)
+// for kernels whose reductions run in a different order on the GPU (a fixed
+// tree instead of the CPU's sequence) or whose transcendental functions differ
+// in the last ulp (expf, erff, tanhf, double cos/sin); exact equality where the
+// GPU does the same float operations in the same order (copies, masks, the
+// embedding gradient, scaling).
+//
+// Without a device every test skips and says why (cudaGetDeviceCount's
+// message); it never passes silently.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/ops.h"
+#include "support/test_support.h"
+
+namespace lattice::test {
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  }
+  static Tensor gpu(const Tensor& t) { return t.to(Device::cuda(0)); }
+  static Tensor host(const Tensor& t) { return t.to(Device::cpu()); }
+  static Tensor empty_gpu(const Shape& s) { return Tensor::empty(s, DType::f32, Device::cuda(0)); }
+};
+
+// An activation's forward(out, inp) and backward(dinp, dout, inp) on random
+// inputs (scaled by `scale`) on both devices, compared at the f32 tolerance.
+template <typename Forward, typename Backward>
+void expect_activation_matches_cpu(Forward forward, Backward backward, const Shape& in_shape, const Shape& out_shape,
+                                   uint64_t seed, double scale) {
+  Tensor inp = random_tensor(in_shape, DType::f32, seed, scale), dout = random_tensor(out_shape, DType::f32, seed + 1);
+  Tensor out = Tensor::empty(out_shape, DType::f32), dinp = Tensor::empty(in_shape, DType::f32);
+  Tensor out_g = out.to(Device::cuda(0)), dinp_g = dinp.to(Device::cuda(0)), inp_g = inp.to(Device::cuda(0));
+  forward(out, inp);
+  forward(out_g, inp_g);
+  EXPECT_TENSOR_NEAR(out_g.to(Device::cpu()), out, tolerance(DType::f32));
+  backward(dinp, dout, inp);
+  backward(dinp_g, dout.to(Device::cuda(0)), inp_g);
+  EXPECT_TENSOR_NEAR(dinp_g.to(Device::cpu()), dinp, tolerance(DType::f32));
+}
+
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+// i32 ids in [lo, hi) from a fixed linear congruential sequence.
+inline Tensor random_ids(int64_t n, int32_t lo, int32_t hi, uint32_t seed) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  uint32_t s = seed;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = lo + int32_t((s >> 8) % uint32_t(hi - lo));
+  }
+  return Tensor::from<int32_t>(v, {n});
+}
+
+}  // namespace lattice::test
