@@ -11,6 +11,7 @@
 
 #include "core/backend.h"
 #include "core/ops.h"
+#include "support/cuda_test_support.h"
 #include "support/test_support.h"
 
 namespace lattice {
@@ -24,15 +25,8 @@ struct Case {
   int head_offset;
 };
 
-class CudaAttention : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    std::string why;
-    if (!cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
-  }
-  static Tensor gpu(const Tensor& t) { return t.to(Device::cuda(0)); }
-  static Tensor host(const Tensor& t) { return t.to(Device::cpu()); }
-};
+// Skips without a device (tests/support/cuda_test_support.h).
+class CudaAttention : public test::CudaOps, public ::testing::WithParamInterface<Case> {};
 
 // f32 on both sides; the GPU sums in another order (cuBLAS, block reductions).
 constexpr test::Tolerance kTol{2e-4, 2e-5};
