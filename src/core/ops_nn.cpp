@@ -152,10 +152,11 @@ Rows cross_entropy_dims(const char* op, const Tensor& logits, const Tensor& targ
   Rows r = rows_of(logits);
   LATTICE_CHECK(targets.numel() == r.n, "ops::{}: targets {} for logits {} (N, V)", op, shape_str(targets.shape()),
                 shape_str(logits.shape()));
-  {
-    // Targets on a GPU are checked on a host copy (N ints, small next to the logits).
-    const Tensor host = targets.device().is_cpu() ? targets : targets.to(Device::cpu());
-    const int32_t* t = host.data<int32_t>();
+  // CPU targets are checked here; GPU targets are not copied back for it (a
+  // device-to-host sync per call): the kernels read no logit for an
+  // out-of-range target and give that row a NaN loss instead.
+  if (targets.device().is_cpu()) {
+    const int32_t* t = targets.data<int32_t>();
     for (int64_t n = 0; n < r.n; ++n)
       LATTICE_CHECK(t[n] == ignore_index || (t[n] >= 0 && t[n] < r.c),
                     "ops::{}: target {} of row {} is outside [0, {}) and not ignore_index ({})", op, t[n], n, r.c,

@@ -20,9 +20,7 @@ ops::Dropout dropout_at(const StepCoords& c, float p, int layer_id, uint32_t sit
   return d;
 }
 
-std::unique_ptr<SavedTensors> ChunkActivations::embedding(const MakeTensor&, int64_t, int64_t) const {
-  return nullptr;
-}
+std::unique_ptr<SavedTensors> ChunkActivations::embedding(const MakeTensor&, int64_t, int64_t) const { return nullptr; }
 
 int64_t ChunkActivations::transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType dtype) const {
   return span.head ? 3 * B * T * int64_t(dtype_size(dtype)) : 0;
@@ -56,18 +54,18 @@ ParamView ChunkModel::bind_rows(FlatParams& params, const std::vector<std::strin
   for (size_t i = 1; i < names.size(); ++i) {
     const ParamEntry& e = params.entry(names[i]);
     const bool same_cols = e.local_shape.size() == shape.size() && (shape.size() == 1 || e.local_shape[1] == shape[1]);
-    LATTICE_CHECK(e.offset == end && same_cols, "{}: '{}' must follow '{}' in the parameter buffer with as many columns",
-                  acts_->arch, names[i], names[i - 1]);
+    LATTICE_CHECK(e.offset == end && same_cols,
+                  "{}: '{}' must follow '{}' in the parameter buffer with as many columns", acts_->arch, names[i],
+                  names[i - 1]);
     shape[0] += e.local_shape[0];
     end += e.numel;
   }
   return ParamView{params.values().view(first.offset, shape), params.grads().view(first.offset, shape)};
 }
 
-void ChunkModel::fill_context(Context& ctx, const ChunkActivations& acts, const StageSpan& span,
-                              const MakeTensor& make, int64_t B, int64_t T) {
-  LATTICE_CHECK(T <= acts.max_seq_len, "{}: sequence length {} exceeds max_seq_len {}", acts.arch, T,
-                acts.max_seq_len);
+void ChunkModel::fill_context(Context& ctx, const ChunkActivations& acts, const StageSpan& span, const MakeTensor& make,
+                              int64_t B, int64_t T) {
+  LATTICE_CHECK(T <= acts.max_seq_len, "{}: sequence length {} exceeds max_seq_len {}", acts.arch, T, acts.max_seq_len);
   ctx.B = B;
   ctx.T = T;
   if (span.embedding) {
@@ -141,6 +139,31 @@ SavedTensors& ChunkModel::saved_for(Context& ctx, int i) {
 Tensor ChunkModel::logits(const ModelContext& base) const {
   LATTICE_CHECK(span_.head, "{}: logits come from the chunk with the head", acts_->arch);
   return static_cast<const Context&>(base).head->logits;
+}
+
+std::unique_ptr<LmHeadTensors> ChunkActivations::layernorm_head(const MakeTensor& make, int64_t B, int64_t T,
+                                                                int64_t V_l) const {
+  auto h = std::make_unique<LayerNormHeadTensors>();
+  h->lnf = make({B, T, C}), h->lnf_mean = make({B, T}), h->lnf_rstd = make({B, T});
+  h->logits = make({B, T, V_l});
+  h->losses = make({B, T}), h->lse = make({B, T});
+  return h;
+}
+
+double ChunkModel::layernorm_head_forward(Context& ctx, const Tensor& x, const LayerNormHead& p,
+                                          tp::ColumnParallelLinear& head) {
+  auto& h = head_of<LayerNormHeadTensors>(ctx);
+  ops::layernorm_forward(h.lnf, h.lnf_mean, h.lnf_rstd, x, p.norm_w.w, p.norm_b.w, p.eps);
+  head.forward(h.logits, h.lnf, p.head_w.w, nullptr);
+  return lm_loss_forward(ctx, p.vocab_size);
+}
+
+void ChunkModel::layernorm_head_backward(Context& ctx, const Tensor& x, float dloss, LayerNormHead& p,
+                                         tp::ColumnParallelLinear& head, Tensor& scratch, Tensor& dx) {
+  auto& h = head_of<LayerNormHeadTensors>(ctx);
+  lm_loss_backward(ctx, dloss, p.vocab_size);
+  head.backward(&scratch, &p.head_w.g, nullptr, h.logits, h.lnf, p.head_w.w);
+  ops::layernorm_backward(dx, p.norm_w.g, p.norm_b.g, scratch, x, p.norm_w.w, h.lnf_mean, h.lnf_rstd);
 }
 
 double ChunkModel::lm_loss_forward(Context& ctx, int vocab_size) {

@@ -35,6 +35,7 @@
 #include "core/ops.h"
 #include "core/param.h"
 #include "models/model.h"
+#include "tp/linear.h"
 
 namespace lattice {
 
@@ -56,6 +57,12 @@ struct LmHeadTensors : SavedTensors {
   Tensor losses, lse;  // (B, T)
 };
 
+// The head of the LayerNorm models (GPT-2, GPT-NeoX): final LayerNorm (its
+// output and statistics saved), then the LM head.
+struct LayerNormHeadTensors : LmHeadTensors {
+  Tensor lnf, lnf_mean, lnf_rstd;  // (B, T, C), (B, T), (B, T)
+};
+
 // Makes one tensor of a shape: allocates it, or only counts its bytes.
 using MakeTensor = std::function<Tensor(Shape)>;
 
@@ -68,6 +75,8 @@ class ChunkActivations {
   // One block's saved tensors besides its output (which the context holds).
   virtual std::unique_ptr<SavedTensors> block(const MakeTensor& make, int64_t B, int64_t T) const = 0;
   virtual std::unique_ptr<LmHeadTensors> head(const MakeTensor& make, int64_t B, int64_t T) const = 0;
+  // LayerNormHeadTensors of width C and V_l logit columns (for head()).
+  std::unique_ptr<LmHeadTensors> layernorm_head(const MakeTensor& make, int64_t B, int64_t T, int64_t V_l) const;
   // Backward scratch shared by the chunk's contexts (not saved state).
   virtual std::unique_ptr<SavedTensors> scratch(const MakeTensor& make, const StageSpan& span, int64_t B,
                                                 int64_t T) const = 0;
@@ -147,6 +156,18 @@ class ChunkModel : public LanguageModel {
   double lm_loss_forward(Context& ctx, int vocab_size);
   // dlogits in place of h.logits, each valid token weighted by dloss.
   void lm_loss_backward(Context& ctx, float dloss, int vocab_size);
+  // The whole head of a LayerNorm model (ctx.head a LayerNormHeadTensors):
+  // LayerNorm of x with (norm_w, norm_b), logits through `head` with weight
+  // head_w, and the loss; backward from the loss to dx, with `scratch` a free
+  // (B, T, C).
+  struct LayerNormHead {
+    ParamView norm_w, norm_b, head_w;
+    float eps = 1e-5f;
+    int vocab_size = 0;
+  };
+  double layernorm_head_forward(Context& ctx, const Tensor& x, const LayerNormHead& p, tp::ColumnParallelLinear& head);
+  void layernorm_head_backward(Context& ctx, const Tensor& x, float dloss, LayerNormHead& p,
+                               tp::ColumnParallelLinear& head, Tensor& scratch, Tensor& dx);
   template <class S>
   static S& as(SavedTensors& s) {
     return static_cast<S&>(s);
@@ -179,8 +200,8 @@ class ChunkModel : public LanguageModel {
   };
   static void fill_context(Context& ctx, const ChunkActivations& acts, const StageSpan& span, const MakeTensor& make,
                            int64_t B, int64_t T);
-  static void fill_workspace(Workspace& ws, const ChunkActivations& acts, const StageSpan& span,
-                             const MakeTensor& make, int64_t B, int64_t T);
+  static void fill_workspace(Workspace& ws, const ChunkActivations& acts, const StageSpan& span, const MakeTensor& make,
+                             int64_t B, int64_t T);
   Workspace& workspace(int64_t B, int64_t T);
   SavedTensors& saved_for(Context& ctx, int i);
   int n_blocks() const { return span_.end_layer - span_.first_layer; }

@@ -32,9 +32,13 @@ __global__ void cross_entropy_forward_kernel(float* losses, float* lse, const fl
   const float mx = row_max(x, V);
   const float l = math::logsumexp_of(mx, row_sum_exp(x, V, mx));
   if (threadIdx.x == 0) {
-    const bool ignored = targets[n] == ignore_index;
+    const int32_t t = targets[n];
+    const bool ignored = t == ignore_index;
     lse[n] = l;
-    losses[n] = math::xent_loss(l, ignored ? 0.0f : x[targets[n]], ignored);
+    // A target outside [0, V) reads nothing and makes the loss NaN, which the
+    // trainer's non-finite check turns into a skipped step (ops checks CPU targets).
+    const bool valid = t >= 0 && t < V;
+    losses[n] = ignored ? math::xent_loss(l, 0.0f, true) : valid ? math::xent_loss(l, x[t], false) : NAN;
   }
 }
 

@@ -32,10 +32,6 @@ struct BlockActs : SavedTensors {
   Tensor fch, fch_gelu;            // (B, T, F_l)
 };
 
-struct HeadActs : LmHeadTensors {
-  Tensor lnf, lnf_mean, lnf_rstd;  // (B, T, C), (B, T), (B, T)
-};
-
 // Backward scratch shared by every context of a chunk.
 struct Scratch : SavedTensors {
   Tensor c1, c2, c3, f1, f2, qkv_grad, att_grad;
@@ -62,11 +58,7 @@ class Activations final : public ChunkActivations {
     return a;
   }
   std::unique_ptr<LmHeadTensors> head(const MakeTensor& make, int64_t B, int64_t T) const override {
-    auto h = std::make_unique<HeadActs>();
-    h->lnf = make({B, T, C}), h->lnf_mean = make({B, T}), h->lnf_rstd = make({B, T});
-    h->logits = make({B, T, V_l});
-    h->losses = make({B, T}), h->lse = make({B, T});
-    return h;
+    return layernorm_head(make, B, T, V_l);
   }
   std::unique_ptr<SavedTensors> scratch(const MakeTensor& make, const StageSpan&, int64_t B, int64_t T) const override {
     auto w = std::make_unique<Scratch>();
@@ -95,9 +87,10 @@ Gpt2::Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp, StageSpan
     wpe_ = bind(params, "wpe.weight");
   }
   if (span_.head) {
-    ln_f_w_ = bind(params, "ln_f.weight");
-    ln_f_b_ = bind(params, "ln_f.bias");
-    lm_head_ = bind(params, cfg.tie_embeddings ? "wte.weight" : "lm_head.weight");
+    head_p_.norm_w = bind(params, "ln_f.weight");
+    head_p_.norm_b = bind(params, "ln_f.bias");
+    head_p_.head_w = bind(params, cfg.tie_embeddings ? "wte.weight" : "lm_head.weight");
+    head_p_.eps = cfg.norm_eps, head_p_.vocab_size = cfg.vocab_size;
   }
   for (int i = span_.first_layer; i < span_.end_layer; ++i) {
     auto p = [&, h = "h." + std::to_string(i) + "."](const char* name) { return bind(params, h + name); };
@@ -177,19 +170,10 @@ void Gpt2::embed_backward(Context& ctx, Tensor& demb, Tensor& scratch) {
   for (int64_t b = 0; b < B; ++b) ops::add_inplace(dpos, scratch.view(b * T * C, {T, C}));
 }
 
-double Gpt2::head_forward(Context& ctx, const Tensor& x) {
-  auto& h = head_of<HeadActs>(ctx);
-  ops::layernorm_forward(h.lnf, h.lnf_mean, h.lnf_rstd, x, ln_f_w_.w, ln_f_b_.w, cfg_.norm_eps);
-  head_.forward(h.logits, h.lnf, lm_head_.w, nullptr);
-  return lm_loss_forward(ctx, cfg_.vocab_size);
-}
+double Gpt2::head_forward(Context& ctx, const Tensor& x) { return layernorm_head_forward(ctx, x, head_p_, head_); }
 
 void Gpt2::head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx) {
-  auto& h = head_of<HeadActs>(ctx);
-  Tensor& c1 = scratch_of<Scratch>(ctx).c1;
-  lm_loss_backward(ctx, dloss, cfg_.vocab_size);
-  head_.backward(&c1, &lm_head_.g, nullptr, h.logits, h.lnf, lm_head_.w);
-  ops::layernorm_backward(dx, ln_f_w_.g, ln_f_b_.g, c1, x, ln_f_w_.w, h.lnf_mean, h.lnf_rstd);
+  layernorm_head_backward(ctx, x, dloss, head_p_, head_, scratch_of<Scratch>(ctx).c1, dx);
 }
 
 double Gpt2::flops_per_token(int64_t T) const {

@@ -91,7 +91,8 @@ class Gpt2 final : public ChunkModel {
 
   Gpt2Config cfg_;
   int64_t heads_l_ = 0;  // this rank's heads
-  ParamView wte_, wpe_, ln_f_w_, ln_f_b_, lm_head_;
+  ParamView wte_, wpe_;
+  LayerNormHead head_p_;           // ln_f and the LM head (wte when tied)
   std::vector<LayerView> layers_;  // blocks [span_.first_layer, span_.end_layer)
   tp::VocabParallelEmbedding embed_;
   tp::ColumnParallelLinear qkv_, fc_, head_;  // head: logits on the local vocabulary rows

@@ -90,7 +90,8 @@ class Neox final : public ChunkModel {
 
   NeoxConfig cfg_;
   int64_t NH_l_ = 0, HS_ = 0;
-  ParamView embed_in_, ln_f_w_, ln_f_b_, embed_out_;
+  ParamView embed_in_;
+  LayerNormHead head_p_;           // final_layer_norm and embed_out (embed_in when tied)
   std::vector<LayerView> layers_;  // blocks [span_.first_layer, span_.end_layer)
   tp::VocabParallelEmbedding embed_;
   tp::ColumnParallelLinear qkv_, fc_, head_;
