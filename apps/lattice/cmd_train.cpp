@@ -164,7 +164,7 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   auto mesh = create_job_mesh(cfg, comm::Group(comm::make_world_communicator(cfg.runtime.comm_timeout_s)));
   // The plugin opens and checks the data before the run directory is written.
   auto plugin = std::make_unique<HybridParallelPlugin>(cfg, mesh);
-  std::string rank_map = mesh::format_rank_map(mesh, "cpu");  // collective
+  std::string rank_map = mesh::format_rank_map(mesh, plugin->device().str());  // collective
   std::vector<std::string> notes;
   Start start;
   start.resume = resolve_resume(cfg, mesh.world(), &notes);  // collective

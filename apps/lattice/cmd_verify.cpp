@@ -25,8 +25,10 @@ struct Trace {
   std::vector<double> loss, norm;
 };
 
-Trace run_steps(const Config& cfg, mesh::ProcessGroupMesh& mesh) {
-  HybridParallelPlugin plugin(cfg, mesh);
+Trace run_steps(const Config& cfg, mesh::ProcessGroupMesh& mesh, std::optional<Device> device,
+                Device* placed = nullptr) {
+  HybridParallelPlugin plugin(cfg, mesh, device);
+  if (placed) *placed = plugin.device();
   const optim::LrSchedule schedule = lr_schedule(cfg);
   Trace t;
   for (int64_t step = 1; step <= cfg.train.steps; ++step) {
@@ -46,7 +48,8 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, d
   set_num_threads(cfg.runtime.threads);
   const Layout layout = resolve_layout(cfg, mpi.world_size());  // the layout must fit the job
   auto mesh = create_job_mesh(cfg, comm::Group(comm::make_world_communicator(cfg.runtime.comm_timeout_s)));
-  Trace got = run_steps(cfg, mesh);
+  Device device;
+  Trace got = run_steps(cfg, mesh, std::nullopt, &device);
 
   Config ref_cfg = cfg;
   ref_cfg.parallel.tp = ref_cfg.parallel.pp = ref_cfg.parallel.dp = 1;
@@ -57,7 +60,7 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, d
   ref_cfg.parallel.recompute_layers_per_stage = {};
   ref_cfg.parallel.zero = 0;
   auto ref_mesh = create_job_mesh(ref_cfg, comm::self_group("world"));
-  Trace ref = run_steps(ref_cfg, ref_mesh);
+  Trace ref = run_steps(ref_cfg, ref_mesh, device);  // on this rank's own device
 
   double worst = 0;
   std::string table = fmt::format("{:>5}  {:>14}  {:>14}  {:>9}  {:>12}  {:>12}  {:>9}\n", "step", "loss (1 rank)",
@@ -70,8 +73,8 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, d
   }
   const bool ok = worst <= tolerance;
   if (mpi.world_rank() == 0) {
-    std::fputs(fmt::format("verify-layout {}: tp={} pp={} dp={} against one rank, {} steps\n{}", cfg.source,
-                           layout.tp, layout.pp, layout.dp, cfg.train.steps, table)
+    std::fputs(fmt::format("verify-layout {}: tp={} pp={} dp={} against one rank, {} steps\n{}", cfg.source, layout.tp,
+                           layout.pp, layout.dp, cfg.train.steps, table)
                    .c_str(),
                stdout);
     std::fputs(fmt::format("{}: largest relative loss difference {:.2e} (tolerance {:.0e})\n", ok ? "PASS" : "FAIL",
@@ -95,9 +98,10 @@ int verify_layout(int* argc, char*** argv, const Args& args) {
       if (ec != std::errc() || p != v.data() + v.size() || !(tolerance > 0))
         LATTICE_FAIL("verify-layout: --tolerance expects a positive number, got '{}'", v);
     } else if (args[i].rfind("--", 0) == 0) {
-      LATTICE_FAIL("verify-layout: unknown option '{}' (usage: lattice verify-layout CONFIG [key=value ...] "
-                   "[--tolerance X])",
-                   args[i]);
+      LATTICE_FAIL(
+          "verify-layout: unknown option '{}' (usage: lattice verify-layout CONFIG [key=value ...] "
+          "[--tolerance X])",
+          args[i]);
     } else if (path.empty()) {
       path = args[i];
     } else {

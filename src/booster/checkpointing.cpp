@@ -5,9 +5,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <set>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -66,6 +66,10 @@ std::string write_stage_file(const std::string& dir, const std::string& index, c
   }
   return fmt::format("F\t{}\t{}\t{}\t{}\n", file, d.size, checkpoint::checksum_hex(d.checksum), data) + lines;
 }
+
+// A host copy of a device tensor (the tensor itself on the CPU): checkpoints
+// gather and write through the mesh's MPI groups.
+Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
 
 // Rank 0: the digests, indexes and trainer state, then the commit.
 void commit_on_rank0(checkpoint::CheckpointWriter& w, const std::vector<std::string>& reports,
@@ -133,9 +137,9 @@ std::string trainer_state_json(const TrainerState& s) {
     j["config_hash"] = checkpoint::checksum_hex(checkpoint::checksum64(s.config.data(), s.config.size()));
     j["config"] = s.config;
   }
-  j["layout"] = {{"tp", s.layout.tp},         {"pp", s.layout.pp},
-                 {"dp", s.layout.dp},         {"microbatches", s.layout.microbatches},
-                 {"schedule", s.schedule},    {"virtual_stages", s.virtual_stages},
+  j["layout"] = {{"tp", s.layout.tp},      {"pp", s.layout.pp},
+                 {"dp", s.layout.dp},      {"microbatches", s.layout.microbatches},
+                 {"schedule", s.schedule}, {"virtual_stages", s.virtual_stages},
                  {"zero", s.zero}};
   j["vocab_size"] = s.vocab_size;
   j["padded_vocab_size"] = s.padded_vocab_size;
@@ -193,7 +197,7 @@ void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerSta
 
   std::string report;
   if (gathers) {
-    checkpoint::NamedTensors model = gather_stage(r.params, r.params.values(), "", mesh.tp(), writer);
+    checkpoint::NamedTensors model = gather_stage(r.params, on_host(r.params.values()), "", mesh.tp(), writer);
     if (writer) {
       report += write_stage_file(tmp, kModelIndex, checkpoint::shard_file_name("model", me.pp + 1, stages), model);
       pause_for_tests(state.step);
@@ -201,17 +205,18 @@ void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerSta
   }
   checkpoint::NamedTensors optim;
   for (auto& [name, buf] : r.optimizer.state()) {
-    Tensor local = *buf;
+    Tensor local = on_host(*buf);
     if (r.zero) {  // every dp rank holds one shard: the whole local buffer first (collective over dp)
       local = Tensor::zeros({r.params.padded_numel()}, buf->dtype());
-      mesh.dp().all_gather(local, *buf)->wait();
+      mesh.dp().all_gather(local, on_host(*buf))->wait();
     }
     if (!gathers) continue;
     checkpoint::NamedTensors part = gather_stage(r.params, local, name + ".", mesh.tp(), writer);
     for (auto& t : part) optim.push_back(std::move(t));
   }
   if (writer && !optim.empty())
-    report += write_stage_file(tmp, kOptimizerIndex, checkpoint::shard_file_name("optimizer", me.pp + 1, stages), optim);
+    report +=
+        write_stage_file(tmp, kOptimizerIndex, checkpoint::shard_file_name("optimizer", me.pp + 1, stages), optim);
 
   std::vector<std::string> reports = comm::all_gather_strings(mesh.world(), report);
   if (mesh.this_rank() == 0) {
@@ -278,11 +283,12 @@ void check_resume_config(const Config& cfg, const TrainerState& state, const std
   saved.train.stop_at_step = cfg.train.stop_at_step;
   std::optional<ConfigDifference> d = first_difference(saved, cfg);
   if (!d) return;
-  throw ConfigError(fmt::format(
-      "{}: {} is {} but checkpoint {} was written with {} — on resume only parallel.*, runtime.threads, log.*, "
-      "checkpoint.* and train.stop_at_step may change; restore the setting, or start a new run (checkpoint.resume: "
-      "never, or another log.dir)",
-      cfg.source, d->key, d->b, step_dir, d->a),
+  throw ConfigError(
+      fmt::format(
+          "{}: {} is {} but checkpoint {} was written with {} — on resume only parallel.*, runtime.threads, log.*, "
+          "checkpoint.* and train.stop_at_step may change; restore the setting, or start a new run (checkpoint.resume: "
+          "never, or another log.dir)",
+          cfg.source, d->key, d->b, step_dir, d->a),
       d->key);
 }
 

@@ -41,12 +41,14 @@ void refuse_unsupported(const Config& cfg, const Layout& layout) {
   auto refuse = [&](const char* key, const std::string& what) {
     config_fail(cfg, key, what + " is not available in this version yet; remove the setting");
   };
-  if (cfg.runtime.device != DeviceType::cpu) refuse("runtime.device", "training on cuda");
+  if (cfg.runtime.device == DeviceType::cuda && cfg.runtime.precision != Precision::fp32)
+    refuse("runtime.precision", fmt::format("{} on cuda", enum_name(cfg.runtime.precision)));
 }
 
 // runtime.precision on the CPU: bf16 runs the large matmuls through oneDNN
 // (core/kernels/cpu/matmul_bf16.h) where this CPU and build have it.
 void set_cpu_precision(const Config& cfg) {
+  if (cfg.runtime.device != DeviceType::cpu) return;
   const bool bf16 = cfg.runtime.precision == Precision::bf16;
   std::string why;
   if (bf16 && !cpu::bf16_matmul_available(&why))
@@ -67,7 +69,8 @@ double all_reduce_scalar(comm::Group& g, double v, comm::ReduceOp op) {
 
 }  // namespace
 
-HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroupMesh& mesh)
+HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroupMesh& mesh,
+                                           std::optional<Device> device)
     : cfg_(cfg), mesh_(mesh), layout_(resolve_layout(cfg, mesh.world_size())) {
   LATTICE_CHECK(layout_.tp == mesh.size(mesh::Axis::tp) && layout_.pp == mesh.size(mesh::Axis::pp) &&
                     layout_.dp == mesh.size(mesh::Axis::dp),
@@ -75,30 +78,32 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
                 layout_.dp);
   refuse_unsupported(cfg, layout_);
   set_cpu_precision(cfg);
+  device_ = device ? *device : place_rank(cfg, mesh);
+  groups_ = std::make_unique<DeviceGroups>(mesh, device_, cfg.runtime.comm_timeout_s);
   const int stage = mesh.this_coord().pp;
   stages_ = std::make_unique<pipeline::PipelineStageManager>(pipeline::make_stage_layout(stage_config_of(cfg, layout_)),
                                                              stage, mesh.pp().world_ranks());
-  p2p_ = std::make_unique<pipeline::P2P>(mesh.pp(), *stages_, cfg.runtime.comm_timeout_s);
+  p2p_ = std::make_unique<pipeline::P2P>(groups_->pp(), *stages_, cfg.runtime.comm_timeout_s);
   train_plan_ = train_plan_of(cfg, layout_, stage);
   eval_plan_ = pipeline::plan_forward_only(layout_.pp, stage, layout_.microbatches, stages_->virtual_stages());
   spans_ = stage_spans(cfg, stages_->layout(), stage);
-  comm::Group& tp = mesh.tp();
+  comm::Group& tp = groups_->tp();
   TpShard shard{.rank = tp.rank(), .size = tp.size(), .vocab_multiple = cfg.model.vocab_multiple};
   const int64_t pad = cfg.parallel.zero == 1 ? layout_.dp : 1;  // ZeRO-1 splits the buffers into dp equal shards
   params_ = FlatParams(select_stage_params(model_param_specs(cfg.model), spans_, cfg.model.n_layer), DType::f32,
-                       Device::cpu(), shard, pad);
+                       device_, shard, pad);
   params_.init(cfg.runtime.seed);
   for (const StageSpan& span : spans_) chunks_.push_back(build_model(cfg.model, params_, tp, span));
   const int64_t T = cfg.train.seq_len, B = cfg.train.micro_batch;
   contexts_ = std::make_unique<ContextPool>([this, B, T](int v) { return chunks_[size_t(v)]->make_context(B, T); });
   if (cfg.parallel.zero == 0 && layout_.dp > 1 && cfg.parallel.dp_bucket_mb > 0) {
-    buckets_ = std::make_unique<GradBuckets>(params_, mesh.dp(), cfg.parallel.dp_bucket_mb);
+    buckets_ = std::make_unique<GradBuckets>(params_, groups_->dp(), cfg.parallel.dp_bucket_mb);
     last_backward_mb_.assign(spans_.size(), -1);
     for (const pipeline::Action& a : train_plan_)
       if (a.kind == pipeline::ActionKind::backward) last_backward_mb_[size_t(a.chunk)] = a.microbatch;
   }
   if (cfg.parallel.zero == 1) {
-    auto zero = std::make_unique<optim::ZeroOptimizer>(optimizer_options(cfg.optimizer), params_, mesh.dp());
+    auto zero = std::make_unique<optim::ZeroOptimizer>(optimizer_options(cfg.optimizer), params_, groups_->dp());
     zero_ = zero.get();
     optimizer_ = std::move(zero);
   } else {
@@ -117,6 +122,14 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
   if (!cfg.data.val.empty()) val_ = dataset(cfg.data.val, "data.val");
   inputs_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
   targets_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
+  device_inputs_ = device_.is_cpu() ? inputs_ : Tensor::empty(inputs_.shape(), DType::i32, device_);
+  device_targets_ = device_.is_cpu() ? targets_ : Tensor::empty(targets_.shape(), DType::i32, device_);
+}
+
+void HybridParallelPlugin::batch_to_device() {
+  if (device_.is_cpu()) return;  // the same tensors
+  device_inputs_.copy_from(inputs_);
+  device_targets_.copy_from(targets_);
 }
 
 std::string HybridParallelPlugin::describe() const {
@@ -152,12 +165,13 @@ double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoor
   double loss = 0;
   pipeline::StageCallbacks cb;
   cb.activation_shape = {B, cfg_.train.seq_len, cfg_.model.d_model};
+  cb.device = device_;
   cb.forward = [&](int v, int mb, const Tensor& in, Tensor& out) {
     StepCoords c = base;
     c.sample0 = first_sample + mb * B;
     const StageSpan& span = spans_[size_t(v)];
-    loss += chunks_[size_t(v)]->forward(contexts_->take(v, mb), span.embedding ? microbatch(inputs_, mb) : in,
-                                        microbatch(targets_, mb), c, span.head ? nullptr : &out);
+    loss += chunks_[size_t(v)]->forward(contexts_->take(v, mb), span.embedding ? microbatch(device_inputs_, mb) : in,
+                                        microbatch(device_targets_, mb), c, span.head ? nullptr : &out);
     if (!base.train) contexts_->give_back(v, mb);
   };
   cb.backward = [&](int v, int mb, const Tensor& dout, Tensor& din) {
@@ -187,6 +201,7 @@ StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
                        microbatch(targets_, m).data<int32_t>());
     prepare_batch(StepCoords{cfg_.runtime.seed, step, first + m * B, true}, m);
   }
+  batch_to_device();
   StepStats s;
   s.valid_tokens = int64_t(sum_over(mesh_.dp(), double(count_valid(targets_))));
   s.tokens = int64_t(cfg_.train.global_batch) * T;
@@ -198,9 +213,9 @@ StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
   const auto sync_start = std::chrono::steady_clock::now();
   // Tied parameters: the replicas' gradients summed over the tie group, before dp.
   for (const ParamEntry& e : params_.entries()) {
-    if (e.spec.tie_group.empty() || mesh_.tie().size() == 1) continue;
+    if (e.spec.tie_group.empty() || groups_->tie().size() == 1) continue;
     Tensor g = params_.grad(e);
-    mesh_.tie().all_reduce(g)->wait();
+    groups_->tie().all_reduce(g)->wait();
   }
   if (zero_) {
     zero_->reduce_scatter_grads(params_);  // each dp rank gets the sum of its own shard
@@ -208,11 +223,11 @@ StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
     for (const ParamEntry& e : params_.entries()) {  // the tied entries, which no bucket holds
       if (e.spec.tie_group.empty()) continue;
       Tensor g = params_.grad(e);
-      mesh_.dp().all_reduce(g)->wait();
+      groups_->dp().all_reduce(g)->wait();
     }
     buckets_->finish();
-  } else if (mesh_.dp().size() > 1) {
-    mesh_.dp().all_reduce(params_.grads())->wait();
+  } else if (groups_->dp().size() > 1) {
+    groups_->dp().all_reduce(params_.grads())->wait();
   }
   s.grad_sync_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
   s.loss_sum = sum_over(mesh_.dp(), sum_over(mesh_.pp(), loss));  // only the last stage has a loss
@@ -256,6 +271,7 @@ double HybridParallelPlugin::evaluate(int64_t batches) {
                             microbatch(targets_, m).data<int32_t>());
       prepare_batch(StepCoords{cfg_.runtime.seed, 0, k * GB + first + m * B, false}, m);
     }
+    batch_to_device();
     valid += double(count_valid(targets_));
     loss += run_plan(eval_plan_, StepCoords{cfg_.runtime.seed, 0, k * GB, false}, first, 0.0f, nullptr);
   }
@@ -264,7 +280,7 @@ double HybridParallelPlugin::evaluate(int64_t batches) {
   return valid > 0 ? loss / valid : 0.0;
 }
 
-int64_t HybridParallelPlugin::local_peak_mem_bytes() const { return memory_stats(Device::cpu()).peak_bytes; }
+int64_t HybridParallelPlugin::local_peak_mem_bytes() const { return memory_stats(device_).peak_bytes; }
 
 void HybridParallelPlugin::write_trace(const std::string& path) const {
   pipeline::write_chrome_trace(path, trace_, mesh_.this_rank());

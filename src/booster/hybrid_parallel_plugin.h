@@ -20,9 +20,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "booster/context_pool.h"
+#include "booster/device_groups.h"
 #include "booster/grad_buckets.h"
 #include "booster/plugin.h"
 #include "config/config.h"
@@ -39,7 +41,10 @@ namespace lattice {
 
 class HybridParallelPlugin final : public Plugin {
  public:
-  HybridParallelPlugin(const Config& cfg, mesh::ProcessGroupMesh& mesh);
+  // device: where this rank's tensors live; unset: runtime.device placed by
+  // place_rank (booster/device_groups.h). verify-layout passes the job's
+  // placement to its one-rank reference.
+  HybridParallelPlugin(const Config& cfg, mesh::ProcessGroupMesh& mesh, std::optional<Device> device = std::nullopt);
 
   std::string describe() const override;
   std::string stage_map() const override;
@@ -55,6 +60,7 @@ class HybridParallelPlugin final : public Plugin {
   void save_checkpoint(const std::string& step_dir, int64_t step, int64_t skipped) override;
   TrainerState load_checkpoint(const std::string& step_dir) override;
 
+  Device device() const { return device_; }  // where this rank's tensors live (booster/device_groups.h)
   FlatParams& params() { return params_; }
   const pipeline::PipelineStageManager& stages() const { return *stages_; }
   const GradBuckets* grad_buckets() const { return buckets_.get(); }  // null: no bucketed dp all-reduce
@@ -66,10 +72,14 @@ class HybridParallelPlugin final : public Plugin {
   double sum_over(comm::Group& g, double v);
   // The model's objective on microbatch m of inputs_/targets_ (ModelEntry::prepare_batch).
   void prepare_batch(const StepCoords& coords, int64_t m);
+  // Copies inputs_/targets_ to the device (nothing on the CPU: they are the same tensors).
+  void batch_to_device();
 
   Config cfg_;
   mesh::ProcessGroupMesh& mesh_;
   Layout layout_;
+  Device device_;
+  std::unique_ptr<DeviceGroups> groups_;  // device tensors' tp, pp, dp and tie groups
   std::unique_ptr<pipeline::PipelineStageManager> stages_;
   std::unique_ptr<pipeline::P2P> p2p_;
   pipeline::Plan train_plan_, eval_plan_;
@@ -84,8 +94,9 @@ class HybridParallelPlugin final : public Plugin {
   // optimizer_ itself when parallel.zero = 1, else null
   optim::ZeroOptimizer* zero_ = nullptr;
   std::unique_ptr<data::TokenDataset> train_, val_;
-  Tensor inputs_, targets_;  // (microbatches, B, T) i32: this dp rank's share of the step
-  int64_t updates_ = 0;      // applied (non-skipped) updates, for Adam's bias correction
+  Tensor inputs_, targets_;                 // (microbatches, B, T) i32: this dp rank's share of the step
+  Tensor device_inputs_, device_targets_;   // the same on device_ (the same tensors on the CPU)
+  int64_t updates_ = 0;                     // applied (non-skipped) updates, for Adam's bias correction
   std::vector<pipeline::TraceSpan> trace_;  // log.trace: the spans of steps 1 .. kTracedSteps
 };
 

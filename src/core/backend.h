@@ -8,8 +8,13 @@
 // for in $LATTICE_CUDA_LIB, then next to the running binary (../lib), then on
 // the loader path.
 //
-// Pointers are device pointers of device `dev`; every call is synchronous with
-// respect to the host unless it says otherwise (one stream per device for now).
+// Pointers are device pointers of device `dev`. Calls enqueue their work on
+// the device's one compute stream (the legacy default stream) in call order
+// and return without waiting for it, except those that hand data to the
+// host (copies to or from host memory, sum_squares), which wait. So a fault
+// inside a kernel is reported by the next waiting call; run with
+// CUDA_LAUNCH_BLOCKING=1 to have it reported by the launch. NCCL runs on
+// streams of its own, ordered against this one by events (comm/stream_order.h).
 // Matrices are row-major; gemm computes C = alpha * op(A) op(B) + beta * C with
 // op(A) of shape (m, k) and op(B) of shape (k, n). Every other kernel has the
 // semantics, argument order and shapes of its CPU twin in core/kernels/cpu/

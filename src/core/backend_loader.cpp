@@ -1,4 +1,6 @@
 // Loads liblattice_cuda.so on first use (see core/backend.h).
+#include <dlfcn.h>
+
 #include <string>
 
 #include "core/backend.h"
@@ -23,6 +25,19 @@ Loaded load() {
                                l.errors)};
 }
 
+// Without the NVIDIA driver library no device can exist. Looking for it first
+// answers "no GPU" in milliseconds instead of loading the backend and its CUDA
+// libraries (cuBLASLt alone is half a gigabyte) only to learn the same.
+bool driver_present(std::string* why) {
+  static const std::string error = [] {
+    if (dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) return std::string();  // kept open: cudart loads it too
+    const char* e = dlerror();
+    return fmt::format("no NVIDIA driver on this host: {}", e ? e : "libcuda.so.1 cannot be loaded");
+  }();
+  if (why) *why = error;
+  return error.empty();
+}
+
 const Loaded& loaded() {
   static Loaded l = load();
   return l;
@@ -37,6 +52,7 @@ CudaBackend& cuda_backend() {
 }
 
 bool cuda_available(std::string* why) {
+  if (!driver_present(why)) return false;
   const Loaded& l = loaded();
   if (!l.backend) {
     if (why) *why = l.error;

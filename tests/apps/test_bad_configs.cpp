@@ -261,7 +261,11 @@ std::vector<BadConfig> bad_device_and_overrides() {
       {"Fp16OnCpu_np2", kBase, "runtime.precision=fp16", 2,
        {"override 'runtime.precision=fp16'", "runtime.precision", "fp16"}},
       {"CudaWithoutGpu", edit("  threads: 1\n", "  threads: 1\n  device: cuda\n"), "", 0,
-       {"bad.yaml:29:3", "runtime.device", "cuda"}},
+       {"bad.yaml:29:3", "runtime.device", "no CUDA device is visible on host", "set runtime.device: cpu"}},
+      {"CudaWithoutGpu_np2", kBase, "runtime.device=cuda", 2,
+       {"override 'runtime.device=cuda'", "runtime.device", "no CUDA device is visible on host"}},
+      {"Bf16OnCuda", edit("  threads: 1\n", "  threads: 1\n  device: cuda\n  precision: bf16\n"), "", 0,
+       {"bad.yaml:30:3", "runtime.precision", "bf16 on cuda is not available"}},
       {"OverrideUnknownKey", kBase, "train.stepz=5", 0,
        {"override 'train.stepz=5'", "train.stepz", "did you mean 'train.steps'"}},
       {"OverrideUnknownKey_np2", kBase, "parallel.tpp=2", 2,
@@ -336,7 +340,7 @@ double BadConfigs::max_single_ms_ = 0, BadConfigs::max_mpirun_ms_ = 0;
 
 TEST_P(BadConfigs, FailsWithOneLine) {
   const BadConfig& c = GetParam();
-  if (c.name == "CudaWithoutGpu" && fs::exists("/dev/nvidiactl"))
+  if (c.name.rfind("CudaWithoutGpu", 0) == 0 && fs::exists("/dev/nvidiactl"))
     GTEST_SKIP() << "this machine has an NVIDIA device; the case needs one without";
   // A directory per case makes the config path unique, so leftover ranks can be found by it.
   const std::string case_dir = dir_ + "/" + c.name;

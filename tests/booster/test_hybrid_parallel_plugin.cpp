@@ -82,7 +82,7 @@ TEST(HybridParallelPlugin, RefusesWhatItCannotRunWithOneLine) {
     EXPECT_NE(std::string(e.what()).find("parallel"), std::string::npos) << e.what();
     EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
   }
-  for (const char* extra : {"runtime: { device: cuda }\n"})
+  for (const char* extra : {"runtime: { device: cuda, precision: bf16 }\n"})
     EXPECT_THROW(HybridParallelPlugin(config(glob, 4, extra), m), ConfigError) << extra;
 }
 

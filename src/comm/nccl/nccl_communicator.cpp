@@ -1,7 +1,9 @@
 // NcclCommunicator: the Communicator over NCCL for device tensors, exported
 // as lattice_nccl_communicator_create (comm/nccl_communicator.h has the
-// contract). Every call enqueues on the communicator's stream and records a
-// CUDA event; Work polls the event (and NCCL's async error) until the deadline.
+// contract). Every call is ordered after the compute stream's kernels and
+// enqueued on the communicator's own non-blocking stream (comm/stream_order.h),
+// then records a CUDA event; Work polls the event (and NCCL's async error)
+// until the deadline.
 #include "comm/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -17,6 +19,7 @@
 #include "comm/device_placement.h"
 #include "comm/nccl/nccl_check.h"
 #include "comm/poll.h"
+#include "comm/stream_order.h"
 
 namespace lattice::comm {
 
@@ -65,6 +68,17 @@ int placed_device(int local_rank, int local_size) {
                              .why_none = why});
 }
 
+// The event API stream_order.h sequences.
+struct CudaEvents {
+  using Stream = cudaStream_t;
+  using Event = cudaEvent_t;
+  void record(Event e, Stream s) { CUDA_CHECK(cudaEventRecord(e, s)); }
+  void wait(Stream s, Event e) { CUDA_CHECK(cudaStreamWaitEvent(s, e, 0)); }
+};
+
+// Where the compute kernels run (core/cuda/backend.cpp).
+const cudaStream_t kComputeStream = cudaStreamLegacy;
+
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : op == ReduceOp::max ? ncclMax : ncclMin; }
 
 std::vector<int> world_ranks_of(MPI_Comm comm, int size) {
@@ -85,6 +99,7 @@ class NcclWork final : public Work {
  public:
   NcclWork(NcclCommunicator& comm, std::string what, double timeout_s, std::vector<Tensor> keep);
   ~NcclWork() override;
+  cudaEvent_t event() const { return event_; }
   bool test() override;
   void wait() override;
 
@@ -113,7 +128,9 @@ class NcclCommunicator final : public Communicator {
     LATTICE_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_) == MPI_SUCCESS,
                   "NCCL communicator '{}': broadcasting the NCCL id over MPI failed", name_);
     NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
-    CUDA_CHECK(cudaStreamCreate(&stream_));  // blocking: orders with the legacy default stream
+    // Non-blocking: no implicit synchronisation with the compute stream, only events (stream_order.h).
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(int)));
   }
 
@@ -126,6 +143,7 @@ class NcclCommunicator final : public Communicator {
       ncclCommDestroy(nccl_);
     }
     cudaFree(barrier_buf_);
+    cudaEventDestroy(ready_);
     cudaStreamDestroy(stream_);
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -147,8 +165,9 @@ class NcclCommunicator final : public Communicator {
 
   WorkPtr all_reduce(Tensor& t, const CollectiveOptions& o) override {
     NcclType ty = checked(t, "all_reduce", /*reduce=*/true);
-    NCCL_CHECK(ncclAllReduce(t.raw(), t.raw(), count(t, ty), ty.type, nccl_op(o.op), nccl_, stream_));
-    return started("all_reduce", o.timeout_s, {t});
+    return started("all_reduce", o.timeout_s, {t}, [&] {
+      NCCL_CHECK(ncclAllReduce(t.raw(), t.raw(), count(t, ty), ty.type, nccl_op(o.op), nccl_, stream_));
+    });
   }
 
   WorkPtr all_gather(Tensor& out, const Tensor& in, const CollectiveOptions& o) override {
@@ -157,8 +176,8 @@ class NcclCommunicator final : public Communicator {
     LATTICE_CHECK(in.dtype() == out.dtype() && out.numel() == in.numel() * size_,
                   "all_gather on {}: out ({} {}) must hold {} x in ({} {})", group(), out.numel(),
                   dtype_name(out.dtype()), size_, in.numel(), dtype_name(in.dtype()));
-    NCCL_CHECK(ncclAllGather(in.raw(), out.raw(), count(in, ty), ty.type, nccl_, stream_));
-    return started("all_gather", o.timeout_s, {in, out});
+    return started("all_gather", o.timeout_s, {in, out},
+                   [&] { NCCL_CHECK(ncclAllGather(in.raw(), out.raw(), count(in, ty), ty.type, nccl_, stream_)); });
   }
 
   WorkPtr reduce_scatter(Tensor& out, const Tensor& in, const CollectiveOptions& o) override {
@@ -167,15 +186,16 @@ class NcclCommunicator final : public Communicator {
     LATTICE_CHECK(in.dtype() == out.dtype() && in.numel() == out.numel() * size_,
                   "reduce_scatter on {}: in ({} {}) must hold {} x out ({} {})", group(), in.numel(),
                   dtype_name(in.dtype()), size_, out.numel(), dtype_name(out.dtype()));
-    NCCL_CHECK(ncclReduceScatter(in.raw(), out.raw(), count(out, ty), ty.type, nccl_op(o.op), nccl_, stream_));
-    return started("reduce_scatter", o.timeout_s, {in, out});
+    return started("reduce_scatter", o.timeout_s, {in, out}, [&] {
+      NCCL_CHECK(ncclReduceScatter(in.raw(), out.raw(), count(out, ty), ty.type, nccl_op(o.op), nccl_, stream_));
+    });
   }
 
   WorkPtr broadcast(Tensor& t, int root, const CollectiveOptions& o) override {
     NcclType ty = checked(t, "broadcast", false);
     check_peer(root, "broadcast");
-    NCCL_CHECK(ncclBroadcast(t.raw(), t.raw(), count(t, ty), ty.type, root, nccl_, stream_));
-    return started("broadcast", o.timeout_s, {t});
+    return started("broadcast", o.timeout_s, {t},
+                   [&] { NCCL_CHECK(ncclBroadcast(t.raw(), t.raw(), count(t, ty), ty.type, root, nccl_, stream_)); });
   }
 
   WorkPtr send(const Tensor& t, int peer, const P2POptions& o) override {
@@ -196,24 +216,27 @@ class NcclCommunicator final : public Communicator {
       what += fmt::format("{}{}", what.empty() ? "" : ", ", describe_p2p(is_send, p.peer, world_ranks_));
       keep.push_back(p.tensor);
     }
-    NCCL_CHECK(ncclGroupStart());
-    for (const P2POp& p : ops) {
-      NcclType ty = nccl_type(p.tensor.dtype());
-      size_t n = count(p.tensor, ty);
-      if (p.kind == P2POp::Kind::send) {
-        NCCL_CHECK(ncclSend(p.tensor.raw(), n, ty.type, p.peer, nccl_, stream_));
-      } else {
-        NCCL_CHECK(ncclRecv(p.tensor.raw(), n, ty.type, p.peer, nccl_, stream_));
+    auto enqueue = [&] {
+      NCCL_CHECK(ncclGroupStart());
+      for (const P2POp& p : ops) {
+        NcclType ty = nccl_type(p.tensor.dtype());
+        size_t n = count(p.tensor, ty);
+        if (p.kind == P2POp::Kind::send) {
+          NCCL_CHECK(ncclSend(p.tensor.raw(), n, ty.type, p.peer, nccl_, stream_));
+        } else {
+          NCCL_CHECK(ncclRecv(p.tensor.raw(), n, ty.type, p.peer, nccl_, stream_));
+        }
       }
-    }
-    NCCL_CHECK(ncclGroupEnd());
-    return started(ops.size() == 1 ? what : "batch_send_recv (" + what + ")", timeout_s, std::move(keep));
+      NCCL_CHECK(ncclGroupEnd());
+    };
+    return started(ops.size() == 1 ? what : "batch_send_recv (" + what + ")", timeout_s, std::move(keep), enqueue);
   }
 
   WorkPtr barrier(const CollectiveOptions& o) override {
     CUDA_CHECK(cudaSetDevice(device_));
-    NCCL_CHECK(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclInt32, ncclSum, nccl_, stream_));
-    return started("barrier", o.timeout_s, {});
+    return started("barrier", o.timeout_s, {}, [&] {
+      NCCL_CHECK(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclInt32, ncclSum, nccl_, stream_));
+    });
   }
 
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
@@ -242,8 +265,15 @@ class NcclCommunicator final : public Communicator {
     LATTICE_CHECK(peer >= 0 && peer < size_, "{}: peer {} is outside {} of size {}", op, peer, group(), size_);
   }
 
-  WorkPtr started(std::string what, double timeout_s, std::vector<Tensor> keep) {
-    return std::make_unique<NcclWork>(*this, std::move(what), timeout_s > 0 ? timeout_s : timeout_s_, std::move(keep));
+  // Enqueues the NCCL calls after the compute stream's work (stream_order.h)
+  // and returns the Work that polls their completion.
+  template <typename Enqueue>
+  WorkPtr started(std::string what, double timeout_s, std::vector<Tensor> keep, Enqueue&& enqueue) {
+    auto work =
+        std::make_unique<NcclWork>(*this, std::move(what), timeout_s > 0 ? timeout_s : timeout_s_, std::move(keep));
+    CudaEvents events;
+    enqueue_after_compute(events, kComputeStream, stream_, ready_, work->event(), enqueue);
+    return work;
   }
 
   MPI_Comm mpi_;
@@ -254,14 +284,14 @@ class NcclCommunicator final : public Communicator {
   std::vector<int> world_ranks_;
   ncclComm_t nccl_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;  // recorded on the compute stream before each operation
   void* barrier_buf_ = nullptr;
   bool broken_ = false;
 };
 
 NcclWork::NcclWork(NcclCommunicator& comm, std::string what, double timeout_s, std::vector<Tensor> keep)
     : comm_(&comm), what_(std::move(what)), timeout_s_(timeout_s), keep_(std::move(keep)) {
-  CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventRecord(event_, comm.stream()));
+  CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));  // recorded by NcclCommunicator::started
 }
 
 NcclWork::~NcclWork() {

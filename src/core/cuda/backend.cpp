@@ -2,9 +2,13 @@
 // the kernels of the .cu files (kernels.h), exported as the one C symbol
 // lattice_cuda_backend_create that core/backend_loader.cpp looks up.
 //
-// Invariants: every call runs on the legacy default stream of its device and
-// returns after the work has finished (the contract of core/backend.h), so an
-// asynchronous fault is reported by the call that caused it. One cuBLAS handle
+// Invariants: every call enqueues on the legacy default stream of its device,
+// in call order (the contract of core/backend.h); calls that hand data to the
+// host wait for it. A bad launch is reported by the call that made it; a fault
+// inside a kernel by the next call that waits (CUDA_LAUNCH_BLOCKING=1 makes
+// every launch wait, to find the kernel at fault). Memory comes from CUDA's
+// stream-ordered allocator on that stream, so freeing never waits for the
+// device, and NCCL's streams (comm/nccl/) keep running. One cuBLAS handle
 // per device, created on first use and kept for the life of the process (the
 // backend is a never-destroyed singleton: tearing handles down after the CUDA
 // runtime has shut down at exit would crash). Likewise one grow-only scratch
@@ -58,7 +62,7 @@ class Backend final : public CudaBackend {
   void* malloc(size_t bytes, int dev) override {
     use(dev);
     void* p = nullptr;
-    cudaError_t e = cudaMalloc(&p, bytes);
+    cudaError_t e = cudaMallocAsync(&p, bytes, kStream);
     if (e != cudaSuccess) {
       cudaGetLastError();
       size_t free_b = 0, total_b = 0;
@@ -73,7 +77,7 @@ class Backend final : public CudaBackend {
   void free(void* ptr, int dev) override {
     if (!ptr) return;
     use(dev);
-    CUDA_CHECK(cudaFree(ptr));
+    CUDA_CHECK(cudaFreeAsync(ptr, kStream));  // reused in stream order: no wait for the device
   }
 
   void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) override {
@@ -94,14 +98,15 @@ class Backend final : public CudaBackend {
     int dev = dst_dev.is_cuda() ? dst_dev.index : src_dev.index;
     use(dev);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, kStream));
-    CUDA_CHECK(cudaStreamSynchronize(kStream));
+    // Host memory is the caller's again when copy returns; device to device stays in stream order.
+    if (kind != cudaMemcpyDeviceToDevice) CUDA_CHECK(cudaStreamSynchronize(kStream));
   }
 
   void memset_zero(void* ptr, size_t bytes, int dev) override {
     if (bytes == 0) return;
     use(dev);
     CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, kStream));
-    CUDA_CHECK(cudaStreamSynchronize(kStream));
+    CUDA_CHECK(cudaGetLastError());
   }
 
   void synchronize(int dev) override {
@@ -289,8 +294,8 @@ class Backend final : public CudaBackend {
   static void use(int dev) { CUDA_CHECK(cudaSetDevice(dev)); }
 
   // The (B, NH, T, T) buffer attention's dropout needs, kept per device and
-  // grown on demand (every call finishes before returning, so one suffices);
-  // null when p == 0.
+  // grown on demand (the calls that use it run in stream order, so one
+  // suffices); null when p == 0.
   float* dropped(int dev, const CudaAttentionArgs& a) {
     if (a.p == 0.0f) return nullptr;
     const size_t bytes = size_t(a.B * a.NH * a.T * a.T) * sizeof(float);
@@ -298,16 +303,13 @@ class Backend final : public CudaBackend {
     if (size_t(dev) >= dropped_.size()) dropped_.resize(size_t(dev) + 1);
     Workspace& w = dropped_[size_t(dev)];
     if (w.bytes < bytes) {
-      if (w.ptr) CUDA_CHECK(cudaFree(w.ptr));
-      w = {};
-      void* p = nullptr;
-      CUDA_CHECK(cudaMalloc(&p, bytes));
-      w = {p, bytes};
+      free(w.ptr, dev);  // stream-ordered: the kernels already enqueued on it finish first
+      w = {malloc(bytes, dev), bytes};
     }
     return static_cast<float*>(w.ptr);
   }
 
-  // Makes `dev` current, enqueues the launches and waits for them (finish).
+  // Makes `dev` current, enqueues the launches and checks them (finish).
   template <typename Launch>
   static void run(int dev, Launch&& launch) {
     use(dev);
@@ -315,12 +317,9 @@ class Backend final : public CudaBackend {
     finish();
   }
 
-  // Reports a bad launch, then waits so that a fault inside the kernel is
-  // reported here rather than by some later call.
-  static void finish() {
-    CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(cudaStreamSynchronize(kStream));
-  }
+  // Reports a bad launch. The kernel itself runs on in stream order; a fault
+  // inside it surfaces at the next call that waits (see the header comment).
+  static void finish() { CUDA_CHECK(cudaGetLastError()); }
 
   // Makes `dev` current and returns its cuBLAS handle, creating it on first use.
   cublasHandle_t blas(int dev) {
@@ -345,7 +344,7 @@ class Backend final : public CudaBackend {
     if (size_t(dev) >= workspaces_.size()) workspaces_.resize(size_t(dev) + 1);
     Workspace& w = workspaces_[dev];
     if (w.bytes < bytes) {
-      if (w.ptr) CUDA_CHECK(cudaFree(w.ptr));
+      free(w.ptr, dev);  // stream-ordered, as in dropped()
       w.ptr = nullptr;
       w.bytes = 0;
       w.ptr = malloc(bytes, dev);

@@ -32,7 +32,11 @@ TEST(CudaBackend, LoadsAndReportsDevices) {
   EXPECT_FALSE(why.empty());
   std::string available_why;
   EXPECT_EQ(cuda_available(&available_why), n > 0);
-  EXPECT_EQ(available_why, why);
+  // Without the driver library cuda_available answers before asking the
+  // backend (core/backend_loader.cpp) and says so; otherwise it is the backend's reason.
+  if (available_why.rfind("no NVIDIA driver on this host", 0) != 0) {
+    EXPECT_EQ(available_why, why);
+  }
   if (n == 0) {
     EXPECT_NE(why.find("CUDA"), std::string::npos) << why;
   }

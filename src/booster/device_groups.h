@@ -1,0 +1,60 @@
+// Where this rank's tensors live, and the groups that move them.
+//
+// runtime.device: cpu — every tensor is in host memory and travels through
+// the mesh's own groups (MPI). runtime.device: cuda — the rank drives one GPU
+// (comm::choose_cuda_device: one rank per GPU from the node-local rank, or
+// device 0 when CUDA_VISIBLE_DEVICES exposes one), the parameters,
+// activations and gradients live on it, and each mesh group the device
+// tensors cross (tp, pp, dp, tie) gets an NCCL communicator over the same
+// ranks, bootstrapped over that group's MPI communicator. Host scalars (loss
+// sums, token counts, norms) keep using the mesh's MPI groups either way.
+//
+// The node-local rank comes from the world's host names (node_local_rank),
+// the same numbering MpiRuntime gives, so the placement is a pure function
+// tested on the CPU. A cuda config on a host without a usable GPU fails with
+// one ConfigError line naming runtime.device, the host, the reason and the
+// fix.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "config/config.h"
+#include "mesh/process_group_mesh.h"
+
+namespace lattice {
+
+struct NodeLocal {
+  int rank = 0;  // this rank among the ranks on its host
+  int size = 1;  // ranks on its host
+};
+
+// This rank's place on its host, from every world rank's host name.
+NodeLocal node_local_rank(const std::vector<std::string>& hosts, int world_rank);
+
+// The device runtime.device asks for, placed for this rank (collective over
+// the mesh's world: gathers the host names). Throws ConfigError (one line)
+// when cuda is asked for and this rank has no device.
+Device place_rank(const Config& cfg, mesh::ProcessGroupMesh& mesh);
+
+class DeviceGroups {
+ public:
+  // Collective over the mesh (on cuda every rank builds its NCCL groups in the same order).
+  DeviceGroups(mesh::ProcessGroupMesh& mesh, Device device, double timeout_s);
+
+  Device device() const { return device_; }
+  comm::Group& tp() { return pick(tp_, mesh_.tp()); }
+  comm::Group& pp() { return pick(pp_, mesh_.pp()); }
+  comm::Group& dp() { return pick(dp_, mesh_.dp()); }
+  comm::Group& tie() { return pick(tie_, mesh_.tie()); }
+
+ private:
+  static comm::Group& pick(comm::Group& own, comm::Group& mesh_group) { return own.valid() ? own : mesh_group; }
+
+  mesh::ProcessGroupMesh& mesh_;
+  Device device_;
+  comm::Group tp_, pp_, dp_, tie_;  // NCCL over the mesh's groups on cuda; invalid (the mesh's) on cpu
+};
+
+}  // namespace lattice

@@ -1,0 +1,37 @@
+// How a device communicator's work is ordered against the compute stream.
+//
+// Compute kernels run on one stream per device (core/backend.h: the legacy
+// default stream). Each NcclCommunicator enqueues on a stream of its own,
+// created non-blocking so that it does not synchronise implicitly with the
+// legacy stream. Events alone order the two:
+//   1. record `ready` on the compute stream and make the communicator's
+//      stream wait for it: the operation starts after every kernel issued
+//      before the call, so it reads finished inputs;
+//   2. enqueue the NCCL calls on the communicator's stream;
+//   3. record `done` on the communicator's stream: Work::test/wait poll it.
+// The compute stream never waits for the communicator's. Kernels issued
+// after the call run alongside the transfer (the dp bucket all-reduce under
+// the rest of backward); what orders the buffers' next use is the host's
+// Work::wait, as the Communicator contract (comm/communicator.h) says.
+//
+// The sequence is written once, over an API of four calls, so the CUDA
+// version (comm/nccl/) and a CPU model of streams and events in the tests
+// (tests/comm/test_stream_order.cpp) run the same code.
+#pragma once
+
+namespace lattice::comm {
+
+// Api provides: using Stream, using Event;
+//   void record(Event, Stream)       — cudaEventRecord
+//   void wait(Stream, Event)         — cudaStreamWaitEvent
+// and `enqueue` puts the communication itself on `comm`.
+template <typename Api, typename Enqueue>
+void enqueue_after_compute(Api& api, typename Api::Stream compute, typename Api::Stream comm, typename Api::Event ready,
+                           typename Api::Event done, Enqueue&& enqueue) {
+  api.record(ready, compute);
+  api.wait(comm, ready);
+  enqueue();
+  api.record(done, comm);
+}
+
+}  // namespace lattice::comm

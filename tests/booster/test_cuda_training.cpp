@@ -1,0 +1,85 @@
+// The layout-invariance contract on GPUs (issue 9): training with
+// runtime.device: cuda, one rank per GPU, must match the one-rank CPU run.
+//
+// Launched with 1, 2 and 8 ranks. Every rank needs a GPU of its own on its
+// node; where that is not so (no GPU, no driver, fewer GPUs than ranks on a
+// node) every rank skips with the reason, and CTest reports the test as
+// skipped. Nothing here runs on a CPU pretending to be a GPU.
+//
+// Layouts: 1 rank (1,1,1); 2 ranks (2,1,1), (1,2,1), (1,1,2); 8 ranks
+// (2,2,2) with 1F1B, and interleaved with ZeRO-1. Models: GPT-2 (tied
+// embeddings across pp, dropout), LLaMA with grouped k/v heads, BERT (key
+// padding mask, masked-LM batches). The reference is the CPU, so the bounds
+// are those of f32 summed in another order: step-1 loss within relative 1e-5,
+// every step's loss within 1e-4, the grad norm within 1e-3, and step 1's
+// gradients within 1e-4 relative L2 per tensor.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdlib>
+
+#include "booster/device_groups.h"
+#include "comm/gather_strings.h"
+#include "comm/mpi_communicator.h"
+#include "comm/self_communicator.h"
+#include "core/backend.h"
+#include "layout_harness.h"
+
+using namespace lattice;
+using namespace lattice::layout_test;
+
+namespace {
+
+// "" when every rank of the job has a GPU of its own, else why not (the same
+// answer on every rank: the first rank's reason that has one).
+std::string why_not_every_rank_has_a_gpu(comm::Group& world) {
+  std::string why;
+  int count = cuda_available(&why) ? cuda_backend().device_count(&why) : 0;
+  const NodeLocal local = node_local_rank(comm::all_gather_strings(world, host_name()), world.rank());
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (count > 0 && count < local.size && !(count == 1 && visible))
+    why = fmt::format("{} ranks on host {} but {} GPU(s)", local.size, host_name(), count);
+  else if (count > 0)
+    why.clear();
+  for (const std::string& w : comm::all_gather_strings(world, why))
+    if (!w.empty()) return w;
+  return "";
+}
+
+std::vector<LayoutCase> gpu_layouts(int world) {
+  if (world == 1) return {{1, 1, 1}};
+  if (world == 2) return {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}};
+  if (world == 8)
+    return {{2, 2, 2}, {.tp = 2, .pp = 2, .dp = 2, .schedule = "interleaved", .virtual_stages = 2, .zero = 1}};
+  return {};
+}
+
+}  // namespace
+
+TEST(CudaTraining, EveryLayoutOnGpusMatchesOneCpuRank) {
+  comm::Group job(comm::make_world_communicator(60));
+  const std::string why = why_not_every_rank_has_a_gpu(job);
+  if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
+  const int world = job.size();
+  const std::string glob = make_data();
+  for (const ModelCase& model : models()) {
+    if (model.name != "gpt2" && model.name != "llama-kv2" && model.name != "bert") continue;
+    SCOPED_TRACE(model.name);
+    auto ref_mesh = mesh::ProcessGroupMesh::create(comm::self_group("world"), {1, 1, 1});
+    Trace ref = train(config(glob, {1, 1, 1}, model), ref_mesh);
+    for (const LayoutCase& l : gpu_layouts(world)) {
+      SCOPED_TRACE(testing::Message() << "cuda tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp << " " << l.schedule
+                                      << " zero " << l.zero);
+      auto m = mesh::ProcessGroupMesh::create(comm::Group(comm::make_world_communicator(60)), {l.tp, l.pp, l.dp});
+      Trace got = train(config(glob, l, model, {"runtime.device=cuda"}), m);
+      EXPECT_NEAR(got.loss[0], ref.loss[0], 1e-5 * ref.loss[0]);
+      for (int s = 0; s < kSteps; ++s) {
+        EXPECT_NEAR(got.loss[size_t(s)], ref.loss[size_t(s)], 1e-4 * ref.loss[size_t(s)]) << "step " << s + 1;
+        EXPECT_NEAR(got.norm[size_t(s)], ref.norm[size_t(s)], 1e-3 * ref.norm[size_t(s)]) << "step " << s + 1;
+      }
+      for (const ParamEntry& e : got.grads_step1.entries())
+        EXPECT_LT(relative_l2(got.grads_step1, e, ref.grads_step1), 1e-4) << e.spec.name;
+      if (HasFailure()) return;
+    }
+  }
+}
