@@ -91,8 +91,10 @@ struct VerifyReport {
 // model chunk) runs forward once (and backward once, unless no plan has a
 // backward); on each rank forward precedes backward; forward of model chunk c
 // runs after forward of c - 1, backward of c after backward of c + 1; and
-// nothing deadlocks with sends blocking until their receive is posted. A
-// deadlock names the first stuck action of every rank.
+// nothing deadlocks with sends blocking until their receive is posted; and
+// the transfers between two ranks are posted in the same order on both sides,
+// so a transport without tags (NCCL) pairs them as the keys do. A deadlock
+// names the first stuck action of every rank.
 VerifyReport verify_plans(const std::vector<Plan>& all_ranks, int virtual_stages = 1);
 
 // `lattice plan`: one column per stage (pp rank), one row per step (a compute action or

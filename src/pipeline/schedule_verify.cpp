@@ -177,6 +177,41 @@ void check_rank(const Plan& plan, int stages, int r, int vs, int& microbatches, 
   }
 }
 
+// Transports without tags (NCCL) pair the transfers between two ranks in the
+// order they are posted. The plans must then post them in the same order on
+// both sides: rank a's sends to b, in plan order, carry the keys b's receives
+// from a expect, in plan order.
+void check_posting_order(const std::vector<Plan>& plans, int vs, VerifyReport& report) {
+  const int stages = int(plans.size());
+  using Key = std::tuple<bool, int, int>;                          // (forward, boundary, microbatch)
+  std::map<std::pair<int, int>, std::vector<Key>> sent, received;  // (from, to) -> keys in posting order
+  for (int r = 0; r < stages; ++r)
+    for (const Action& a : plans[size_t(r)]) {
+      if (!is_p2p(a.kind)) continue;
+      const Route t = *route(a, stages, r, vs);
+      const Key k{t.forward, t.boundary, a.microbatch};
+      if (t.send)
+        sent[{r, t.peer}].push_back(k);
+      else
+        received[{t.peer, r}].push_back(k);
+    }
+  for (const auto& [pair, keys] : sent) {
+    const std::vector<Key>& got = received[pair];
+    for (size_t i = 0; i < keys.size() && i < got.size(); ++i) {
+      if (keys[i] == got[i]) continue;
+      auto name = [](const Key& k) {
+        return fmt::format("{} of microbatch {} across boundary {}", std::get<0>(k) ? "activation" : "gradient",
+                           std::get<2>(k), std::get<1>(k));
+      };
+      report.errors.push_back(fmt::format(
+          "posting order: transfer {} from stage {} to stage {} is the {} on the sender but the {} on the receiver "
+          "(a transport without tags would pair them wrongly)",
+          i, pair.first, pair.second, name(keys[i]), name(got[i])));
+      break;
+    }
+  }
+}
+
 }  // namespace
 
 std::string VerifyReport::text() const {
@@ -199,6 +234,7 @@ VerifyReport verify_plans(const std::vector<Plan>& plans, int vs) {
     report.ok = false;
     return report;
   }
+  check_posting_order(plans, vs, report);
   auto ticks = Simulation(plans, vs, report).run();
   if (!report.errors.empty()) {  // a deadlock: what follows would only repeat it
     report.ok = false;

@@ -129,5 +129,19 @@ TEST(VerifyPlans, InterleavedChunkOutOfRangeOrRingMismatch) {
   EXPECT_TRUE(contains(r.text(), "chunk must be in [0, 1)")) << r.text();
 }
 
+TEST(VerifyPlans, TransfersPostedInDifferentOrdersAreReported) {
+  // One fused batch on each side: matched by key (MPI tags) this completes,
+  // but NCCL pairs transfers in posting order, so microbatch 0's activation
+  // would land in microbatch 1's buffer.
+  std::vector<Plan> plans = {{{K::forward, 0}, {K::forward, 1}, {K::send_forward, 0}, {K::send_forward, 1, 0, true}},
+                             {{K::recv_forward, 1}, {K::recv_forward, 0, 0, true}, {K::forward, 0}, {K::forward, 1}}};
+  VerifyReport r = verify_plans(plans);
+  ASSERT_FALSE(r.ok);
+  EXPECT_TRUE(contains(r.text(),
+                       "posting order: transfer 0 from stage 0 to stage 1 is the activation of microbatch 0 across "
+                       "boundary 0 on the sender but the activation of microbatch 1 across boundary 0 on the receiver"))
+      << r.text();
+}
+
 }  // namespace
 }  // namespace lattice::pipeline
