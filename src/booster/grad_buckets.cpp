@@ -41,10 +41,15 @@ void GradBuckets::begin_step() {
     b.started = false;
   }
   started_early_ = 0;
+  progress_ran_ = false;
   reported_.clear();
 }
 
 void GradBuckets::start(Bucket& b) {
+  if (!progress_ && dp_.comm().progresses_in_calls()) {
+    progress_ = std::make_unique<comm::MpiProgress>(comm::mpi_progress_interval());
+    progress_ran_ = progress_->active();
+  }
   Tensor view = params_.grads().view(b.begin, {b.end - b.begin});
   b.work = dp_.all_reduce(view);
   b.started = true;
@@ -78,6 +83,7 @@ void GradBuckets::finish() {
       b.work->wait();
       b.work.reset();
     }
+  progress_.reset();
 }
 
 }  // namespace lattice

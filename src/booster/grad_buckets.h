@@ -9,9 +9,11 @@
 // of each model chunk, the model reports each layer whose gradients are final
 // (LanguageModel::on_grads_ready) and layer_ready() starts every bucket that
 // layer completes as a non-blocking all-reduce. MPI progresses only inside MPI
-// calls, so layer_ready() also tests the open buckets: one poll per layer
-// boundary, on top of the tp collectives inside each layer. finish() starts
-// whatever is left (nothing, when every layer reported) and waits.
+// calls, so while any bucket is open a comm::MpiProgress thread drives MPI's
+// progress engine (when the dp group needs it and MPI runs with
+// THREAD_MULTIPLE), and layer_ready() also tests the open buckets. finish()
+// starts whatever is left (nothing, when every layer reported), waits, and
+// stops the thread.
 //
 // Every dp rank of a stage runs the same chunks and schedule, so buckets start
 // in the same order on each (the MPI ordering rule for collectives on a group).
@@ -20,9 +22,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/mpi_progress.h"
 #include "core/param.h"
 
 namespace lattice {
@@ -31,7 +35,7 @@ class GradBuckets {
  public:
   GradBuckets(FlatParams& params, comm::Group& dp, double bucket_mb);
 
-  void begin_step();           // every bucket back to "waiting for its layers"
+  void begin_step();            // every bucket back to "waiting for its layers"
   void layer_ready(int layer);  // the gradients of `layer` (a ParamSpec layer) are final
   void finish();                // starts the remaining buckets and waits for all
 
@@ -43,7 +47,8 @@ class GradBuckets {
     bool started = false;
   };
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  int64_t started_early() const { return started_early_; }  // buckets of the last step started before finish()
+  int64_t started_early() const { return started_early_; }    // buckets of the last step started before finish()
+  bool progress_thread_ran() const { return progress_ran_; }  // in the last step
 
  private:
   void start(Bucket& b);
@@ -51,10 +56,12 @@ class GradBuckets {
 
   FlatParams& params_;
   comm::Group& dp_;
-  std::vector<Bucket> buckets_;                        // in start order for a whole-model backward
-  std::vector<std::pair<int, int>> layer_bucket_;      // (layer, bucket) per bucketed entry, sorted by layer
-  std::vector<int> reported_;                          // layers reported this step
+  std::vector<Bucket> buckets_;                    // in start order for a whole-model backward
+  std::vector<std::pair<int, int>> layer_bucket_;  // (layer, bucket) per bucketed entry, sorted by layer
+  std::vector<int> reported_;                      // layers reported this step
   int64_t started_early_ = 0;
+  std::unique_ptr<comm::MpiProgress> progress_;  // while buckets are open, when dp_ needs it
+  bool progress_ran_ = false;
 };
 
 }  // namespace lattice

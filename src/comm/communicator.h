@@ -63,7 +63,7 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;  // rank within the group
   virtual int size() const = 0;
-  virtual const std::string& name() const = 0;           // "world", "tp", "dp", "pp", "tie", ...
+  virtual const std::string& name() const = 0;              // "world", "tp", "dp", "pp", "tie", ...
   virtual const std::vector<int>& world_ranks() const = 0;  // group rank -> world rank
 
   virtual WorkPtr all_reduce(Tensor& t, const CollectiveOptions& o) = 0;  // in place
@@ -78,6 +78,12 @@ class Communicator {
   // A new communicator over the ranks of this one that pass the same color,
   // ordered by key (MPI_Comm_split semantics); collective over this group.
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
+
+  // True when started operations advance only inside calls of this process
+  // (MPI's host-side progress), so a caller overlapping them with compute
+  // wants comm::MpiProgress running; false when the transport progresses on
+  // its own (NCCL on the GPU, a group of one).
+  virtual bool progresses_in_calls() const { return false; }
 };
 
 // A move-only owner of one communicator: what the mesh hands out and what

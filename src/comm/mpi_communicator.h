@@ -52,6 +52,7 @@ class MpiCommunicator final : public Communicator {
   WorkPtr batch_send_recv(const std::vector<P2POp>& ops, double timeout_s) override;
   WorkPtr barrier(const CollectiveOptions& o) override;
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
+  bool progresses_in_calls() const override { return size() > 1; }
 
  private:
   double timeout_for(double requested) const { return requested > 0 ? requested : timeout_s_; }

@@ -13,7 +13,9 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   MPI_CHECK(MPI_Initialized(&initialized));
   LATTICE_CHECK(!initialized, "MPI is already initialised: create one MpiRuntime per process, in main");
   int provided = MPI_THREAD_SINGLE;
-  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  // MULTIPLE lets comm::MpiProgress drive the progress engine from its own
+  // thread; everything else calls MPI from the main thread only.
+  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   LATTICE_CHECK(provided >= MPI_THREAD_FUNNELED, "the MPI library offers thread level {}, Lattice needs FUNNELED",
                 provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

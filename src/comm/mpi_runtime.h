@@ -3,8 +3,11 @@
 // node-local rank (for choosing a GPU) and abort_job.
 //
 // Invariants: at most one MpiRuntime per process, created by main before any
-// communicator and destroyed after all of them. Thread level FUNNELED: only
-// the thread that created the runtime calls MPI. The constructor records the
+// communicator and destroyed after all of them. Thread level: MULTIPLE is
+// requested, FUNNELED is required. Only the thread that created the runtime
+// makes MPI calls on Lattice's communicators; the one other caller is
+// comm::MpiProgress's thread (MPI_Iprobe on MPI_COMM_SELF, only under
+// MULTIPLE). The constructor records the
 // world rank for error reports (lattice::set_error_rank).
 //
 // Failure policy: main catches an exception, prints one line for its rank and
