@@ -61,6 +61,11 @@ class CudaBackend {
   // ---- kernels (f32) ----
   virtual void gemm(int dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                     const float* b, float beta, float* c) = 0;
+  // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias may be null:
+  // one cuBLASLt matmul with the bias in its epilogue where it can be
+  // (core/cuda/lt_plan.h says when), f32 without TF32.
+  virtual void linear_forward(int dev, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                              int64_t C, int64_t OC) = 0;
   virtual void add_bias(int dev, float* out, const float* bias, int64_t rows, int64_t cols) = 0;
   virtual void bias_backward(int dev, float* dbias, const float* dout, int64_t rows, int64_t cols) = 0;  // +=
   virtual void gelu_forward(int dev, float* out, const float* inp, int64_t n) = 0;
@@ -72,6 +77,9 @@ class CudaBackend {
   virtual void add(int dev, float* out, const float* a, const float* b, int64_t n) = 0;
   virtual void scale(int dev, float* x, float s, int64_t n) = 0;
   virtual double sum_squares(int dev, const float* x, int64_t n) = 0;  // accumulated in double
+  virtual bool all_finite(int dev, const float* x, int64_t n) = 0;     // no NaN or infinity
+  virtual void softmax_forward(int dev, float* out, const float* inp, int64_t N, int64_t K) = 0;
+  virtual void softmax_backward(int dev, float* dinp, const float* dout, const float* out, int64_t N, int64_t K) = 0;
   // Inverted dropout on (B, S) rows; backward is the same call on dout.
   virtual void dropout(int dev, float* out, const float* inp, const RngKey& key, int64_t sample0, float p, int64_t B,
                        int64_t S) = 0;
@@ -88,6 +96,10 @@ class CudaBackend {
 
   // sign +1: rope_forward; -1: rope_backward (the transposed rotation).
   virtual void rope(int dev, float* out, const float* inp, const cpu::RopeDims& d, double sign) = 0;
+  virtual void repeat_kv_forward(int dev, float* out, const float* inp, int64_t N, int64_t NH, int64_t KV,
+                                 int64_t HS) = 0;
+  virtual void repeat_kv_backward(int dev, float* dinp, const float* dout, int64_t N, int64_t NH, int64_t KV,
+                                  int64_t HS) = 0;
 
   virtual void embedding_forward(int dev, float* out, const int32_t* ids, const float* weight, int64_t vocab_start,
                                  int64_t N, int64_t V, int64_t C) = 0;
@@ -111,6 +123,9 @@ class CudaBackend {
   virtual void adamw(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
                      float beta2, float eps, float weight_decay, float bias_correction1, float bias_correction2,
                      float grad_scale) = 0;
+  // momentum null when mu == 0 (plain SGD).
+  virtual void sgd(int dev, float* param, const float* grad, float* momentum, int64_t n, float lr, float mu,
+                   float weight_decay, float grad_scale) = 0;
 
   // ---- attention (the plain path of core/cuda/attention.h) ----
   // out (B, T, C); att (B, NH, T, T) saved: probabilities before dropout;

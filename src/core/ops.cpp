@@ -62,13 +62,9 @@ void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const 
     check_same("linear_forward", {&out, bias});
     LATTICE_CHECK(bias->numel() == d.OC, "ops::linear_forward: bias {} for OC = {}", shape_str(bias->shape()), d.OC);
   }
-  if (cuda_f32(out)) {
-    CudaBackend& cb = cuda_backend();
-    int dev = out.device().index;
-    cb.gemm(dev, false, true, d.N, d.OC, d.C, 1.0f, fp(inp), fp(weight), 0.0f, fp(out));
-    if (bias) cb.add_bias(dev, fp(out), fp(*bias), d.N, d.OC);
-    return;
-  }
+  if (cuda_f32(out))
+    return cuda_backend().linear_forward(out.device().index, fp(out), fp(inp), fp(weight), bias ? fp(*bias) : nullptr,
+                                         d.N, d.C, d.OC);
   on_cpu("linear_forward", out, [&](auto t) {
     using T = decltype(t);
     cpu::linear_forward<T>(out.data<T>(), inp.data<T>(), weight.data<T>(), ptr<T>(bias), d.N, d.C, d.OC);
@@ -276,6 +272,7 @@ void softmax_forward(Tensor& out, const Tensor& inp) {
   LATTICE_CHECK(out.numel() == inp.numel(), "ops::softmax_forward: out {} for inp {}", shape_str(out.shape()),
                 shape_str(inp.shape()));
   Rows r = rows_of(inp);
+  if (cuda_f32(out)) return cuda_backend().softmax_forward(out.device().index, fp(out), fp(inp), r.n, r.c);
   on_cpu("softmax_forward", out, [&](auto t) {
     using T = decltype(t);
     cpu::softmax_forward<T>(out.data<T>(), inp.data<T>(), r.n, r.c);
@@ -288,6 +285,8 @@ void softmax_backward(Tensor& dinp, const Tensor& dout, const Tensor& out) {
                 "ops::softmax_backward: dinp {} dout {} for out {}", shape_str(dinp.shape()), shape_str(dout.shape()),
                 shape_str(out.shape()));
   Rows r = rows_of(out);
+  if (cuda_f32(dinp))
+    return cuda_backend().softmax_backward(dinp.device().index, fp(dinp), fp(dout), fp(out), r.n, r.c);
   on_cpu("softmax_backward", dinp, [&](auto t) {
     using T = decltype(t);
     cpu::softmax_backward<T>(dinp.data<T>(), dout.data<T>(), out.data<T>(), r.n, r.c);
@@ -338,6 +337,7 @@ double sum_squares(const Tensor& x) {
 
 bool all_finite(const Tensor& x) {
   check_same("all_finite", {&x});
+  if (cuda_f32(x)) return cuda_backend().all_finite(x.device().index, fp(x), x.numel());
   return on_cpu("all_finite", x, [&](auto t) {
     using T = decltype(t);
     return cpu::all_finite<T>(x.data<T>(), x.numel());
@@ -374,6 +374,9 @@ void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum, float lr, f
   LATTICE_CHECK(grad.numel() == param.numel() && (!use_buf || momentum.numel() == param.numel()),
                 "ops::sgd_update: param {}, grad {}, momentum {} must have the same size", shape_str(param.shape()),
                 shape_str(grad.shape()), use_buf ? shape_str(momentum.shape()) : "undefined");
+  if (cuda_f32(param))
+    return cuda_backend().sgd(param.device().index, fp(param), fp(grad), use_buf ? fp(momentum) : nullptr,
+                              param.numel(), lr, mu, weight_decay, grad_scale);
   on_cpu("sgd_update", param, [&](auto t) {
     using T = decltype(t);
     cpu::sgd_update<T>(param.data<T>(), grad.data<T>(), use_buf ? momentum.data<T>() : nullptr, param.numel(), lr, mu,

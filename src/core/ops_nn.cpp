@@ -389,6 +389,8 @@ void rope_backward(Tensor& dinp, const Tensor& dout, int n_rot, int64_t head_siz
 void repeat_kv_forward(Tensor& out, const Tensor& inp, int n_head, int n_kv_head) {
   check_same("repeat_kv_forward", {&out, &inp});
   KvDims d = kv_dims("repeat_kv_forward", inp, out, n_head, n_kv_head);
+  if (cuda_f32(out))
+    return cuda_backend().repeat_kv_forward(out.device().index, fp(out), fp(inp), d.N, d.NH, d.KV, d.HS);
   on_cpu("repeat_kv_forward", out, [&](auto t) {
     using T = decltype(t);
     cpu::repeat_kv_forward<T>(out.data<T>(), inp.data<T>(), d.N, d.NH, d.KV, d.HS);
@@ -398,6 +400,8 @@ void repeat_kv_forward(Tensor& out, const Tensor& inp, int n_head, int n_kv_head
 void repeat_kv_backward(Tensor& dinp, const Tensor& dout, int n_head, int n_kv_head) {
   check_same("repeat_kv_backward", {&dinp, &dout});
   KvDims d = kv_dims("repeat_kv_backward", dinp, dout, n_head, n_kv_head);
+  if (cuda_f32(dinp))
+    return cuda_backend().repeat_kv_backward(dinp.device().index, fp(dinp), fp(dout), d.N, d.NH, d.KV, d.HS);
   on_cpu("repeat_kv_backward", dinp, [&](auto t) {
     using T = decltype(t);
     cpu::repeat_kv_backward<T>(dinp.data<T>(), dout.data<T>(), d.N, d.NH, d.KV, d.HS);

@@ -3,6 +3,7 @@
 // (B, NH, T, T) probabilities one thread block with a fixed reduction order.
 // Launchers only enqueue; attention.cpp checks and orders them.
 #include "core/cuda/attention.h"
+#include "core/kernels/math.h"
 
 namespace lattice::cuda {
 
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(kRowThreads) softmax_backward_rows(float* ds, 
     dot += pr[j] * d;
   }
   dot = block_reduce<false>(dot);
-  for (int64_t j = threadIdx.x; j < a.T; j += kRowThreads) r[j] = pr[j] * (r[j] - dot);
+  for (int64_t j = threadIdx.x; j < a.T; j += kRowThreads) r[j] = math::softmax_grad(pr[j], r[j], dot);
 }
 
 }  // namespace

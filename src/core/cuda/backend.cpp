@@ -8,14 +8,16 @@
 // inside a kernel by the next call that waits (CUDA_LAUNCH_BLOCKING=1 makes
 // every launch wait, to find the kernel at fault). Memory comes from CUDA's
 // stream-ordered allocator on that stream, so freeing never waits for the
-// device, and NCCL's streams (comm/nccl/) keep running. One cuBLAS handle
-// per device, created on first use and kept for the life of the process (the
-// backend is a never-destroyed singleton: tearing handles down after the CUDA
-// runtime has shut down at exit would crash). Likewise one grow-only scratch
-// buffer per device for the kernels that need workspace (embedding backward,
-// sum of squares), held under a lock for the whole call that uses it.
+// device, and NCCL's streams (comm/nccl/) keep running. One cuBLAS and one
+// cuBLASLt handle per device, created on first use and kept for the life of
+// the process (the backend is a never-destroyed singleton: tearing handles
+// down after the CUDA runtime has shut down at exit would crash). Likewise one
+// grow-only scratch buffer per device for the calls that need workspace
+// (embedding backward, the reductions, cuBLASLt); the calls that use it run
+// in stream order, so one suffices.
 #include "core/backend.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -27,6 +29,7 @@
 #include "core/cuda/attention.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/kernels.h"
+#include "core/cuda/lt_linear.h"
 
 namespace lattice::cuda {
 
@@ -129,6 +132,14 @@ class Backend final : public CudaBackend {
     finish();
   }
 
+  void linear_forward(int dev, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                      int64_t C, int64_t OC) override {
+    cublasLtHandle_t h = blas_lt(dev);
+    std::lock_guard<std::mutex> lock(ws_mu_);
+    lt_linear_forward(h, kStream, out, inp, weight, bias, N, C, OC, workspace(dev, kLtWorkspaceBytes));
+    finish();
+  }
+
   void add_bias(int dev, float* out, const float* bias, int64_t rows, int64_t cols) override {
     run(dev, [&] { launch_add_bias(kStream, out, bias, rows, cols); });
   }
@@ -170,17 +181,21 @@ class Backend final : public CudaBackend {
   }
 
   double sum_squares(int dev, const float* x, int64_t n) override {
-    use(dev);
-    std::lock_guard<std::mutex> lock(ws_mu_);
-    const size_t partial_bytes = sum_squares_workspace_bytes();
-    char* ws = static_cast<char*>(workspace(dev, partial_bytes + sizeof(double)));
-    double* result = reinterpret_cast<double*>(ws + partial_bytes);
-    launch_sum_squares(kStream, result, x, n, ws);
-    finish();
-    double host = 0.0;
-    CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, kStream));
-    CUDA_CHECK(cudaStreamSynchronize(kStream));
-    return host;
+    return reduce<double>(dev, [&](double* result, void* ws) { launch_sum_squares(kStream, result, x, n, ws); });
+  }
+
+  bool all_finite(int dev, const float* x, int64_t n) override {
+    return reduce<int>(dev, [&](int* result, void* ws) { launch_any_nonfinite(kStream, result, x, n, ws); }) == 0;
+  }
+
+  void softmax_forward(int dev, float* out, const float* inp, int64_t N, int64_t K) override {
+    check_rows("softmax_forward", N);
+    run(dev, [&] { launch_softmax_forward(kStream, out, inp, N, K); });
+  }
+
+  void softmax_backward(int dev, float* dinp, const float* dout, const float* out, int64_t N, int64_t K) override {
+    check_rows("softmax_backward", N);
+    run(dev, [&] { launch_softmax_backward(kStream, dinp, dout, out, N, K); });
   }
 
   void dropout(int dev, float* out, const float* inp, const RngKey& key, int64_t sample0, float p, int64_t B,
@@ -214,6 +229,16 @@ class Backend final : public CudaBackend {
 
   void rope(int dev, float* out, const float* inp, const cpu::RopeDims& d, double sign) override {
     run(dev, [&] { launch_rope(kStream, out, inp, d, sign); });
+  }
+
+  void repeat_kv_forward(int dev, float* out, const float* inp, int64_t N, int64_t NH, int64_t KV,
+                         int64_t HS) override {
+    run(dev, [&] { launch_repeat_kv_forward(kStream, out, inp, N, NH, KV, HS); });
+  }
+
+  void repeat_kv_backward(int dev, float* dinp, const float* dout, int64_t N, int64_t NH, int64_t KV,
+                          int64_t HS) override {
+    run(dev, [&] { launch_repeat_kv_backward(kStream, dinp, dout, N, NH, KV, HS); });
   }
 
   void embedding_forward(int dev, float* out, const int32_t* ids, const float* weight, int64_t vocab_start, int64_t N,
@@ -275,6 +300,11 @@ class Backend final : public CudaBackend {
     });
   }
 
+  void sgd(int dev, float* param, const float* grad, float* momentum, int64_t n, float lr, float mu, float weight_decay,
+           float grad_scale) override {
+    run(dev, [&] { launch_sgd(kStream, param, grad, momentum, n, SgdArgs{lr, mu, weight_decay, grad_scale}); });
+  }
+
   void attention_forward(int dev, float* out, float* att, const float* qkv, const CudaAttentionArgs& a) override {
     check_attention(a);
     cublasHandle_t h = blas(dev);
@@ -321,6 +351,23 @@ class Backend final : public CudaBackend {
   // inside it surfaces at the next call that waits (see the header comment).
   static void finish() { CUDA_CHECK(cudaGetLastError()); }
 
+  // A two-stage reduction (kernels.h) to one device value of type T in the
+  // scratch buffer after its partials, copied back to the host.
+  template <typename T, typename Launch>
+  T reduce(int dev, Launch&& launch) {
+    use(dev);
+    std::lock_guard<std::mutex> lock(ws_mu_);
+    const size_t partial_bytes = reduce_workspace_bytes();
+    char* ws = static_cast<char*>(workspace(dev, partial_bytes + sizeof(T)));
+    T* result = reinterpret_cast<T*>(ws + partial_bytes);
+    launch(result, static_cast<void*>(ws));
+    finish();
+    T host{};
+    CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(T), cudaMemcpyDeviceToHost, kStream));
+    CUDA_CHECK(cudaStreamSynchronize(kStream));
+    return host;
+  }
+
   // Makes `dev` current and returns its cuBLAS handle, creating it on first use.
   cublasHandle_t blas(int dev) {
     use(dev);
@@ -335,6 +382,15 @@ class Backend final : public CudaBackend {
       handles_[dev] = h;
     }
     return handles_[dev];
+  }
+
+  // Makes `dev` current and returns its cuBLASLt handle, creating it on first use.
+  cublasLtHandle_t blas_lt(int dev) {
+    use(dev);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (size_t(dev) >= lt_handles_.size()) lt_handles_.resize(size_t(dev) + 1, nullptr);
+    if (!lt_handles_[dev]) CUBLAS_CHECK(cublasLtCreate(&lt_handles_[dev]));
+    return lt_handles_[dev];
   }
 
   // The scratch buffer of `dev`, grown to at least `bytes`; never shrunk or
@@ -359,8 +415,9 @@ class Backend final : public CudaBackend {
   };
 
   std::mutex mu_;
-  std::vector<cublasHandle_t> handles_;  // indexed by device; null until first gemm there
-  std::vector<Workspace> dropped_;       // indexed by device: attention's dropout buffer
+  std::vector<cublasHandle_t> handles_;       // indexed by device; null until first gemm there
+  std::vector<cublasLtHandle_t> lt_handles_;  // indexed by device; null until first linear there
+  std::vector<Workspace> dropped_;            // indexed by device: attention's dropout buffer
   std::mutex ws_mu_;
   std::vector<Workspace> workspaces_;  // indexed by device; guarded by ws_mu_
 };

@@ -1,7 +1,8 @@
 // The CUDA element-wise kernels and reductions (declared in kernels.h):
-// bias, GELU (tanh and erf), SwiGLU, add, scale, dropout, sum of squares and
-// AdamW. Grid-stride loops over int64 indices; the math itself is
-// core/kernels/math.h and core/rng.h, the same code the CPU kernels run.
+// bias, GELU (tanh and erf), SwiGLU, add, scale, dropout, sum of squares, the
+// non-finite check, AdamW and SGD. Grid-stride loops over int64 indices; the
+// math itself is core/kernels/math.h and core/rng.h, the same code the CPU
+// kernels run.
 #include "core/cuda/kernels.h"
 #include "core/cuda/launch.cuh"
 #include "core/kernels/math.h"
@@ -83,22 +84,40 @@ __global__ void dropout_kernel(float* out, const float* inp, RngKey key, int64_t
   }
 }
 
-// Stage one of sum_squares: block b sums x^2 in double over the elements
-// i = b * kThreads + t (mod the grid), then reduces in a fixed tree.
-__global__ void sum_squares_partial_kernel(double* partial, const float* x, int64_t n) {
-  double s = 0.0;
-  for (int64_t i = first_index(); i < n; i += grid_stride()) s += double(x[i]) * double(x[i]);
-  s = block_sum(s);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+// Two-stage reductions of n floats with a fixed shape, so the order of every
+// combination is fixed: stage one, kReduceBlocks blocks, each combining
+// term(x[i]) over i = b * kThreads + t (mod the grid) and then over the block
+// in a fixed tree; stage two, one block over the partials in order.
+template <typename T, typename Term, typename Op>
+__global__ void reduce_partial_kernel(T* partial, const float* x, int64_t n, Term term, Op op, T init) {
+  T acc = init;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) acc = op(acc, term(x[i]));
+  acc = block_reduce(acc, op);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-// Stage two: one block adds the partials in a fixed order.
-__global__ void sum_partials_kernel(double* out, const double* partial, int n) {
-  double s = 0.0;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
-  s = block_sum(s);
-  if (threadIdx.x == 0) *out = s;
+template <typename T, typename Op>
+__global__ void reduce_final_kernel(T* out, const T* partial, int n, Op op, T init) {
+  T acc = init;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) acc = op(acc, partial[i]);
+  acc = block_reduce(acc, op);
+  if (threadIdx.x == 0) *out = acc;
 }
+
+template <typename T, typename Term, typename Op>
+void launch_reduce(cudaStream_t stream, T* result, const float* x, int64_t n, void* workspace, Term term, Op op,
+                   T init) {
+  T* partial = static_cast<T*>(workspace);
+  reduce_partial_kernel<<<kReduceBlocks, kThreads, 0, stream>>>(partial, x, n, term, op, init);
+  reduce_final_kernel<<<1, kThreads, 0, stream>>>(result, partial, kReduceBlocks, op, init);
+}
+
+struct SquareTerm {  // x^2 in double
+  __device__ double operator()(float v) const { return double(v) * double(v); }
+};
+struct NonfiniteTerm {  // 1 for NaN or +-inf
+  __device__ int operator()(float v) const { return isfinite(v) ? 0 : 1; }
+};
 
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n, AdamWArgs s) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
@@ -107,6 +126,19 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
                                 s.bias_correction1, s.bias_correction2);
     m[i] = mi;
     v[i] = vi;
+  }
+}
+
+__global__ void sgd_kernel(float* param, const float* grad, float* momentum, int64_t n, SgdArgs s) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float g = grad[i] * s.grad_scale;
+    if (momentum) {
+      float buf = momentum[i];
+      param[i] = math::sgd_momentum_step(param[i], g, buf, s.lr, s.momentum, s.weight_decay);
+      momentum[i] = buf;
+    } else {
+      param[i] = math::sgd_step(param[i], g, s.lr, s.weight_decay);
+    }
   }
 }
 
@@ -165,18 +197,25 @@ void launch_dropout(cudaStream_t stream, float* out, const float* inp, const Rng
   dropout_kernel<<<blocks_for(groups), kThreads, 0, stream>>>(out, inp, key, sample0, p, B, S);
 }
 
-size_t sum_squares_workspace_bytes() { return kSumSquaresBlocks * sizeof(double); }
+size_t reduce_workspace_bytes() { return kReduceBlocks * sizeof(double); }
 
 void launch_sum_squares(cudaStream_t stream, double* result, const float* x, int64_t n, void* workspace) {
-  double* partial = static_cast<double*>(workspace);
-  sum_squares_partial_kernel<<<kSumSquaresBlocks, kThreads, 0, stream>>>(partial, x, n);
-  sum_partials_kernel<<<1, kThreads, 0, stream>>>(result, partial, kSumSquaresBlocks);
+  launch_reduce(stream, result, x, n, workspace, SquareTerm{}, SumOp{}, 0.0);
+}
+
+void launch_any_nonfinite(cudaStream_t stream, int* result, const float* x, int64_t n, void* workspace) {
+  launch_reduce(stream, result, x, n, workspace, NonfiniteTerm{}, MaxOp{}, 0);
 }
 
 void launch_adamw(cudaStream_t stream, float* param, const float* grad, float* m, float* v, int64_t n,
                   const AdamWArgs& args) {
   if (n == 0) return;
   adamw_kernel<<<blocks_for(n), kThreads, 0, stream>>>(param, grad, m, v, n, args);
+}
+
+void launch_sgd(cudaStream_t stream, float* param, const float* grad, float* momentum, int64_t n, const SgdArgs& args) {
+  if (n == 0) return;
+  sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(param, grad, momentum, n, args);
 }
 
 }  // namespace lattice::cuda

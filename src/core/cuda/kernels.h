@@ -1,7 +1,8 @@
 // Launchers for the CUDA kernels, called by the backend (backend.cpp). Plain
 // C++ declarations so the host side compiles with the C++ compiler; the
-// kernels live in one .cu file per family: kernels.cu (element-wise and
-// reductions), norm.cu, rope.cu, embedding.cu, loss.cu.
+// kernels live in one .cu file per family: kernels.cu (element-wise,
+// reductions and optimizer steps), softmax.cu, norm.cu, rope.cu, embedding.cu,
+// loss.cu.
 //
 // Invariants: f32 only; every pointer is a device pointer of the current
 // device; the launchers only enqueue on `stream` (empty sizes launch nothing);
@@ -57,12 +58,15 @@ void launch_scale(cudaStream_t stream, float* x, float s, int64_t n);
 void launch_dropout(cudaStream_t stream, float* out, const float* inp, const RngKey& key, int64_t sample0, float p,
                     int64_t B, int64_t S);
 
-// *result (one device double) = sum of x (n) squared, accumulated in double:
-// kSumSquaresBlocks fixed blocks of partial sums, then one block adds them.
-// `workspace` holds sum_squares_workspace_bytes() (the partials).
-constexpr int kSumSquaresBlocks = 1024;
-size_t sum_squares_workspace_bytes();
+// Reductions over all of x (n) in two fixed stages: kReduceBlocks blocks of
+// partial results, then one block combines them in order. `workspace` holds
+// reduce_workspace_bytes() (the partials); the result is one device value.
+constexpr int kReduceBlocks = 1024;
+size_t reduce_workspace_bytes();
+// *result = sum of x squared, accumulated in double.
 void launch_sum_squares(cudaStream_t stream, double* result, const float* x, int64_t n, void* workspace);
+// *result = 1 when some element of x is NaN or infinite, else 0.
+void launch_any_nonfinite(cudaStream_t stream, int* result, const float* x, int64_t n, void* workspace);
 
 // One AdamW step on n elements: g = grad * grad_scale, then
 // math::adamw_step(param, g, m, v, ...) with bc1 = 1 - beta1^t, bc2 = 1 - beta2^t.
@@ -71,6 +75,20 @@ struct AdamWArgs {
 };
 void launch_adamw(cudaStream_t stream, float* param, const float* grad, float* m, float* v, int64_t n,
                   const AdamWArgs& args);
+
+// One SGD step on n elements: g = grad * grad_scale, then
+// math::sgd_momentum_step (momentum non-null) or math::sgd_step (null).
+struct SgdArgs {
+  float lr, momentum, weight_decay, grad_scale;
+};
+void launch_sgd(cudaStream_t stream, float* param, const float* grad, float* momentum, int64_t n, const SgdArgs& args);
+
+// ---- row softmax (softmax.cu): one block per row ---------------------------
+// out (N, K) = softmax of each row of inp (N, K); out may be inp.
+void launch_softmax_forward(cudaStream_t stream, float* out, const float* inp, int64_t N, int64_t K);
+// dinp (N, K) = out * (dout - rowsum(dout * out)), overwrite; dinp may be dout.
+void launch_softmax_backward(cudaStream_t stream, float* dinp, const float* dout, const float* out, int64_t N,
+                             int64_t K);
 
 // ---- normalisation (norm.cu): one block per row --------------------------
 // out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N).
@@ -87,10 +105,16 @@ void launch_rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, const 
 void launch_rmsnorm_backward(cudaStream_t stream, float* dinp, float* dweight, const float* dout, const float* inp,
                              const float* weight, const float* rstd, int64_t N, int64_t C);
 
-// ---- rotary embeddings (rope.cu) -----------------------------------------
+// ---- rotary embeddings and grouped k/v heads (rope.cu) --------------------
 // out (B, T, W) = inp rotated as cpu::rope_forward (sign +1) or backward
 // (sign -1); out may be inp.
 void launch_rope(cudaStream_t stream, float* out, const float* inp, const cpu::RopeDims& d, double sign);
+// out (N, 3 NH HS) = [q | k' | v'] from inp (N, (NH + 2 KV) HS), as
+// cpu::repeat_kv_forward; backward sums each group back (overwrite).
+void launch_repeat_kv_forward(cudaStream_t stream, float* out, const float* inp, int64_t N, int64_t NH, int64_t KV,
+                              int64_t HS);
+void launch_repeat_kv_backward(cudaStream_t stream, float* dinp, const float* dout, int64_t N, int64_t NH, int64_t KV,
+                               int64_t HS);
 
 // ---- embedding (embedding.cu) --------------------------------------------
 // out (N, C) = weight (V, C)[ids - vocab_start], zero rows for ids outside the shard.

@@ -1,6 +1,6 @@
 // Device helpers shared by the kernel files of the CUDA backend (*.cu only):
-// grid-stride indexing, deterministic block reductions and the column-sum
-// kernel behind every parameter gradient that sums over rows.
+// grid-stride indexing, deterministic block and row reductions, and the
+// column-sum kernel behind every parameter gradient that sums over rows.
 //
 // Invariants: every reduction here combines values in an order fixed by the
 // launch shape alone (warp shuffles down a fixed tree, then the warps' sums in
@@ -64,6 +64,21 @@ __device__ T block_sum(T v) {
 template <typename T>
 __device__ T block_max(T v) {
   return block_reduce(v, MaxOp{});
+}
+
+// Max of the first kv elements of the row x (one block per row); every
+// thread gets it. -inf for an empty row.
+__device__ __forceinline__ float row_max(const float* x, int64_t kv) {
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < kv; j += blockDim.x) mx = MaxOp{}(mx, x[j]);
+  return block_max(mx);
+}
+
+// Sum of exp(x[j] - mx) over the first kv elements of the row x.
+__device__ __forceinline__ float row_sum_exp(const float* x, int64_t kv, float mx) {
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < kv; j += blockDim.x) s += expf(x[j] - mx);
+  return block_sum(s);
 }
 
 // The term of a plain column sum: x[r, c] of a row-major (rows, C) matrix.

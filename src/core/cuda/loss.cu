@@ -2,9 +2,9 @@
 // forward and the vocab-parallel pieces of core/kernels/cpu/loss_shard.h,
 // whose backward also serves the full vocabulary (col_start 0, n_valid K).
 // One block of kRowThreads per row; row maxima and sums are block reductions
-// in a fixed tree (launch.cuh); the per-row and per-element formulas are
-// core/kernels/math.h, as on the CPU. Padding columns (j >= n_valid) never
-// enter a max or a sum and get zero gradient.
+// in a fixed tree (row_max and row_sum_exp of launch.cuh); the per-row and
+// per-element formulas are core/kernels/math.h, as on the CPU. Padding
+// columns (j >= n_valid) never enter a max or a sum and get zero gradient.
 #include "core/cuda/kernels.h"
 #include "core/cuda/launch.cuh"
 #include "core/kernels/math.h"
@@ -12,18 +12,6 @@
 namespace lattice::cuda {
 
 namespace {
-
-__device__ float row_max(const float* x, int64_t kv) {
-  float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < kv; j += blockDim.x) mx = MaxOp{}(mx, x[j]);
-  return block_max(mx);
-}
-
-__device__ float row_sum_exp(const float* x, int64_t kv, float mx) {
-  float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < kv; j += blockDim.x) s += expf(x[j] - mx);
-  return block_sum(s);
-}
 
 __global__ void cross_entropy_forward_kernel(float* losses, float* lse, const float* logits, const int32_t* targets,
                                              int ignore_index, int64_t V) {

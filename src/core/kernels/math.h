@@ -147,6 +147,27 @@ LATTICE_HD T xent_grad(T x, T lse, T dloss, bool is_target) {
   return is_target ? g - dloss : g;
 }
 
+// ---- row softmax, given the row statistics ---------------------------------
+// Probability of one element from the row max and 1 / sum of exp(x - max).
+template <typename T>
+LATTICE_HD T softmax_prob(T x, T row_max, T inv_sum) {
+  using std::exp;
+  return exp(x - row_max) * inv_sum;
+}
+// dinp of one element: y (dy - dot), dot = sum over the row of dy * y.
+template <typename T>
+LATTICE_HD T softmax_grad(T y, T dy, T dot) {
+  return y * (dy - dot);
+}
+
+// ---- grouped k/v heads (repeat_kv) ---------------------------------------
+// Column, in a packed row [q | k | v] of (NH + 2 KV) HS columns, where head h
+// (< NH) of part `kv` (0: k, 1: v) of the repeated row [q | k' | v'] starts:
+// k/v head h / (NH / KV) of that part. C = NH HS is the width of q.
+LATTICE_HD int64_t repeat_kv_src_col(int64_t kv, int64_t h, int64_t NH, int64_t KV, int64_t HS) {
+  return NH * HS + (kv * KV + h / (NH / KV)) * HS;
+}
+
 // One AdamW element update (decoupled weight decay, bias-corrected moments).
 // bc1 = 1 - beta1^t, bc2 = 1 - beta2^t. Returns the new parameter.
 template <typename T>
@@ -157,6 +178,19 @@ LATTICE_HD T adamw_step(T p, T g, T& m, T& v, T lr, T beta1, T beta2, T eps, T w
   T mhat = m / bc1;
   T vhat = v / bc2;
   return p - lr * (wd * p + mhat / (sqrt(vhat) + eps));
+}
+
+// One SGD element update (PyTorch semantics, dampening 0) on the scaled
+// gradient g: with momentum buf = mu buf + g + wd p and p - lr buf; without a
+// buffer p - lr (g + wd p). Returns the new parameter.
+template <typename T>
+LATTICE_HD T sgd_momentum_step(T p, T g, T& buf, T lr, T mu, T wd) {
+  buf = mu * buf + (g + wd * p);
+  return p - lr * buf;
+}
+template <typename T>
+LATTICE_HD T sgd_step(T p, T g, T lr, T wd) {
+  return p - lr * (g + wd * p);
 }
 
 }  // namespace lattice::math

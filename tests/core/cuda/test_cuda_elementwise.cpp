@@ -1,8 +1,9 @@
-// GPU dropout, scale and sum of squares (src/core/cuda/kernels.cu) against the
-// CPU kernels. Dropout draws the same Philox counters on both (core/rng.h), so
-// masks and kept values are bitwise equal; scaling is one float multiply on
-// both; the sum of squares accumulates in double in a different order
-// (relative 1e-10, against float rounding at 1e-7).
+// GPU dropout, scale, sum of squares and the non-finite check
+// (src/core/cuda/kernels.cu) against the CPU kernels. Dropout draws the same
+// Philox counters on both (core/rng.h), so masks and kept values are bitwise
+// equal; scaling is one float multiply on both; the sum of squares accumulates
+// in double in a different order (relative 1e-10, against float rounding at
+// 1e-7); all_finite is a yes or no, equal on both.
 #include <cmath>
 
 #include "support/cuda_test_support.h"
@@ -66,6 +67,25 @@ TEST_F(CudaOps, SumSquaresMatchesCpu) {
     EXPECT_NEAR(first, cpu, 1e-10 * cpu);
     EXPECT_EQ(ops::sum_squares(x_g), first);  // deterministic: fixed blocks, fixed tree
   }
+}
+
+// n = 300001 is more than one pass of the reduction's grid, so the bad
+// element is found whether it is in a block's first pass or a later one.
+TEST_F(CudaOps, AllFiniteMatchesCpu) {
+  const int64_t n = 300001;
+  Tensor x = random_tensor({n}, DType::f32, 20, 1e30);  // large but finite
+  EXPECT_TRUE(ops::all_finite(x));
+  EXPECT_TRUE(ops::all_finite(gpu(x)));
+  for (int64_t at : {int64_t(0), int64_t(4097), n - 1}) {
+    for (float bad : {NAN, INFINITY, -INFINITY}) {
+      SCOPED_TRACE(testing::Message() << "x[" << at << "] = " << bad);
+      Tensor y = x.clone();
+      y.data<float>()[at] = bad;
+      EXPECT_FALSE(ops::all_finite(y));
+      EXPECT_FALSE(ops::all_finite(gpu(y)));
+    }
+  }
+  EXPECT_TRUE(ops::all_finite(empty_gpu({0})));
 }
 
 }  // namespace

@@ -96,13 +96,11 @@ void softmax_forward(T* out, const T* inp, int64_t N, int64_t K) {
     T mx = -INFINITY;
     for (int64_t k = 0; k < K; ++k) mx = std::max(mx, x[k]);
     T sum = 0;
-    for (int64_t k = 0; k < K; ++k) {
-      y[k] = std::exp(x[k] - mx);
-      sum += y[k];
-    }
-    T inv = T(1) / sum;
-#pragma omp simd
-    for (int64_t k = 0; k < K; ++k) y[k] *= inv;
+    for (int64_t k = 0; k < K; ++k) sum += std::exp(x[k] - mx);
+    // exp is evaluated again rather than stored, as in the CUDA kernel, so
+    // both backends run math::softmax_prob.
+    const T inv = T(1) / sum;
+    for (int64_t k = 0; k < K; ++k) y[k] = math::softmax_prob(x[k], mx, inv);
   }
 }
 
@@ -117,7 +115,7 @@ void softmax_backward(T* dinp, const T* dout, const T* out, int64_t N, int64_t K
 #pragma omp simd reduction(+ : dot)
     for (int64_t k = 0; k < K; ++k) dot += dy[k] * y[k];
 #pragma omp simd
-    for (int64_t k = 0; k < K; ++k) dx[k] = y[k] * (dy[k] - dot);
+    for (int64_t k = 0; k < K; ++k) dx[k] = math::softmax_grad(y[k], dy[k], dot);
   }
 }
 

@@ -28,20 +28,16 @@ void sgd_update(T* param, const T* grad, T* momentum, int64_t n, float lr, float
   const T tlr = T(lr), tmu = T(mu), wd = T(weight_decay), gs = T(grad_scale);
   if (momentum) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-      T g = grad[i] * gs + wd * param[i];
-      momentum[i] = tmu * momentum[i] + g;
-      param[i] -= tlr * momentum[i];
-    }
+    for (int64_t i = 0; i < n; ++i)
+      param[i] = math::sgd_momentum_step<T>(param[i], grad[i] * gs, momentum[i], tlr, tmu, wd);
   } else {
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) param[i] -= tlr * (grad[i] * gs + wd * param[i]);
+    for (int64_t i = 0; i < n; ++i) param[i] = math::sgd_step<T>(param[i], grad[i] * gs, tlr, wd);
   }
 }
 
-#define LATTICE_INSTANTIATE(T)                                                                                \
-  template void adamw_update<T>(T*, const T*, T*, T*, int64_t, float, float, float, float, float, int64_t,    \
-                                float);                                                                       \
+#define LATTICE_INSTANTIATE(T)                                                                                     \
+  template void adamw_update<T>(T*, const T*, T*, T*, int64_t, float, float, float, float, float, int64_t, float); \
   template void sgd_update<T>(T*, const T*, T*, int64_t, float, float, float, float);
 LATTICE_INSTANTIATE(float)
 LATTICE_INSTANTIATE(double)

@@ -61,7 +61,7 @@ void rope_backward(T* dinp, const T* dout, const RopeDims& d) {
 
 template <typename T>
 void repeat_kv_forward(T* out, const T* inp, int64_t N, int64_t NH, int64_t KV, int64_t HS) {
-  const int64_t group = NH / KV, C = NH * HS, W = (NH + 2 * KV) * HS;
+  const int64_t C = NH * HS, W = (NH + 2 * KV) * HS;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * W;
@@ -69,7 +69,7 @@ void repeat_kv_forward(T* out, const T* inp, int64_t N, int64_t NH, int64_t KV, 
     for (int64_t j = 0; j < C; ++j) y[j] = x[j];
     for (int64_t part = 0; part < 2; ++part)  // k, then v
       for (int64_t h = 0; h < NH; ++h) {
-        const T* src = x + C + (part * KV + h / group) * HS;
+        const T* src = x + math::repeat_kv_src_col(part, h, NH, KV, HS);
         T* dst = y + (1 + part) * C + h * HS;
         for (int64_t j = 0; j < HS; ++j) dst[j] = src[j];
       }
@@ -78,7 +78,7 @@ void repeat_kv_forward(T* out, const T* inp, int64_t N, int64_t NH, int64_t KV, 
 
 template <typename T>
 void repeat_kv_backward(T* dinp, const T* dout, int64_t N, int64_t NH, int64_t KV, int64_t HS) {
-  const int64_t group = NH / KV, C = NH * HS, W = (NH + 2 * KV) * HS;
+  const int64_t C = NH * HS, W = (NH + 2 * KV) * HS;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const T* dy = dout + n * 3 * C;
@@ -87,7 +87,7 @@ void repeat_kv_backward(T* dinp, const T* dout, int64_t N, int64_t NH, int64_t K
     for (int64_t j = C; j < W; ++j) dx[j] = T(0);
     for (int64_t part = 0; part < 2; ++part)
       for (int64_t h = 0; h < NH; ++h) {
-        T* dst = dx + C + (part * KV + h / group) * HS;
+        T* dst = dx + math::repeat_kv_src_col(part, h, NH, KV, HS);
         const T* src = dy + (1 + part) * C + h * HS;
         for (int64_t j = 0; j < HS; ++j) dst[j] += src[j];
       }

@@ -1,0 +1,79 @@
+// GPU linear forward through cuBLASLt (src/core/cuda/lt_linear.cpp, planned by
+// lt_plan.h) against the CPU linear: the bias in the epilogue, the bias by
+// kernel (a bias view at an odd float offset), no bias, operands at offsets
+// that lower the alignment preferences, sizes of one and ragged sizes, an
+// empty batch, and the same bits on a second run. f32 without TF32, compared
+// at the f32 tolerance (the sums run in a different order); see
+// cuda_test_support.h. The plan itself is tested on the CPU (test_lt_plan).
+#include <cmath>
+
+#include "support/cuda_test_support.h"
+
+namespace lattice::test {
+namespace {
+
+struct Case {
+  int64_t N, C, OC;
+  bool bias;
+  int64_t inp_off = 0, weight_off = 0, out_off = 0, bias_off = 0;  // elements into a device buffer
+};
+
+// A device copy of t that starts `off` floats into its own buffer.
+Tensor gpu_at(const Tensor& t, int64_t off) {
+  Tensor buf = Tensor::zeros({t.numel() + off}, DType::f32, Device::cuda(0));
+  Tensor v = buf.view(off, t.shape());
+  v.copy_from(t);
+  return v;
+}
+
+Tensor on_host(const Tensor& t) { return t.to(Device::cpu()); }
+
+void expect_linear_matches_cpu(const Case& c) {
+  SCOPED_TRACE(testing::Message() << "N " << c.N << " C " << c.C << " OC " << c.OC << " bias " << c.bias << " offsets "
+                                  << c.inp_off << "/" << c.weight_off << "/" << c.out_off << "/" << c.bias_off);
+  // Weights scaled by 1 / sqrt(C), as initialisations do: outputs of order
+  // one, so the f32 tolerance measures the sums' rounding, not their size.
+  Tensor inp = random_tensor({c.N, c.C}, DType::f32, 1);
+  Tensor weight = random_tensor({c.OC, c.C}, DType::f32, 2, 1.0 / std::sqrt(double(c.C)));
+  Tensor bias = random_tensor({c.OC}, DType::f32, 3);
+  Tensor out = Tensor::empty({c.N, c.OC}, DType::f32);
+  ops::linear_forward(out, inp, weight, c.bias ? &bias : nullptr);
+
+  Tensor inp_g = gpu_at(inp, c.inp_off), weight_g = gpu_at(weight, c.weight_off), bias_g = gpu_at(bias, c.bias_off);
+  Tensor out_g = gpu_at(random_tensor({c.N, c.OC}, DType::f32, 4), c.out_off);  // overwritten
+  ops::linear_forward(out_g, inp_g, weight_g, c.bias ? &bias_g : nullptr);
+  EXPECT_TENSOR_NEAR(on_host(out_g), out, tolerance(DType::f32));
+  Tensor again = gpu_at(Tensor::zeros({c.N, c.OC}, DType::f32), c.out_off);
+  ops::linear_forward(again, inp_g, weight_g, c.bias ? &bias_g : nullptr);
+  EXPECT_TRUE(same_bits(on_host(again), on_host(out_g)));
+}
+
+TEST_F(CudaOps, LinearForwardBiasEpilogueMatchesCpu) {
+  expect_linear_matches_cpu({64, 768, 2304, true});  // GPT-2 small's qkv projection, 64 tokens
+  expect_linear_matches_cpu({37, 129, 67, true});    // ragged sizes, leading dims not multiples of 4
+  expect_linear_matches_cpu({1, 1, 1, true});
+}
+
+TEST_F(CudaOps, LinearForwardWithoutBiasMatchesCpu) {
+  expect_linear_matches_cpu({33, 17, 9, false});
+  expect_linear_matches_cpu({128, 256, 64, false});
+}
+
+TEST_F(CudaOps, LinearForwardMisalignedOperandsMatchCpu) {
+  // A bias 4 bytes past 256-byte alignment: plan_lt_linear adds it by kernel.
+  expect_linear_matches_cpu({16, 32, 8, true, 0, 0, 0, 1});
+  // inp, weight and out at odd float offsets (alignment preferences 4 bytes),
+  // bias 16-byte aligned: still in the epilogue.
+  expect_linear_matches_cpu({16, 32, 8, true, 1, 3, 2, 4});
+  expect_linear_matches_cpu({16, 32, 8, false, 5, 1, 7, 0});
+}
+
+TEST_F(CudaOps, LinearForwardEmptyBatchDoesNothing) {
+  Tensor inp = empty_gpu({0, 8}), weight = gpu(random_tensor({3, 8}, DType::f32, 5));
+  Tensor bias = gpu(random_tensor({3}, DType::f32, 6)), out = empty_gpu({0, 3});
+  ops::linear_forward(out, inp, weight, &bias);
+  EXPECT_EQ(out.numel(), 0);
+}
+
+}  // namespace
+}  // namespace lattice::test
