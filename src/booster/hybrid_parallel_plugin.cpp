@@ -5,6 +5,7 @@
 
 #include "booster/plan.h"
 #include "core/allocator.h"
+#include "core/backend.h"
 #include "core/kernels/cpu/matmul_bf16.h"
 #include "models/registry.h"
 #include "optim/grad_clip.h"
@@ -41,15 +42,19 @@ void refuse_unsupported(const Config& cfg, const Layout& layout) {
   auto refuse = [&](const char* key, const std::string& what) {
     config_fail(cfg, key, what + " is not available in this version yet; remove the setting");
   };
-  if (cfg.runtime.device == DeviceType::cuda && cfg.runtime.precision != Precision::fp32)
-    refuse("runtime.precision", fmt::format("{} on cuda", enum_name(cfg.runtime.precision)));
+  if (cfg.runtime.precision == Precision::fp16)  // needs the loss scaler in the trainer
+    refuse("runtime.precision", "fp16 (dynamic loss scaling)");
 }
 
-// runtime.precision on the CPU: bf16 runs the large matmuls through oneDNN
-// (core/kernels/cpu/matmul_bf16.h) where this CPU and build have it.
-void set_cpu_precision(const Config& cfg) {
-  if (cfg.runtime.device != DeviceType::cpu) return;
+// runtime.precision: bf16 runs the matmuls with bf16 operands and fp32
+// accumulation: on the GPU through cuBLAS (core/backend.h), on the CPU through
+// oneDNN (core/kernels/cpu/matmul_bf16.h) where this CPU and build have it.
+void set_matmul_precision(const Config& cfg, Device device) {
   const bool bf16 = cfg.runtime.precision == Precision::bf16;
+  if (device.is_cuda()) {
+    cuda_backend().set_bf16_matmul(bf16);
+    return;
+  }
   std::string why;
   if (bf16 && !cpu::bf16_matmul_available(&why))
     config_fail(cfg, "runtime.precision",
@@ -77,8 +82,8 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
                 "plugin: config layout (tp {}, pp {}, dp {}) differs from the mesh's", layout_.tp, layout_.pp,
                 layout_.dp);
   refuse_unsupported(cfg, layout_);
-  set_cpu_precision(cfg);
   device_ = device ? *device : place_rank(cfg, mesh);
+  set_matmul_precision(cfg, device_);
   groups_ = std::make_unique<DeviceGroups>(mesh, device_, cfg.runtime.comm_timeout_s);
   const int stage = mesh.this_coord().pp;
   stages_ = std::make_unique<pipeline::PipelineStageManager>(pipeline::make_stage_layout(stage_config_of(cfg, layout_)),

@@ -2,15 +2,13 @@
 // same step as one large microbatch (the loss-normalisation rule and the
 // layout-invariant dropout keys), the step's data depends only on (seed, step),
 // and ZeRO-1 on one dp rank is the plain optimizer, bit for bit.
-#include "booster/hybrid_parallel_plugin.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <cstring>
 
+#include "booster/hybrid_parallel_plugin.h"
 #include "comm/self_communicator.h"
 #include "core/rng.h"
 #include "data/shard.h"
@@ -31,9 +29,11 @@ std::string make_shards(const std::string& dir) {
 Config config(const std::string& train_glob, int micro_batch, const std::string& extra = "") {
   return parse_config(R"(
 model: { arch: gpt2, n_layer: 2, n_head: 2, d_model: 32, vocab_size: 257, max_seq_len: 16, dropout: 0.2 }
-train: { steps: 10, global_batch: 8, micro_batch: )" + std::to_string(micro_batch) + R"(, seq_len: 16 }
+train: { steps: 10, global_batch: 8, micro_batch: )" +
+                      std::to_string(micro_batch) + R"(, seq_len: 16 }
 optimizer: { lr: 0.001 }
-data: { train: ")" + train_glob + R"(", tokenizer: bytes }
+data: { train: ")" + train_glob +
+                      R"(", tokenizer: bytes }
 )" + extra);
 }
 
@@ -82,7 +82,7 @@ TEST(HybridParallelPlugin, RefusesWhatItCannotRunWithOneLine) {
     EXPECT_NE(std::string(e.what()).find("parallel"), std::string::npos) << e.what();
     EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
   }
-  for (const char* extra : {"runtime: { device: cuda, precision: bf16 }\n"})
+  for (const char* extra : {"runtime: { device: cuda, precision: fp16 }\n"})
     EXPECT_THROW(HybridParallelPlugin(config(glob, 4, extra), m), ConfigError) << extra;
 }
 

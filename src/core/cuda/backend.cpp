@@ -120,20 +120,42 @@ class Backend final : public CudaBackend {
   // Row-major C (m, n) is column-major C^T (n, m), so compute
   // C^T = op(B)^T op(A)^T: cuBLAS gets B first. A row-major (r, c) matrix is
   // a column-major (c, r) one with leading dimension c.
+  void set_bf16_matmul(bool on) override { bf16_matmul_ = on; }
+
   void gemm(int dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
             const float* b, float beta, float* c) override {
     int mi = checked_int(m, "m"), ni = checked_int(n, "n"), ki = checked_int(k, "k");
     if (mi == 0 || ni == 0) return;
     int lda = checked_int(trans_a ? m : k, "lda");  // A stored (m, k), or (k, m) when trans_a
     int ldb = checked_int(trans_b ? k : n, "ldb");  // B stored (k, n), or (n, k) when trans_b
+    lda = lda > 0 ? lda : 1;
+    ldb = ldb > 0 ? ldb : 1;
     cublasHandle_t h = blas(dev);
-    CUBLAS_CHECK(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, ni, mi, ki,
-                             &alpha, b, ldb > 0 ? ldb : 1, a, lda > 0 ? lda : 1, &beta, c, ni));
+    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (!bf16_matmul_) {
+      CUBLAS_CHECK(cublasSgemm(h, op_b, op_a, ni, mi, ki, &alpha, b, ldb, a, lda, &beta, c, ni));
+      finish();
+      return;
+    }
+    // bf16 copies of both operands (stream-ordered scratch), fp32 accumulation and output.
+    std::lock_guard<std::mutex> lock(bf16_mu_);
+    const int64_t na = m * k, nb = k * n;
+    uint16_t* a16 = static_cast<uint16_t*>(grown(bf16_operands_, dev, size_t(na + nb) * sizeof(uint16_t)));
+    uint16_t* b16 = a16 + na;
+    launch_to_bf16(kStream, a16, a, na);
+    launch_to_bf16(kStream, b16, b, nb);
+    CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, ni, mi, ki, &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda, &beta, c,
+                              CUDA_R_32F, ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     finish();
   }
 
   void linear_forward(int dev, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                       int64_t C, int64_t OC) override {
+    if (bf16_matmul_) {  // out (N, OC) = inp (N, C) weight^T through the bf16 gemm, then the bias
+      gemm(dev, false, true, N, OC, C, 1.0f, inp, weight, 0.0f, out);
+      if (bias) add_bias(dev, out, bias, N, OC);
+      return;
+    }
     cublasLtHandle_t h = blas_lt(dev);
     std::lock_guard<std::mutex> lock(ws_mu_);
     lt_linear_forward(h, kStream, out, inp, weight, bias, N, C, OC, workspace(dev, kLtWorkspaceBytes));
@@ -321,6 +343,11 @@ class Backend final : public CudaBackend {
   }
 
  private:
+  struct Workspace {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+
   static void use(int dev) { CUDA_CHECK(cudaSetDevice(dev)); }
 
   // The (B, NH, T, T) buffer attention's dropout needs, kept per device and
@@ -330,13 +357,7 @@ class Backend final : public CudaBackend {
     if (a.p == 0.0f) return nullptr;
     const size_t bytes = size_t(a.B * a.NH * a.T * a.T) * sizeof(float);
     std::lock_guard<std::mutex> lock(mu_);
-    if (size_t(dev) >= dropped_.size()) dropped_.resize(size_t(dev) + 1);
-    Workspace& w = dropped_[size_t(dev)];
-    if (w.bytes < bytes) {
-      free(w.ptr, dev);  // stream-ordered: the kernels already enqueued on it finish first
-      w = {malloc(bytes, dev), bytes};
-    }
-    return static_cast<float*>(w.ptr);
+    return static_cast<float*>(grown(dropped_, dev, bytes));
   }
 
   // Makes `dev` current, enqueues the launches and checks them (finish).
@@ -396,23 +417,19 @@ class Backend final : public CudaBackend {
   // The scratch buffer of `dev`, grown to at least `bytes`; never shrunk or
   // freed (see the header comment). The caller holds ws_mu_ and has made
   // `dev` current.
-  void* workspace(int dev, size_t bytes) {
-    if (size_t(dev) >= workspaces_.size()) workspaces_.resize(size_t(dev) + 1);
-    Workspace& w = workspaces_[dev];
+  void* workspace(int dev, size_t bytes) { return grown(workspaces_, dev, bytes); }
+
+  // Buffer `dev` of `per_device`, grown to at least `bytes`. The free is
+  // stream-ordered: the kernels already enqueued on the old buffer finish first.
+  void* grown(std::vector<Workspace>& per_device, int dev, size_t bytes) {
+    if (size_t(dev) >= per_device.size()) per_device.resize(size_t(dev) + 1);
+    Workspace& w = per_device[size_t(dev)];
     if (w.bytes < bytes) {
-      free(w.ptr, dev);  // stream-ordered, as in dropped()
-      w.ptr = nullptr;
-      w.bytes = 0;
-      w.ptr = malloc(bytes, dev);
-      w.bytes = bytes;
+      free(w.ptr, dev);
+      w = {malloc(bytes, dev), bytes};
     }
     return w.ptr;
   }
-
-  struct Workspace {
-    void* ptr = nullptr;
-    size_t bytes = 0;
-  };
 
   std::mutex mu_;
   std::vector<cublasHandle_t> handles_;       // indexed by device; null until first gemm there
@@ -420,6 +437,9 @@ class Backend final : public CudaBackend {
   std::vector<Workspace> dropped_;            // indexed by device: attention's dropout buffer
   std::mutex ws_mu_;
   std::vector<Workspace> workspaces_;  // indexed by device; guarded by ws_mu_
+  std::mutex bf16_mu_;
+  std::vector<Workspace> bf16_operands_;  // indexed by device: bf16 copies of a gemm's operands; bf16_mu_
+  bool bf16_matmul_ = false;              // runtime.precision: bf16 (set_bf16_matmul)
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 // kernels run.
 #include "core/cuda/kernels.h"
 #include "core/cuda/launch.cuh"
+#include "core/dtype.h"
 #include "core/kernels/math.h"
 
 namespace lattice::cuda {
@@ -66,6 +67,10 @@ __global__ void add_kernel(float* out, const float* a, const float* b, int64_t n
 
 __global__ void scale_kernel(float* x, float s, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) x[i] *= s;
+}
+
+__global__ void to_bf16_kernel(uint16_t* out, const float* in, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = lattice::f32_to_bf16(in[i]);
 }
 
 // One thread per aligned group of four logical elements of a row: one Philox
@@ -188,6 +193,11 @@ void launch_add(cudaStream_t stream, float* out, const float* a, const float* b,
 void launch_scale(cudaStream_t stream, float* x, float s, int64_t n) {
   if (n == 0) return;
   scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, s, n);
+}
+
+void launch_to_bf16(cudaStream_t stream, uint16_t* out, const float* in, int64_t n) {
+  if (n == 0) return;
+  to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
 }
 
 void launch_dropout(cudaStream_t stream, float* out, const float* inp, const RngKey& key, int64_t sample0, float p,

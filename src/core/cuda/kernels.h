@@ -51,6 +51,8 @@ void launch_swiglu_backward(cudaStream_t stream, float* dinp, const float* dout,
 void launch_add(cudaStream_t stream, float* out, const float* a, const float* b, int64_t n);
 // x (n) *= s
 void launch_scale(cudaStream_t stream, float* x, float s, int64_t n);
+// out[i] = bf16 of in[i], round to nearest even (dtype.h's f32_to_bf16).
+void launch_to_bf16(cudaStream_t stream, uint16_t* out, const float* in, int64_t n);
 
 // Inverted dropout on (B, S): element s of row b is kept when
 // rng_keep(key, sample0 + b, s, p) and scaled by 1 / (1 - p), else 0; the

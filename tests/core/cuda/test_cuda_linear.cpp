@@ -75,5 +75,51 @@ TEST_F(CudaOps, LinearForwardEmptyBatchDoesNothing) {
   EXPECT_EQ(out.numel(), 0);
 }
 
+// runtime.precision: bf16 on the GPU: both operands rounded to bf16 (nearest
+// even), the products summed in fp32. So the GPU result is the CPU's fp32
+// gemm of the rounded operands, up to the order of the sums.
+Tensor rounded_to_bf16(const Tensor& t) {
+  Tensor r = t.clone();
+  for (int64_t i = 0; i < r.numel(); ++i) r.data<float>()[i] = bf16_to_f32(f32_to_bf16(r.data<float>()[i]));
+  return r;
+}
+
+TEST_F(CudaOps, Bf16GemmAndLinearAreFp32SumsOfRoundedOperands) {
+  struct Bf16Matmul {  // on for the test's GPU calls, off again however it ends
+    Bf16Matmul() { cuda_backend().set_bf16_matmul(true); }
+    ~Bf16Matmul() { cuda_backend().set_bf16_matmul(false); }
+  };
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "trans_a " << ta << " trans_b " << tb);
+      const int64_t M = 37, K = 129, N = 67;
+      Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, DType::f32, 11);
+      Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, DType::f32, 12, 1.0 / std::sqrt(double(K)));
+      Tensor c = random_tensor({M, N}, DType::f32, 13);
+      Tensor want = c.clone(), c_g = gpu(c);
+      ops::gemm(want, rounded_to_bf16(a), rounded_to_bf16(b), ta, tb, 0.5f, 0.25f);
+      {
+        Bf16Matmul on;
+        ops::gemm(c_g, gpu(a), gpu(b), ta, tb, 0.5f, 0.25f);
+      }
+      EXPECT_TENSOR_NEAR(host(c_g), want, tolerance(DType::f32));
+    }
+  Tensor inp = random_tensor({64, 768}, DType::f32, 14);
+  Tensor weight = random_tensor({2304, 768}, DType::f32, 15, 1.0 / std::sqrt(768.0));
+  Tensor bias = random_tensor({2304}, DType::f32, 16);
+  Tensor want = Tensor::empty({64, 2304}, DType::f32), out_g = empty_gpu({64, 2304});
+  ops::linear_forward(want, rounded_to_bf16(inp), rounded_to_bf16(weight), &bias);  // the bias stays fp32
+  {
+    Bf16Matmul on;
+    Tensor inp_g = gpu(inp), weight_g = gpu(weight), bias_g = gpu(bias);
+    ops::linear_forward(out_g, inp_g, weight_g, &bias_g);
+  }
+  EXPECT_TENSOR_NEAR(host(out_g), want, tolerance(DType::f32));
+  // And they differ from plain fp32: the switch did something.
+  Tensor fp32 = Tensor::empty({64, 2304}, DType::f32);
+  ops::linear_forward(fp32, inp, weight, &bias);
+  EXPECT_GT(closeness(host(out_g), fp32, {0.0, 1e-6}), 1.0);
+}
+
 }  // namespace
 }  // namespace lattice::test
