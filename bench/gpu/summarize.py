@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""The table of bench/gpu/run.sh, from the metrics.jsonl of its `lattice train` runs.
+
+For each model: medians over the logged steps after the first --skip of step_ms, tokens_per_s
+and mfu (metrics.jsonl, src/booster/metrics.h); achieved TFLOP/s per GPU = mfu * --peak (the
+runtime.peak_flops the run was given), and MFU only when that peak is a real one (--peak-source
+table or PEAK_TFLOPS). Every figure comes from the runs' own lines; a run without a step after
+--skip is an error, never a row.
+
+usage: summarize.py --runs DIR --skip N --peak FLOPS --peak-source table|PEAK_TFLOPS|unknown
+                    --precision P --ranks N MODEL...
+"""
+import argparse
+import json
+import statistics
+import sys
+
+
+def train_rows(path):
+    with open(path) as f:
+        return [r for r in (json.loads(line) for line in f if line.strip()) if "tokens_per_s" in r]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", required=True)
+    ap.add_argument("--skip", type=int, required=True)
+    ap.add_argument("--peak", type=float, required=True)
+    ap.add_argument("--peak-source", required=True, choices=["table", "PEAK_TFLOPS", "unknown"])
+    ap.add_argument("--precision", required=True)
+    ap.add_argument("--ranks", type=int, required=True)
+    ap.add_argument("models", nargs="+")
+    a = ap.parse_args()
+    known_peak = a.peak_source != "unknown"
+    mfu_head = f"MFU (bf16 dense {a.peak / 1e12:g} TFLOP/s, {a.peak_source})" if known_peak else "MFU"
+    print(f"\n| model | precision | GPUs | tokens/step | steps | step ms | tokens/s | TFLOP/s per GPU | {mfu_head} "
+          "| loss first -> last | peak mem GiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    ok = True
+    for m in a.models:
+        try:
+            rows = train_rows(f"{a.runs}/{m}/metrics.jsonl")
+        except OSError as e:
+            print(f"summarize.py: {m}: {e}", file=sys.stderr)
+            ok = False
+            continue
+        timed = [r for r in rows if r["step"] > a.skip]
+        if not timed:
+            print(f"summarize.py: {m}: no logged step after step {a.skip} in {a.runs}/{m}/metrics.jsonl",
+                  file=sys.stderr)
+            ok = False
+            continue
+        med = {k: statistics.median(r[k] for r in timed) for k in ("step_ms", "tokens_per_s", "mfu")}
+        tflops = med["mfu"] * a.peak / 1e12
+        mfu = f"{100 * med['mfu']:.1f}%" if known_peak else "n/a (peak unknown)"
+        mem = max(r["peak_mem_bytes"] for r in rows) / 2**30
+        print(f"| {m} | {a.precision} | {a.ranks} | {timed[0]['tokens']} | {len(timed)} | {med['step_ms']:.1f} "
+              f"| {med['tokens_per_s']:.0f} | {tflops:.1f} | {mfu} | {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f} "
+              f"| {mem:.1f} |")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
