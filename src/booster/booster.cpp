@@ -6,6 +6,7 @@
 #include "booster/stop_signal.h"
 #include "booster/tensorboard.h"
 #include "checkpoint/atomic_dir.h"
+#include "core/backend.h"
 #include "core/kernels/cpu/matmul_bf16.h"
 #include "core/timer.h"
 #include "optim/lr_schedule.h"
@@ -55,7 +56,18 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
   const optim::LrSchedule schedule = lr_schedule(cfg_);
   const int64_t last = cfg_.train.stop_at_step > 0 ? cfg_.train.stop_at_step : cfg_.train.steps;
   double peak = cfg_.runtime.peak_flops;
-  if (peak <= 0 && resumed.step < last) {
+  if (peak <= 0 && resumed.step < last && plugin_->device().is_cuda()) {
+    const std::string gpu = cuda_backend().device_name(plugin_->device().index);
+    peak = gpu_bf16_dense_peak_flops(gpu);
+    if (peak <= 0)
+      config_fail(cfg_, "runtime.peak_flops",
+                  fmt::format("is 0 (look it up), and the peak table does not know GPU '{}' — set runtime.peak_flops "
+                              "to its dense bf16 FLOP/s",
+                              gpu));
+    if (metrics)
+      print_(fmt::format("peak: {:.0f} TFLOP/s per rank ({}, dense bf16 datasheet); mfu is relative to it", peak / 1e12,
+                         gpu));
+  } else if (peak <= 0 && resumed.step < last) {
     peak = measure_sgemm_flops();
     if (metrics)
       print_(fmt::format("peak: {:.1f} GFLOP/s per rank measured ({} 1024^3); mfu is relative to it", peak / 1e9,

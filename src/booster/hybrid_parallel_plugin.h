@@ -60,7 +60,7 @@ class HybridParallelPlugin final : public Plugin {
   void save_checkpoint(const std::string& step_dir, int64_t step, int64_t skipped) override;
   TrainerState load_checkpoint(const std::string& step_dir) override;
 
-  Device device() const { return device_; }  // where this rank's tensors live (booster/device_groups.h)
+  Device device() const override { return device_; }  // placed by booster/device_groups.h
   FlatParams& params() { return params_; }
   const pipeline::PipelineStageManager& stages() const { return *stages_; }
   const GradBuckets* grad_buckets() const { return buckets_.get(); }  // null: no bucketed dp all-reduce

@@ -4,8 +4,9 @@
 // On a GPU the denominator is the GPU's dense bf16 tensor-core peak, whatever
 // runtime.precision is, so fp32 and bf16 runs share one denominator:
 // gpu_bf16_dense_peak_flops, keyed by the name the CUDA runtime reports
-// (cudaDeviceProp::name). `lattice train` does not look it up yet (the CUDA
-// backend does not report the name); bench/gpu passes it as runtime.peak_flops.
+// (cudaDeviceProp::name, CudaBackend::device_name). `lattice train` looks it
+// up when runtime.peak_flops is 0 on cuda (a GPU the table does not know is a
+// one-line error asking for runtime.peak_flops); bench/gpu passes it itself.
 #pragma once
 
 #include <string_view>

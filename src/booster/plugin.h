@@ -20,9 +20,9 @@
 namespace lattice {
 
 struct StepStats {
-  double loss_sum = 0;        // sum of token losses over the step's global batch
-  int64_t valid_tokens = 0;   // tokens whose target is not ignored
-  int64_t tokens = 0;         // tokens processed (global batch * seq_len)
+  double loss_sum = 0;       // sum of token losses over the step's global batch
+  int64_t valid_tokens = 0;  // tokens whose target is not ignored
+  int64_t tokens = 0;        // tokens processed (global batch * seq_len)
   // Pipeline runs only (< 0 otherwise): this rank's idle fraction (time
   // blocked in P2P over time in the schedule; the loop logs the largest) and
   // the schedule's theory.
@@ -54,8 +54,9 @@ class Plugin {
   virtual double evaluate(int64_t batches) = 0;
   virtual bool has_validation() const = 0;
   virtual int64_t param_count() const = 0;
-  virtual double flops_per_token() const = 0;  // training FLOPs per token, per rank (model FLOPs / world)
-  virtual int64_t local_peak_mem_bytes() const = 0;  // this rank's allocator peak
+  virtual double flops_per_token() const = 0;              // training FLOPs per token, per rank (model FLOPs / world)
+  virtual int64_t local_peak_mem_bytes() const = 0;        // this rank's allocator peak
+  virtual Device device() const { return Device::cpu(); }  // where this rank's tensors live
   // Collective over the job: the element-wise maximum of `v` over every rank
   // (the loop takes all its per-step maxima in one call).
   virtual std::vector<double> max_over_ranks(std::vector<double> v) = 0;

@@ -56,9 +56,8 @@ std::string run_info_json(const Config& cfg, const RunInfo& info) {
   j["device"] = info.device;
   j["threads_per_rank"] = info.threads;
   j["host"] = host_name();
-  j["started_unix"] = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  j["started_unix"] =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   return j.dump(2) + "\n";
 }
 
@@ -272,6 +271,7 @@ class RankLogPlugin final : public Plugin {
   int64_t param_count() const override { return inner_->param_count(); }
   double flops_per_token() const override { return inner_->flops_per_token(); }
   int64_t local_peak_mem_bytes() const override { return inner_->local_peak_mem_bytes(); }
+  Device device() const override { return inner_->device(); }
   std::vector<double> max_over_ranks(std::vector<double> v) override { return inner_->max_over_ranks(std::move(v)); }
   void save_checkpoint(const std::string& step_dir, int64_t step, int64_t skipped) override {
     Timer t;

@@ -51,6 +51,7 @@ class CudaBackend {
   virtual ~CudaBackend() = default;
   // 0 when there is no usable device (no GPU or no driver); `why` says which.
   virtual int device_count(std::string* why) = 0;
+  virtual std::string device_name(int dev) = 0;  // cudaDeviceProp::name, e.g. "NVIDIA H100 80GB HBM3"
 
   virtual void* malloc(size_t bytes, int dev) = 0;
   virtual void free(void* ptr, int dev) = 0;

@@ -62,6 +62,12 @@ class Backend final : public CudaBackend {
     return n;
   }
 
+  std::string device_name(int dev) override {
+    cudaDeviceProp p{};
+    CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+    return p.name;
+  }
+
   void* malloc(size_t bytes, int dev) override {
     use(dev);
     void* p = nullptr;
