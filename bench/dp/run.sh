@@ -7,6 +7,8 @@
 #   dp2_bucket4    2 ranks x 1 thread, dp 2, micro_batch 4, parallel.dp_bucket_mb=4
 #   dp2_bucket25   the same with the default 25 MiB buckets
 #   dp2_nobucket   the same with dp_bucket_mb=0: one all-reduce after backward (no overlap)
+#   dp2_bucket4_noprogress  dp2_bucket4 without the MPI progress thread (LATTICE_MPI_PROGRESS_US=0):
+#                  the open buckets then advance only inside this rank's own MPI calls
 # Each run trains STEPS steps; the table has medians over steps > SKIP of tokens_per_s,
 # step_ms and grad_sync_ms (metrics.jsonl: the slowest rank's time from the end of its
 # schedule until its gradients were summed over dp — the exposed, not overlapped, part).
@@ -54,10 +56,14 @@ echo "lattice: $("$lattice" --version 2>/dev/null | head -1); repo HEAD $(git -C
 echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}; $steps steps, medians over steps > $skip; config:"
 sed 's/^/    /' "$work/dp.yaml"
 
-run() {  # run NAME RANKS THREADS OVERRIDES...
+run() {  # run [--env VAR=VALUE] NAME RANKS THREADS OVERRIDES...
+  local -a x=(-x OMP_NUM_THREADS=1)
+  if [[ "$1" == --env ]]; then
+    x+=(-x "$2")
+    shift 2
+  fi
   local name="$1" ranks="$2" threads="$3"
   shift 3
-  local -a x=(-x OMP_NUM_THREADS=1)
   [[ -n "${OPENBLAS_CORETYPE:-}" ]] && x+=(-x OPENBLAS_CORETYPE)
   local rc=0
   if (( ranks == 1 )); then
@@ -74,6 +80,8 @@ run single_t2 1 2
 run dp2_bucket4 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=4
 run dp2_bucket25 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=25
 run dp2_nobucket 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=0
+run --env LATTICE_MPI_PROGRESS_US=0 dp2_bucket4_noprogress 2 1 parallel.dp=2 train.micro_batch=4 \
+    parallel.dp_bucket_mb=4
 
 python3 - "$work/runs" "$skip" <<'EOF2'
 import json, statistics, sys
@@ -82,12 +90,14 @@ def med(name, key):
     rows = [json.loads(l) for l in open(f"{runs}/{name}/metrics.jsonl") if l.strip()]
     return statistics.median(r[key] for r in rows if "tokens_per_s" in r and r["step"] > skip)
 base = med("single_t2", "tokens_per_s")
-print("\n| run | ranks x threads | dp_bucket_mb | tokens/s | step ms | exposed grad sync ms | vs single_t2 |")
-print("|---|---|---|---|---|---|---|")
-for name, rt, bucket in [("single_t2", "1 x 2", "-"), ("dp2_bucket4", "2 x 1", "4"),
-                         ("dp2_bucket25", "2 x 1", "25"), ("dp2_nobucket", "2 x 1", "0")]:
-    tps = med(name, "tokens_per_s")
-    print(f"| {name} | {rt} | {bucket} | {tps:.0f} | {med(name, 'step_ms'):.0f} | "
-          f"{med(name, 'grad_sync_ms'):.1f} | {tps / base:.2f}x |")
+print("\n| run | ranks x threads | dp_bucket_mb | progress thread | tokens/s | step ms | "
+      "exposed grad sync ms | exposed / step | vs single_t2 |")
+print("|---|---|---|---|---|---|---|---|---|")
+for name, rt, bucket, prog in [("single_t2", "1 x 2", "-", "-"), ("dp2_bucket4", "2 x 1", "4", "on"),
+                               ("dp2_bucket25", "2 x 1", "25", "on"), ("dp2_nobucket", "2 x 1", "0", "-"),
+                               ("dp2_bucket4_noprogress", "2 x 1", "4", "off")]:
+    tps, ms, sync = med(name, "tokens_per_s"), med(name, "step_ms"), med(name, "grad_sync_ms")
+    print(f"| {name} | {rt} | {bucket} | {prog} | {tps:.0f} | {ms:.0f} | {sync:.1f} | {sync / ms:.1%} | "
+          f"{tps / base:.2f}x |")
 EOF2
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
