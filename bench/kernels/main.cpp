@@ -6,6 +6,10 @@
 // loop and compare the medians (bench/kernels/compare.py does this).
 //
 //   bench_kernels [--config small|tiny] [--threads N] [--reps R] [--only SUBSTRING]
+//                 [--precision fp32|bf16]
+//
+// --precision bf16 routes the float gemms as runtime.precision: bf16 does on
+// the CPU (core/kernels/cpu/matmul_bf16.h), e.g. attention's products.
 //
 // Inputs are random (fixed seeds); the cross-entropy backward overwrites the
 // logits in place, so the timed loop restores them first, outside the timer.
@@ -36,7 +40,7 @@ using namespace lattice::bench;
 namespace {
 
 struct Options {
-  std::string config = "small", only;
+  std::string config = "small", only, precision = "fp32";
   int threads = 2, reps = 9;
 };
 
@@ -56,10 +60,14 @@ Options parse_options(int argc, char** argv) {
       o.reps = std::stoi(value());
     else if (a == "--only")
       o.only = value();
+    else if (a == "--precision")
+      o.precision = value();
     else
       throw std::invalid_argument("unknown option " + a + " (see the header of bench/kernels/main.cpp)");
   }
   if (o.threads < 1 || o.reps < 1) throw std::invalid_argument("--threads and --reps must be >= 1");
+  if (o.precision != "fp32" && o.precision != "bf16")
+    throw std::invalid_argument("--precision " + o.precision + ": expected fp32 or bf16");
   return o;
 }
 
@@ -195,13 +203,15 @@ int main(int argc, char** argv) {
   try {
     const Options o = parse_options(argc, argv);
     set_num_threads(o.threads);
+    cpu::set_bf16_matmul(o.precision == "bf16");
     const BenchConfig* cfg = nullptr;
     for (const BenchConfig& c : gpt2_bench_configs())
       if (c.name == o.config) cfg = &c;
     if (!cfg) throw std::invalid_argument("--config " + o.config + ": expected small or tiny");
     const Shapes d{cfg->B, cfg->T, cfg->C, cfg->NH, cfg->V, cfg->F};
-    std::printf("bench_kernels config=%s threads=%d reps=%d (B %ld T %ld C %ld NH %ld V %ld F %ld)\n\n",
-                o.config.c_str(), o.threads, o.reps, long(d.B), long(d.T), long(d.C), long(d.NH), long(d.V), long(d.F));
+    std::printf("bench_kernels config=%s threads=%d reps=%d precision=%s (B %ld T %ld C %ld NH %ld V %ld F %ld)\n\n",
+                o.config.c_str(), o.threads, o.reps, o.precision.c_str(), long(d.B), long(d.T), long(d.C), long(d.NH),
+                long(d.V), long(d.F));
     std::printf("| kernel | median ms | min ms |\n|---|---|---|\n");
     std::vector<Kernel> all = block_kernels(d);
     for (auto* more : {&loss_kernels, &attention_gemm_kernels})
