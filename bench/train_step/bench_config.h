@@ -14,16 +14,17 @@
 #include <vector>
 
 #include "config/config.h"
+#include "core/tensor.h"
 
 namespace lattice::bench {
 
 struct BenchConfig {
   std::string name;  // printed label: small, tiny (gpt2), llama-tiny, bert-tiny
   int L = 0, C = 0, NH = 0, V = 0, T = 0, B = 0, block = 0;
-  int F = 0;           // MLP width (4 C for gpt2)
-  int data_vocab = 0;  // token ids of the random batches: [0, data_vocab) (bert: its ordinary ids)
-  ModelConfig model;   // what the registry builds (model.arch picks the model)
-  std::string source;  // the config file the shapes came from ("" for the built-in gpt2 shapes)
+  int F = 0;               // MLP width (4 C for gpt2)
+  int data_vocab = 0;      // token ids of the random batches: [0, data_vocab) (bert: its ordinary ids)
+  ModelConfig model;       // what the registry builds (model.arch picks the model)
+  std::string source;      // the config file the shapes came from ("" for the built-in gpt2 shapes)
   std::string ref_config;  // --config value for the PyTorch script
 };
 
@@ -34,6 +35,10 @@ const std::vector<BenchConfig>& gpt2_bench_configs();
 // A zoo model at the shapes of `yaml_path` (load_config): model.*, B =
 // train.micro_batch, T = train.seq_len; dropout forced to 0 (as for gpt2).
 BenchConfig bench_config_from_file(const std::string& name, const std::string& yaml_path);
+
+// A new f32 tensor of uniform values in [-scale / 2, scale / 2), from the
+// data-purpose RNG stream of `seed` (the measuring files' inputs and weights).
+Tensor uniform_tensor(Shape shape, float scale, uint64_t seed);
 
 // Median, min and max of a non-empty sample (seconds or any unit).
 struct Stats {

@@ -1,5 +1,6 @@
-// The configs bench_train_step measures (bench_config.h).
+// The configs bench_train_step measures and the shared helpers (bench_config.h).
 #include "core/error.h"
+#include "core/rng.h"
 #include "models/bert/bert.h"
 #include "train_step/bench_config.h"
 
@@ -29,6 +30,16 @@ const std::vector<BenchConfig>& gpt2_bench_configs() {
       gpt2_config("tiny", 4, 256, 4, 8192, 128, 8, 128),
   };
   return configs;
+}
+
+Tensor uniform_tensor(Shape shape, float scale, uint64_t seed) {
+  Tensor t = Tensor::empty(std::move(shape), DType::f32);
+  RngKey k;
+  k.seed = seed;
+  k.purpose = RngPurpose::data;
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = (rng_uniform(k, 0, uint64_t(i)) - 0.5f) * scale;
+  return t;
 }
 
 BenchConfig bench_config_from_file(const std::string& name, const std::string& yaml_path) {

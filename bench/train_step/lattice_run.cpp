@@ -11,8 +11,8 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/param.h"
-#include "core/threads.h"
 #include "core/rng.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
@@ -21,20 +21,10 @@ namespace lattice::bench {
 
 namespace {
 
-void fill(Tensor& t, float scale, uint64_t seed) {
-  RngKey k;
-  k.seed = seed;
-  k.purpose = RngPurpose::data;
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = (rng_uniform(k, 0, uint64_t(i)) - 0.5f) * scale;
-}
-
 // c (m, n) = a (m, k) @ b (n, k)^T, best GFLOP/s of `reps` runs after a warm-up.
 double sgemm_gflops(int64_t m, int64_t n, int64_t k, bool trans_b, int reps) {
-  Tensor a = Tensor::empty({m, k}, DType::f32), c = Tensor::zeros({m, n}, DType::f32);
-  Tensor b = trans_b ? Tensor::empty({n, k}, DType::f32) : Tensor::empty({k, n}, DType::f32);
-  fill(a, 1.0f, 1);
-  fill(b, 1.0f, 2);
+  Tensor a = uniform_tensor({m, k}, 1.0f, 1), c = Tensor::zeros({m, n}, DType::f32);
+  Tensor b = trans_b ? uniform_tensor({n, k}, 1.0f, 2) : uniform_tensor({k, n}, 1.0f, 2);
   ops::gemm(c, a, b, false, trans_b);
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
@@ -54,7 +44,9 @@ void random_batch(Tensor& x, Tensor& y, int V, int64_t step) {
   const int64_t B = x.dim(0), T = x.dim(1);
   int32_t *xp = x.data<int32_t>(), *yp = y.data<int32_t>();
   for (int64_t b = 0; b < B; ++b) {
-    auto id = [&](int64_t t) { return std::min<int32_t>(V - 1, int32_t(rng_uniform(k, uint64_t(b), uint64_t(t)) * float(V))); };
+    auto id = [&](int64_t t) {
+      return std::min<int32_t>(V - 1, int32_t(rng_uniform(k, uint64_t(b), uint64_t(t)) * float(V)));
+    };
     for (int64_t t = 0; t < T; ++t) {
       xp[b * T + t] = id(t);
       yp[b * T + t] = id(t + 1);
@@ -94,15 +86,15 @@ bool cpu_has_avx2() {
 
 }  // namespace
 
-
 std::string blas_core_warning() {
   const std::string core = lattice::blas_core();
   for (const char* old : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Nano"})
     if (core == old && cpu_has_avx2())
-      return fmt::format("WARNING: OpenBLAS chose its '{}' kernels on a CPU with AVX2 (it does not know this CPU "
-                         "model); sgemm runs several times below the hardware. Set OPENBLAS_CORETYPE=SkylakeX "
-                         "(AVX-512) or Haswell (AVX2) to override; the PyTorch child inherits it.",
-                         core);
+      return fmt::format(
+          "WARNING: OpenBLAS chose its '{}' kernels on a CPU with AVX2 (it does not know this CPU "
+          "model); sgemm runs several times below the hardware. Set OPENBLAS_CORETYPE=SkylakeX "
+          "(AVX-512) or Haswell (AVX2) to override; the PyTorch child inherits it.",
+          core);
   return "";
 }
 
@@ -133,22 +125,36 @@ LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup,
   res.activation_bytes = ctx->bytes();
 
   Tensor x = Tensor::empty({cfg.B, cfg.T}, DType::i32), y = Tensor::empty({cfg.B, cfg.T}, DType::i32);
-  std::vector<double> step_s, zero_s, fwd_s, bwd_s, opt_s;
+  std::vector<double> step_s, zero_s, fwd_s, bwd_s, opt_s, data_s;
   int64_t valid_sum = 0;
   for (int i = 0; i < warmup + steps; ++i) {
     const int64_t step = i + 1;
     const StepCoords coords{.seed = 1, .step = step, .sample0 = 0, .train = true};
-    random_batch(x, y, cfg.data_vocab, i);  // outside the timed region, as in the references
+    Timer data;  // outside the step's time, as in the references
+    random_batch(x, y, cfg.data_vocab, i);
     if (entry.prepare_batch) entry.prepare_batch(mcfg, coords, x, y);  // e.g. BERT's masked LM
+    const double td = data.seconds();
     const int64_t valid = valid_targets(y);
     LATTICE_CHECK(valid > 0, "bench: step {} has no target to score", i);
     valid_sum += valid;
     double tz = 0, tf = 0, tb = 0, to = 0, loss = 0;
     Timer total;
-    { ScopedTimer t(tz); params.zero_grad(); }
-    { ScopedTimer t(tf); loss = model->forward(*ctx, x, y, coords) / double(valid); }
-    { ScopedTimer t(tb); model->backward(*ctx, 1.0f / float(valid)); }
-    { ScopedTimer t(to); opt->step(params, 3e-4, step, 1.0f); }
+    {
+      ScopedTimer t(tz);
+      params.zero_grad();
+    }
+    {
+      ScopedTimer t(tf);
+      loss = model->forward(*ctx, x, y, coords) / double(valid);
+    }
+    {
+      ScopedTimer t(tb);
+      model->backward(*ctx, 1.0f / float(valid));
+    }
+    {
+      ScopedTimer t(to);
+      opt->step(params, 3e-4, step, 1.0f);
+    }
     const double dt = total.seconds();
     const bool timed = i >= warmup;
     log(fmt::format("{} {}: loss {:.4f} {:.1f} ms (zero_grad {:.1f}, forward {:.1f}, backward {:.1f}, adamw {:.1f})",
@@ -157,12 +163,12 @@ LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup,
     res.last_loss = loss;
     if (!timed) continue;
     step_s.push_back(dt * 1e3), zero_s.push_back(tz * 1e3), fwd_s.push_back(tf * 1e3);
-    bwd_s.push_back(tb * 1e3), opt_s.push_back(to * 1e3);
+    bwd_s.push_back(tb * 1e3), opt_s.push_back(to * 1e3), data_s.push_back(td * 1e3);
   }
   res.scored_per_step = double(valid_sum) / double(warmup + steps);
   res.step_ms = stats_of(step_s);
   res.zero_ms = stats_of(zero_s), res.fwd_ms = stats_of(fwd_s), res.bwd_ms = stats_of(bwd_s);
-  res.opt_ms = stats_of(opt_s);
+  res.opt_ms = stats_of(opt_s), res.data_ms = stats_of(data_s);
   return res;
 }
 

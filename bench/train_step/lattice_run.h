@@ -37,14 +37,15 @@ SgemmRate measure_sgemm(const BenchConfig& cfg, int reps);
 std::string blas_core_warning();
 
 struct LatticeResult {
-  int64_t n_params = 0;      // all parameters
-  int64_t n_flop_params = 0; // N of the FLOP model (without wpe)
+  int64_t n_params = 0;       // all parameters
+  int64_t n_flop_params = 0;  // N of the FLOP model (without wpe)
   double flops_per_step = 0;
   int64_t tokens_per_step = 0;
-  Stats step_ms;                            // whole step
-  Stats zero_ms, fwd_ms, bwd_ms, opt_ms;    // per phase
-  double first_loss = 0, last_loss = 0;     // mean loss over the scored tokens
-  double scored_per_step = 0;               // targets that count (BERT: the masked positions)
+  Stats step_ms;                          // whole step
+  Stats zero_ms, fwd_ms, bwd_ms, opt_ms;  // per phase
+  Stats data_ms;                          // making the batch (outside the step, as in the references)
+  double first_loss = 0, last_loss = 0;   // mean loss over the scored tokens
+  double scored_per_step = 0;             // targets that count (BERT: the masked positions)
   int64_t activation_bytes = 0;
 };
 

@@ -6,7 +6,8 @@
 //
 //   bench_train_step [--arch gpt2|llama|bert|all[,...]] [--config NAME|all|FILE.yaml]
 //                    [--threads N[,N...]] [--steps S] [--warmup W] [--torch]
-//                    [--reference PATH] [--python PATH] [--peak GFLOPS] [--breakdown]
+//                    [--reference PATH] [--python PATH] [--peak GFLOPS] [--no-breakdown]
+//                    [--precision fp32|bf16]
 //
 // --arch (default gpt2): gpt2 runs the built-in shapes small and tiny (--config
 // small|tiny|all, reference shared/reference/torch_gpt2_bench.py, or
@@ -16,9 +17,16 @@
 //
 // --peak 0 (default) measures the sgemm rate per thread count in this run and
 // uses it as the MFU denominator; a positive value replaces the measurement.
-// --breakdown adds a per-op time table (op_breakdown.h) for each gpt2 row.
+// Each gpt2 row also gets the step split into phases (matmuls, attention,
+// norms, activations, cross-entropy, other: a replay of the ops one at a time,
+// op_breakdown.h; optimizer and data: measured in the timed steps) and a
+// per-op table; --no-breakdown skips the replay (--breakdown, its old switch,
+// is accepted and does nothing). --precision bf16 runs Lattice's matmuls as
+// runtime.precision: bf16 does on the CPU (core/kernels/cpu/matmul_bf16.h); the
+// PyTorch reference stays fp32.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +38,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/kernels/cpu/matmul_bf16.h"
 #include "core/param.h"
 #include "core/threads.h"
 #include "train_step/lattice_run.h"
@@ -45,7 +54,8 @@ struct Options {
   std::vector<BenchConfig> configs;
   std::vector<int> threads;
   int steps = 5, warmup = 2;
-  bool torch = false, breakdown = false;
+  bool torch = false, breakdown = true;
+  std::string precision = "fp32";
   std::string reference = LATTICE_BENCH_REFERENCE, python = "/usr/bin/python3";
   std::string zoo_dir = LATTICE_BENCH_ZOO_DIR;  // the llama / bert reference scripts
   double peak = 0;
@@ -122,22 +132,39 @@ Options parse_options(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--config") config = value();
-    else if (a == "--arch") archs = value();
-    else if (a == "--threads") o.threads = parse_int_list(value());
-    else if (a == "--steps") o.steps = std::stoi(value());
-    else if (a == "--warmup") o.warmup = std::stoi(value());
-    else if (a == "--torch") o.torch = true;
-    else if (a == "--breakdown") o.breakdown = true;
-    else if (a == "--reference") o.reference = value();
-    else if (a == "--python") o.python = value();
-    else if (a == "--peak") o.peak = std::stod(value());
-    else throw std::invalid_argument("unknown option " + a + " (see the header of bench/train_step/main.cpp)");
+    if (a == "--config")
+      config = value();
+    else if (a == "--arch")
+      archs = value();
+    else if (a == "--threads")
+      o.threads = parse_int_list(value());
+    else if (a == "--steps")
+      o.steps = std::stoi(value());
+    else if (a == "--warmup")
+      o.warmup = std::stoi(value());
+    else if (a == "--torch")
+      o.torch = true;
+    else if (a == "--breakdown")
+      o.breakdown = true;
+    else if (a == "--no-breakdown")
+      o.breakdown = false;
+    else if (a == "--precision")
+      o.precision = value();
+    else if (a == "--reference")
+      o.reference = value();
+    else if (a == "--python")
+      o.python = value();
+    else if (a == "--peak")
+      o.peak = std::stod(value());
+    else
+      throw std::invalid_argument("unknown option " + a + " (see the header of bench/train_step/main.cpp)");
   }
   for (const std::string& arch : split_list(archs == "all" ? "gpt2,llama,bert" : archs))
     for (const BenchConfig& c : configs_for(arch, config)) o.configs.push_back(c);
   if (o.threads.empty()) o.threads = {int(std::max(1u, std::thread::hardware_concurrency()))};
   if (o.steps < 1 || o.warmup < 0) throw std::invalid_argument("--steps must be >= 1 and --warmup >= 0");
+  if (o.precision != "fp32" && o.precision != "bf16")
+    throw std::invalid_argument("--precision " + o.precision + ": expected fp32 or bf16");
   return o;
 }
 
@@ -220,12 +247,14 @@ Row measure(const Options& o, const BenchConfig& cfg, int threads) {
                   r.sgemm.square, cfg.B * cfg.T, cfg.F, cfg.C, r.sgemm.model, r.peak));
   if (!cfg.source.empty()) say(fmt::format("{} model from {} (dropout 0), B {} T {}", tag, cfg.source, cfg.B, cfg.T));
   r.lat = run_lattice(cfg, o.steps, o.warmup, [&](const std::string& l) { say(tag + " " + l); });
-  say(fmt::format("{} params {} (N for flops {}), GFLOP/step {:.2f}, scored targets/step {:.0f}, activations "
+  say(
+      fmt::format("{} params {} (N for flops {}), GFLOP/step {:.2f}, scored targets/step {:.0f}, activations "
                   "{:.1f} MiB",
                   tag, r.lat.n_params, r.lat.n_flop_params, r.lat.flops_per_step / 1e9, r.lat.scored_per_step,
                   double(r.lat.activation_bytes) / (1 << 20)));
   if (o.breakdown && cfg.model.arch == ModelArch::gpt2) r.ops = op_breakdown(cfg, 2);
-  if (o.breakdown && cfg.model.arch != ModelArch::gpt2) say(tag + " --breakdown: only the gpt2 op sequence is replayed");
+  if (o.breakdown && cfg.model.arch != ModelArch::gpt2)
+    say(tag + " --breakdown: only the gpt2 op sequence is replayed");
   if (o.torch) run_reference(o, cfg, r);
   return r;
 }
@@ -257,6 +286,39 @@ void print_tables(const std::vector<Row>& rows) {
                     r.lat.step_ms.median));
 }
 
+// The step by phase: the replayed ops summed per OpPhase, then the optimizer
+// (AdamW + zero_grad) and the batch as measured in the timed steps.
+void print_phases(const std::vector<Row>& rows) {
+  std::string head = "| config | threads |", rule = "|---|---|";
+  for (OpPhase p : kOpPhases) head += std::string(" ") + phase_name(p) + " |", rule += "---|";
+  say("\nStep phases, ms per step (forward + backward ops replayed one at a time; optimizer = AdamW + zero_grad "
+      "and data = the batch, medians of the timed steps):\n");
+  say(head + " optimizer | data | replayed + optimizer | measured step |");
+  say(rule + "---|---|---|---|");
+  for (const Row& r : rows) {
+    if (r.ops.empty()) continue;
+    std::string line = fmt::format("| {} | {} |", r.cfg.name, r.threads);
+    double sum = 0;
+    for (double ms : phase_times(r.ops)) line += fmt::format(" {:.1f} |", ms), sum += ms;
+    const double opt = r.lat.opt_ms.median + r.lat.zero_ms.median;
+    say(line + fmt::format(" {:.1f} | {:.2f} | {:.1f} | {:.1f} |", opt, r.lat.data_ms.median, sum + opt,
+                           r.lat.step_ms.median));
+  }
+}
+
+// key=value fields of the phases for a RESULT line ("" without a replay).
+std::string phase_fields(const Row& r) {
+  if (r.ops.empty()) return "";
+  std::string out;
+  const std::vector<double> ms = phase_times(r.ops);
+  for (size_t i = 0; i < ms.size(); ++i) {
+    std::string name = phase_name(kOpPhases[i]);
+    std::replace(name.begin(), name.end(), '-', '_');
+    out += fmt::format(" phase_{}_ms={:.1f}", name, ms[i]);
+  }
+  return out + fmt::format(" data_ms={:.2f}", r.lat.data_ms.median);
+}
+
 void print_breakdown(const Row& r) {
   double total = 0;
   for (const OpTime& e : r.ops) total += e.ms;
@@ -269,21 +331,23 @@ void print_breakdown(const Row& r) {
   }
 }
 
-void print_raw(const std::vector<Row>& rows) {
+void print_raw(const std::vector<Row>& rows, const std::string& precision) {
   say("");
   for (const Row& r : rows) {
     const double g = lattice_gflops(r);
     std::string torch = r.torch ? fmt::format(" torch_median_ms={:.1f} torch_ms_over_lattice_ms={:.3f}",
                                               r.torch->median_ms, r.torch->median_ms / r.lat.step_ms.median)
                                 : "";
-    say(fmt::format("RESULT system=lattice arch={} config={} threads={} median_ms={:.1f} min_ms={:.1f} max_ms={:.1f} "
-                    "tokens_per_s={:.0f} achieved_GFLOPs={:.1f} MFU={:.1f}% sgemm_GFLOPs={:.1f} "
-                    "sgemm_1024_GFLOPs={:.1f} sgemm_model_GFLOPs={:.1f} zero_grad_ms={:.1f} forward_ms={:.1f} "
-                    "backward_ms={:.1f} adamw_ms={:.1f} blas_core={} load_before={}{}",
-                    enum_name(r.cfg.model.arch), r.cfg.name, r.threads, r.lat.step_ms.median, r.lat.step_ms.min,
-                    r.lat.step_ms.max, lattice_tokens(r), g, 100 * g / r.peak, r.peak, r.sgemm.square, r.sgemm.model,
-                    r.lat.zero_ms.median, r.lat.fwd_ms.median, r.lat.bwd_ms.median, r.lat.opt_ms.median, lattice::blas_core(),
-                    r.load_before.empty() ? "?" : r.load_before.substr(0, r.load_before.find(' ')), torch));
+    say(fmt::format(
+        "RESULT system=lattice arch={} config={} threads={} precision={} median_ms={:.1f} min_ms={:.1f} "
+        "max_ms={:.1f} "
+        "tokens_per_s={:.0f} achieved_GFLOPs={:.1f} MFU={:.1f}% sgemm_GFLOPs={:.1f} "
+        "sgemm_1024_GFLOPs={:.1f} sgemm_model_GFLOPs={:.1f} zero_grad_ms={:.1f} forward_ms={:.1f} "
+        "backward_ms={:.1f} adamw_ms={:.1f}{} blas_core={} load_before={}{}",
+        enum_name(r.cfg.model.arch), r.cfg.name, r.threads, precision, r.lat.step_ms.median, r.lat.step_ms.min,
+        r.lat.step_ms.max, lattice_tokens(r), g, 100 * g / r.peak, r.peak, r.sgemm.square, r.sgemm.model,
+        r.lat.zero_ms.median, r.lat.fwd_ms.median, r.lat.bwd_ms.median, r.lat.opt_ms.median, phase_fields(r),
+        lattice::blas_core(), r.load_before.empty() ? "?" : r.load_before.substr(0, r.load_before.find(' ')), torch));
     if (r.torch) say(r.torch->result_line);
     if (r.flops_differ) say("RESULT system=pytorch config=" + r.cfg.name + " FLOP_MODEL_DIFFERS");
     if (!r.torch_error.empty()) say("RESULT system=pytorch config=" + r.cfg.name + " FAILED: " + r.torch_error);
@@ -303,13 +367,16 @@ int main(int argc, char** argv) {
                     std::thread::hardware_concurrency(), blas_config(), lattice::blas_core()));
     if (const char* ct = std::getenv("OPENBLAS_CORETYPE")) say(std::string("OPENBLAS_CORETYPE=") + ct);
     if (std::string w = blas_core_warning(); !w.empty()) say(w);
+    if (o.precision == "bf16") cpu::set_bf16_matmul(true);  // throws where the CPU has no AVX512-BF16
+    say("precision: " + o.precision + (o.precision == "bf16" ? " (Lattice's matmuls; PyTorch stays fp32)" : ""));
     std::vector<Row> rows;
     for (const BenchConfig& cfg : o.configs)
       for (int t : o.threads) rows.push_back(measure(o, cfg, t));
     print_tables(rows);
+    print_phases(rows);
     for (const Row& r : rows)
       if (!r.ops.empty()) print_breakdown(r);
-    print_raw(rows);
+    print_raw(rows, o.precision);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.describe().c_str());

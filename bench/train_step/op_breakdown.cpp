@@ -1,8 +1,11 @@
 #include "train_step/op_breakdown.h"
 
+#include "comm/self_communicator.h"
 #include "core/ops.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "models/model.h"
+#include "tp/cross_entropy.h"
 
 namespace lattice::bench {
 
@@ -12,8 +15,8 @@ namespace {
 class OpClock {
  public:
   template <typename F>
-  void time(const std::string& kind, double flops, F&& f) {
-    OpTime& e = at(kind);
+  void time(const std::string& kind, OpPhase phase, double flops, F&& f) {
+    OpTime& e = at(kind, phase);
     const double t0 = now_seconds();
     f();
     e.ms += (now_seconds() - t0) * 1e3;
@@ -23,24 +26,14 @@ class OpClock {
   std::vector<OpTime>& entries() { return entries_; }
 
  private:
-  OpTime& at(const std::string& kind) {
+  OpTime& at(const std::string& kind, OpPhase phase) {
     for (OpTime& e : entries_)
       if (e.kind == kind) return e;
-    entries_.push_back({kind, 0, 0, 0});
+    entries_.push_back({kind, phase, 0, 0, 0});
     return entries_.back();
   }
   std::vector<OpTime> entries_;
 };
-
-Tensor filled(Shape s, float scale, uint64_t seed) {
-  Tensor t = Tensor::empty(std::move(s), DType::f32);
-  RngKey k;
-  k.seed = seed;
-  k.purpose = RngPurpose::data;
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = (rng_uniform(k, 0, uint64_t(i)) - 0.5f) * scale;
-  return t;
-}
 
 // Buffers of one block plus the embedding and head, with the shapes of gpt2.cpp.
 struct Buffers {
@@ -51,16 +44,15 @@ struct Buffers {
   Tensor dw_qkv, db_qkv, dw_proj, db_proj, dw_fc, db_fc, dw_fp, db_fp, dln_w, dln_b;
   Tensor dx, dres, c1, c3, f1, f2, dqkv, datt, logits, losses, lse;
 
-  explicit Buffers(const BenchConfig& cfg)
-      : B(cfg.B), T(cfg.T), C(cfg.C), F(4 * int64_t(cfg.C)), NH(cfg.NH), V(cfg.V) {
+  explicit Buffers(const BenchConfig& cfg) : B(cfg.B), T(cfg.T), C(cfg.C), F(4 * int64_t(cfg.C)), NH(cfg.NH), V(cfg.V) {
     ids = Tensor::empty({B, T}, DType::i32);
     RngKey k;
     k.seed = 3;
     k.purpose = RngPurpose::data;
     for (int64_t i = 0; i < B * T; ++i) ids.data<int32_t>()[i] = int32_t(rng_uniform(k, 0, uint64_t(i)) * float(V - 1));
     uint64_t seed = 10;
-    auto w = [&](Shape s) { return filled(std::move(s), 0.04f, seed++); };
-    auto act = [&](Shape s) { return filled(std::move(s), 2.0f, seed++); };
+    auto w = [&](Shape s) { return uniform_tensor(std::move(s), 0.04f, seed++); };
+    auto act = [&](Shape s) { return uniform_tensor(std::move(s), 2.0f, seed++); };
     wte = w({V, C}), dwte = Tensor::zeros({V, C}, DType::f32), wpe = w({T, C});
     x = act({B, T, C}), ln = act({B, T, C}), mean = act({B, T}), rstd = act({B, T}), qkv = act({B, T, 3 * C});
     att = Tensor::zeros({B, NH, T, T}, DType::f32), atty = act({B, T, C}), tmp = act({B, T, C});
@@ -83,44 +75,61 @@ double lin_flops(const Buffers& b, int64_t oc, int64_t ic) { return 2.0 * double
 void block_forward(OpClock& k, Buffers& b) {
   const double af = 4.0 * double(b.B) * double(b.T * b.T) * double(b.C);
   ops::Dropout none;
-  k.time("layernorm fwd", 0, [&] { ops::layernorm_forward(b.ln, b.mean, b.rstd, b.x, b.ln_w, b.ln_b, 1e-5f); });
-  k.time("linear fwd (blocks)", lin_flops(b, 3 * b.C, b.C), [&] { ops::linear_forward(b.qkv, b.ln, b.w_qkv, &b.b_qkv); });
-  k.time("attention fwd", af, [&] { ops::attention_forward(b.atty, b.att, b.qkv, int(b.NH), none); });
-  k.time("linear fwd (blocks)", lin_flops(b, b.C, b.C), [&] { ops::linear_forward(b.tmp, b.atty, b.w_proj, &b.b_proj); });
-  k.time("dropout(p=0) + residual", 0, [&] { ops::dropout_forward(b.tmp, b.tmp, none); ops::add(b.res, b.x, b.tmp); });
-  k.time("layernorm fwd", 0, [&] { ops::layernorm_forward(b.ln, b.mean, b.rstd, b.res, b.ln_w, b.ln_b, 1e-5f); });
-  k.time("linear fwd (blocks)", lin_flops(b, b.F, b.C), [&] { ops::linear_forward(b.fch, b.ln, b.w_fc, &b.b_fc); });
-  k.time("gelu fwd", 0, [&] { ops::gelu_forward(b.fg, b.fch); });
-  k.time("linear fwd (blocks)", lin_flops(b, b.C, b.F), [&] { ops::linear_forward(b.tmp, b.fg, b.w_fp, &b.b_fp); });
-  k.time("dropout(p=0) + residual", 0, [&] { ops::dropout_forward(b.tmp, b.tmp, none); ops::add(b.dx, b.res, b.tmp); });
+  k.time("layernorm fwd", OpPhase::norms, 0,
+         [&] { ops::layernorm_forward(b.ln, b.mean, b.rstd, b.x, b.ln_w, b.ln_b, 1e-5f); });
+  k.time("linear fwd (blocks)", OpPhase::matmuls, lin_flops(b, 3 * b.C, b.C),
+         [&] { ops::linear_forward(b.qkv, b.ln, b.w_qkv, &b.b_qkv); });
+  k.time("attention fwd", OpPhase::attention, af,
+         [&] { ops::attention_forward(b.atty, b.att, b.qkv, int(b.NH), none); });
+  k.time("linear fwd (blocks)", OpPhase::matmuls, lin_flops(b, b.C, b.C),
+         [&] { ops::linear_forward(b.tmp, b.atty, b.w_proj, &b.b_proj); });
+  k.time("dropout(p=0) + residual", OpPhase::other, 0, [&] {
+    ops::dropout_forward(b.tmp, b.tmp, none);
+    ops::add(b.res, b.x, b.tmp);
+  });
+  k.time("layernorm fwd", OpPhase::norms, 0,
+         [&] { ops::layernorm_forward(b.ln, b.mean, b.rstd, b.res, b.ln_w, b.ln_b, 1e-5f); });
+  k.time("linear fwd (blocks)", OpPhase::matmuls, lin_flops(b, b.F, b.C),
+         [&] { ops::linear_forward(b.fch, b.ln, b.w_fc, &b.b_fc); });
+  k.time("gelu fwd", OpPhase::activations, 0, [&] { ops::gelu_forward(b.fg, b.fch); });
+  k.time("linear fwd (blocks)", OpPhase::matmuls, lin_flops(b, b.C, b.F),
+         [&] { ops::linear_forward(b.tmp, b.fg, b.w_fp, &b.b_fp); });
+  k.time("dropout(p=0) + residual", OpPhase::other, 0, [&] {
+    ops::dropout_forward(b.tmp, b.tmp, none);
+    ops::add(b.dx, b.res, b.tmp);
+  });
 }
 
 void block_backward(OpClock& k, Buffers& b) {
   const double af = 8.0 * double(b.B) * double(b.T * b.T) * double(b.C);
   ops::Dropout none;
-  k.time("dropout(p=0) + residual", 0, [&] { ops::dropout_backward(b.c1, b.dres, none); });
-  k.time("linear bwd (blocks)", 2 * lin_flops(b, b.C, b.F),
+  k.time("dropout(p=0) + residual", OpPhase::other, 0, [&] { ops::dropout_backward(b.c1, b.dres, none); });
+  k.time("linear bwd (blocks)", OpPhase::matmuls, 2 * lin_flops(b, b.C, b.F),
          [&] { ops::linear_backward(&b.f1, &b.dw_fp, &b.db_fp, b.c1, b.fg, b.w_fp); });
-  k.time("gelu bwd", 0, [&] { ops::gelu_backward(b.f2, b.f1, b.fch); });
-  k.time("linear bwd (blocks)", 2 * lin_flops(b, b.F, b.C),
+  k.time("gelu bwd", OpPhase::activations, 0, [&] { ops::gelu_backward(b.f2, b.f1, b.fch); });
+  k.time("linear bwd (blocks)", OpPhase::matmuls, 2 * lin_flops(b, b.F, b.C),
          [&] { ops::linear_backward(&b.c1, &b.dw_fc, &b.db_fc, b.f2, b.ln, b.w_fc); });
-  k.time("layernorm bwd", 0,
+  k.time("layernorm bwd", OpPhase::norms, 0,
          [&] { ops::layernorm_backward(b.c3, b.dln_w, b.dln_b, b.c1, b.res, b.ln_w, b.mean, b.rstd); });
-  k.time("dropout(p=0) + residual", 0, [&] { ops::add_inplace(b.c3, b.dres); ops::dropout_backward(b.c1, b.c3, none); });
-  k.time("linear bwd (blocks)", 2 * lin_flops(b, b.C, b.C),
+  k.time("dropout(p=0) + residual", OpPhase::other, 0, [&] {
+    ops::add_inplace(b.c3, b.dres);
+    ops::dropout_backward(b.c1, b.c3, none);
+  });
+  k.time("linear bwd (blocks)", OpPhase::matmuls, 2 * lin_flops(b, b.C, b.C),
          [&] { ops::linear_backward(&b.tmp, &b.dw_proj, &b.db_proj, b.c1, b.atty, b.w_proj); });
-  k.time("attention bwd", af, [&] { ops::attention_backward(b.dqkv, b.datt, b.tmp, b.qkv, b.att, int(b.NH), none); });
-  k.time("linear bwd (blocks)", 2 * lin_flops(b, 3 * b.C, b.C),
+  k.time("attention bwd", OpPhase::attention, af,
+         [&] { ops::attention_backward(b.dqkv, b.datt, b.tmp, b.qkv, b.att, int(b.NH), none); });
+  k.time("linear bwd (blocks)", OpPhase::matmuls, 2 * lin_flops(b, 3 * b.C, b.C),
          [&] { ops::linear_backward(&b.c1, &b.dw_qkv, &b.db_qkv, b.dqkv, b.ln, b.w_qkv); });
-  k.time("layernorm bwd", 0,
+  k.time("layernorm bwd", OpPhase::norms, 0,
          [&] { ops::layernorm_backward(b.dx, b.dln_w, b.dln_b, b.c1, b.x, b.ln_w, b.mean, b.rstd); });
-  k.time("dropout(p=0) + residual", 0, [&] { ops::add_inplace(b.dx, b.c3); });
+  k.time("dropout(p=0) + residual", OpPhase::other, 0, [&] { ops::add_inplace(b.dx, b.c3); });
 }
 
 void one_step(OpClock& k, Buffers& b, int L) {
   const int64_t N = b.B * b.T;
   const double head = lin_flops(b, b.V, b.C);
-  k.time("embedding fwd+bwd", 0, [&] {
+  k.time("embedding fwd+bwd", OpPhase::other, 0, [&] {
     ops::embedding_forward(b.x, b.ids, b.wte);
     for (int64_t r = 0; r < b.B; ++r) {
       Tensor row = b.x.view(r * b.T * b.C, {b.T, b.C});
@@ -128,21 +137,49 @@ void one_step(OpClock& k, Buffers& b, int L) {
     }
   });
   for (int l = 0; l < L; ++l) block_forward(k, b);
-  k.time("layernorm fwd", 0, [&] { ops::layernorm_forward(b.ln, b.mean, b.rstd, b.x, b.ln_w, b.ln_b, 1e-5f); });
-  k.time("lm_head fwd", head, [&] { ops::linear_forward(b.logits, b.ln, b.wte, nullptr); });
-  Tensor targets = b.ids;
-  k.time("cross-entropy fwd+bwd", 0, [&] { ops::cross_entropy_forward(b.losses, b.lse, b.logits, targets, -1); });
-  k.time("cross-entropy fwd+bwd", 0, [&] {
-    ops::cross_entropy_backward(b.logits, b.logits, b.lse, targets, 1.0f / float(N), -1);
+  k.time("layernorm fwd", OpPhase::norms, 0,
+         [&] { ops::layernorm_forward(b.ln, b.mean, b.rstd, b.x, b.ln_w, b.ln_b, 1e-5f); });
+  k.time("lm_head fwd", OpPhase::matmuls, head, [&] { ops::linear_forward(b.logits, b.ln, b.wte, nullptr); });
+  const Tensor& y = b.ids;
+  static comm::Group tp = comm::self_group("tp");
+  k.time("cross-entropy fwd+bwd", OpPhase::cross_entropy, 0,
+         [&] { tp::vocab_parallel_cross_entropy_forward(b.losses, b.lse, b.logits, y, 0, b.V, kIgnoreIndex, tp); });
+  k.time("cross-entropy fwd+bwd", OpPhase::cross_entropy, 0, [&] {
+    tp::vocab_parallel_cross_entropy_backward(b.logits, b.logits, b.lse, y, 1.0f / float(N), 0, b.V, kIgnoreIndex);
   });
-  k.time("lm_head bwd", 2 * head, [&] { ops::linear_backward(&b.c1, &b.dwte, nullptr, b.logits, b.ln, b.wte); });
-  k.time("layernorm bwd", 0,
+  k.time("lm_head bwd", OpPhase::matmuls, 2 * head,
+         [&] { ops::linear_backward(&b.c1, &b.dwte, nullptr, b.logits, b.ln, b.wte); });
+  k.time("layernorm bwd", OpPhase::norms, 0,
          [&] { ops::layernorm_backward(b.dres, b.dln_w, b.dln_b, b.c1, b.x, b.ln_w, b.mean, b.rstd); });
   for (int l = 0; l < L; ++l) block_backward(k, b);
-  k.time("embedding fwd+bwd", 0, [&] { ops::embedding_backward(b.dwte, b.dx, b.ids); });
+  k.time("embedding fwd+bwd", OpPhase::other, 0, [&] { ops::embedding_backward(b.dwte, b.dx, b.ids); });
 }
 
 }  // namespace
+
+const char* phase_name(OpPhase p) {
+  switch (p) {
+    case OpPhase::matmuls:
+      return "matmuls";
+    case OpPhase::attention:
+      return "attention";
+    case OpPhase::norms:
+      return "norms";
+    case OpPhase::activations:
+      return "activations";
+    case OpPhase::cross_entropy:
+      return "cross-entropy";
+    case OpPhase::other:
+      return "other";
+  }
+  return "?";
+}
+
+std::vector<double> phase_times(const std::vector<OpTime>& ops) {
+  std::vector<double> ms(std::size(kOpPhases), 0.0);
+  for (const OpTime& e : ops) ms[size_t(e.phase)] += e.ms;
+  return ms;
+}
 
 std::vector<OpTime> op_breakdown(const BenchConfig& cfg, int reps) {
   Buffers b(cfg);

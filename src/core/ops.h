@@ -88,8 +88,7 @@ void dropout_backward(Tensor& dinp, const Tensor& dout, const Dropout& d);
 //       backward needs. Dropout on the probabilities (d.p > 0) uses logical
 //       element index ((head_offset + h) * T + i) * T + j of sample b, so masks
 //       do not depend on how heads are split.
-void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d,
-                       int head_offset = 0);
+void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset = 0);
 // dqkv (B, T, 3 * NH * HS) overwrite. Uses `scratch` (B, NH, T, T) as workspace.
 void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                         int n_head, const Dropout& d, int head_offset = 0);
@@ -105,8 +104,7 @@ void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids, 
 // Fused softmax + cross-entropy over logits (N, V) with i32 targets (N).
 // losses (N) = logsumexp(logits) - logits[target], 0 where target == ignore_index;
 // lse (N) saves logsumexp for backward.
-void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets,
-                           int ignore_index);
+void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets, int ignore_index);
 // dlogits (N, V) = (softmax(logits) - onehot(target)) * dloss, rows with
 // ignored targets 0. dlogits may be the same tensor as logits (in place).
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
@@ -123,6 +121,11 @@ void shard_row_max(Tensor& row_max, const Tensor& logits, int64_t n_valid);
 // sums[1] = the target's logit when this shard holds it, else 0.
 void shard_softmax_partials(Tensor& sums, const Tensor& logits, const Tensor& row_max, const Tensor& targets,
                             int64_t col_start, int64_t n_valid);
+// shard_row_max, then shard_softmax_partials with that max: the statistics of
+// a shard that is the whole vocabulary (tp = 1), in one pass over the logits
+// on the CPU instead of two.
+void shard_softmax_stats(Tensor& row_max, Tensor& sums, const Tensor& logits, const Tensor& targets, int64_t col_start,
+                         int64_t n_valid);
 // From the reduced statistics: lse (N) = row_max + log(sums[0]);
 // losses (N) = lse - sums[1], 0 where target == ignore_index.
 void cross_entropy_from_partials(Tensor& losses, Tensor& lse, const Tensor& row_max, const Tensor& sums,
@@ -161,8 +164,8 @@ void attention_masked_forward(Tensor& out, Tensor& att, const Tensor& qkv, const
                               const Dropout& d, int head_offset = 0);
 // dqkv (B, T, 3 * NH * HS) overwrite; `scratch` (B, NH, T, T) workspace. The
 // mask is read from att (zero where masked), so backward does not take it.
-void attention_masked_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv,
-                               const Tensor& att, int n_head, const Dropout& d, int head_offset = 0);
+void attention_masked_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                               int n_head, const Dropout& d, int head_offset = 0);
 
 // GELU with erf: out = 0.5 x (1 + erf(x / sqrt 2)) (BERT). Any shape.
 void gelu_erf_forward(Tensor& out, const Tensor& inp);

@@ -242,6 +242,21 @@ void shard_softmax_partials(Tensor& sums, const Tensor& logits, const Tensor& ro
   });
 }
 
+void shard_softmax_stats(Tensor& row_max, Tensor& sums, const Tensor& logits, const Tensor& targets, int64_t col_start,
+                         int64_t n_valid) {
+  check_same("shard_softmax_stats", {&row_max, &sums, &logits});
+  Rows r = shard_loss_dims("shard_softmax_stats", logits, targets, {{&sums, 2}, {&row_max, 1}});
+  if (cuda_f32(logits)) {  // the two kernels back to back
+    shard_row_max(row_max, logits, n_valid);
+    return shard_softmax_partials(sums, logits, row_max, targets, col_start, n_valid);
+  }
+  on_cpu("shard_softmax_stats", logits, [&](auto t) {
+    using T = decltype(t);
+    cpu::shard_softmax_stats<T>(row_max.data<T>(), sums.data<T>(), logits.data<T>(), targets.data<int32_t>(), col_start,
+                                n_valid, r.n, r.c);
+  });
+}
+
 void cross_entropy_from_partials(Tensor& losses, Tensor& lse, const Tensor& row_max, const Tensor& sums,
                                  const Tensor& targets, int ignore_index) {
   check_same("cross_entropy_from_partials", {&losses, &lse, &row_max, &sums});

@@ -37,10 +37,14 @@ void vocab_parallel_cross_entropy_forward(Tensor& losses, Tensor& lse, const Ten
   const int64_t N = targets.numel();
   Tensor row_max = Tensor::empty({N}, logits_local.dtype(), logits_local.device());
   Tensor sums = Tensor::empty({2, N}, logits_local.dtype(), logits_local.device());  // [sum exp; target logit]
-  ops::shard_row_max(row_max, logits_local, n_valid);
-  if (tp.size() > 1) tp.all_reduce(row_max, {.op = comm::ReduceOp::max})->wait();
-  ops::shard_softmax_partials(sums, logits_local, row_max, targets, vocab_start, n_valid);
-  if (tp.size() > 1) tp.all_reduce(sums, {.op = comm::ReduceOp::sum})->wait();
+  if (tp.size() == 1) {
+    ops::shard_softmax_stats(row_max, sums, logits_local, targets, vocab_start, n_valid);  // one pass
+  } else {
+    ops::shard_row_max(row_max, logits_local, n_valid);
+    tp.all_reduce(row_max, {.op = comm::ReduceOp::max})->wait();
+    ops::shard_softmax_partials(sums, logits_local, row_max, targets, vocab_start, n_valid);
+    tp.all_reduce(sums, {.op = comm::ReduceOp::sum})->wait();
+  }
   ops::cross_entropy_from_partials(losses, lse, row_max, sums, targets, ignore_index);
 }
 

@@ -6,7 +6,8 @@
 // Placement::vocab). Forward takes each row's max over local columns and
 // all-reduces it (max), then the local sum of exp(logit - max) and the
 // target's logit (0 on ranks that do not hold it) and all-reduces both (sum):
-// two small (N)-sized collectives instead of an (N, V) gather. Global columns
+// two small (N)-sized collectives instead of an (N, V) gather; with one rank
+// the max and the sums come from one pass over the logits. Global columns
 // >= vocab_size are padding: they never enter the max or the sum (so they
 // never win, whatever they hold) and get zero gradient. Rows whose target is
 // ignore_index get loss 0 and zero gradient; other targets must lie in

@@ -124,6 +124,20 @@ TEST(OpsActivation, F32GeluIsCloseToF64AcrossTheRange) {
   }
 }
 
+// The f32 softmax takes a vectorised exp (kernels/cpu/vec_math.h): on wide
+// rows of logits spread over +-60 (outputs down to exp underflow) it stays
+// within the f32 tolerance of f64, forward and backward.
+TEST(OpsActivation, F32SoftmaxMatchesF64OnWideRows) {
+  auto run = [](DType dt) {
+    Tensor x = random_tensor({5, 3001}, DType::f64, 34, 120.0).to(dt), dy = random_tensor({5, 3001}, dt, 35);
+    Tensor y = zeros_like(x), dx = zeros_like(x);
+    ops::softmax_forward(y, x);
+    ops::softmax_backward(dx, dy, y);
+    return std::vector<Tensor>{y, dx};
+  };
+  expect_f32_matches_f64(run(DType::f32), run(DType::f64));
+}
+
 TEST(OpsActivation, RejectsBadShapes) {
   Tensor x = Tensor::zeros({4, 5}, DType::f64), y = Tensor::zeros({4, 2}, DType::f64);
   EXPECT_THROW(ops::swiglu_forward(y, x), Error);  // odd width

@@ -125,6 +125,24 @@ TEST(OpsAttention, F32MatchesF64) {
     expect_f32_matches_f64(run(s, DType::f32, dropout(0.2f)), run(s, DType::f64, dropout(0.2f)));
 }
 
+// Large scores (qkv scaled up) stretch the softmax's exp over its range: the
+// f32 kernel (vectorised exp, kernels/cpu/vec_math.h) stays within the f32
+// tolerance of f64, forward and backward. (Beyond a scale of about 6 the f32
+// rounding of the scores themselves exceeds it, with libm's expf as well.)
+TEST(OpsAttention, F32MatchesF64WithLargeScores) {
+  const Dims s = kLong;
+  auto run_scaled = [&](DType dt) {
+    Tensor qkv = random_tensor({s.B, s.T, 3 * s.C()}, DType::f64, 44, 6.0).to(dt);
+    Tensor R = random_tensor({s.B, s.T, s.C()}, dt, 45);
+    Tensor out = Tensor::zeros({s.B, s.T, s.C()}, dt), att = Tensor::zeros({s.B, s.NH, s.T, s.T}, dt);
+    ops::attention_forward(out, att, qkv, int(s.NH), dropout(0.0f));
+    Tensor dqkv = zeros_like(qkv), scratch = zeros_like(att);
+    ops::attention_backward(dqkv, scratch, R, qkv, att, int(s.NH), dropout(0.0f));
+    return std::vector<Tensor>{out, att, dqkv};
+  };
+  expect_f32_matches_f64(run_scaled(DType::f32), run_scaled(DType::f64));
+}
+
 TEST(OpsAttention, ResultsDoNotDependOnThreadCount) {
   int saved = omp_get_max_threads();
   omp_set_num_threads(1);

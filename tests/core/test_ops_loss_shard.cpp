@@ -147,6 +147,40 @@ TEST(OpsLossShard, ShardOfOnlyPaddingContributesNothing) {
   for (int64_t i = 0; i < d.numel(); ++i) EXPECT_EQ(d.data<double>()[i], 0.0);
 }
 
+// The one-pass statistics (shard_softmax_stats) equal shard_row_max followed
+// by shard_softmax_partials: on the small shards with padding, on a shard of
+// only padding, and on wide f32 rows (several of its 2048-column blocks) with
+// the max in different blocks, against the f64 two-pass result.
+TEST(OpsLossShard, OnePassStatsEqualTwoPasses) {
+  Tensor targets = Tensor::from<int32_t>(kTargets, {kN});
+  auto both = [&](const Tensor& logits, int64_t start, int64_t n_valid) {
+    const DType dt = logits.dtype();
+    Tensor mx = Tensor::empty({kN}, dt), sums = Tensor::empty({2, kN}, dt);
+    Tensor mx1 = Tensor::empty({kN}, dt), sums1 = Tensor::empty({2, kN}, dt);
+    ops::shard_row_max(mx, logits, n_valid);
+    ops::shard_softmax_partials(sums, logits, mx, targets, start, n_valid);
+    ops::shard_softmax_stats(mx1, sums1, logits, targets, start, n_valid);
+    return std::vector<Tensor>{mx, sums, mx1, sums1};
+  };
+  for (size_t s = 0; s < kShards.size(); ++s) {
+    std::vector<Tensor> r =
+        both(shard_of(full_logits(DType::f64), kShards[s], 1e3), kShards[s].start, kShards[s].n_valid);
+    EXPECT_TRUE(bitwise_equal(r[0], r[2])) << "shard " << s;
+    EXPECT_TENSOR_NEAR(r[3], r[1], tolerance(DType::f64)) << "shard " << s;
+  }
+  std::vector<Tensor> pad = both(random_tensor({kN, 3}, DType::f64, 76, 100.0), 7, 0);
+  for (int64_t n = 0; n < kN; ++n) {
+    EXPECT_EQ(pad[2].data<double>()[n], -INFINITY);
+    EXPECT_EQ(pad[3].data<double>()[n], 0.0);
+  }
+  const int64_t K = 7000;
+  Tensor wide64 = random_tensor({kN, K}, DType::f64, 77, 40.0);
+  for (int64_t n = 0; n < kN; ++n) wide64.data<double>()[n * K + (n * 1500) % K] = 30.0;  // max in block n % 4
+  std::vector<Tensor> r64 = both(wide64, 0, K - 5), r32 = both(wide64.to(DType::f32), 0, K - 5);
+  EXPECT_TRUE(bitwise_equal(r32[0], r32[2]));
+  EXPECT_TENSOR_NEAR(r32[3], r64[1], tolerance(DType::f32));
+}
+
 TEST(OpsLossShard, RejectsMismatchedShapes) {
   Tensor logits = Tensor::zeros({kN, 4}, DType::f64), targets = Tensor::from<int32_t>(kTargets, {kN});
   Tensor short_max = Tensor::zeros({kN - 1}, DType::f64), sums = Tensor::zeros({2, kN}, DType::f64);
@@ -155,4 +189,6 @@ TEST(OpsLossShard, RejectsMismatchedShapes) {
   EXPECT_THROW(ops::shard_softmax_partials(short_sums, logits, mx, targets, 0, 4), Error);
   Tensor f32_targets = Tensor::zeros({kN}, DType::f32);
   EXPECT_THROW(ops::shard_softmax_partials(sums, logits, mx, f32_targets, 0, 4), Error);
+  EXPECT_THROW(ops::shard_softmax_stats(mx, short_sums, logits, targets, 0, 4), Error);
+  EXPECT_THROW(ops::shard_softmax_stats(short_max, sums, logits, targets, 0, 4), Error);
 }

@@ -3,9 +3,10 @@
 // accumulation), for every transpose, stride, alpha and beta; with arbitrary
 // inputs it equals the f64 product of the bf16-rounded inputs within fp32
 // accumulation error, and differs from the fp32 product (so bf16 really ran).
-// The process-wide switch routes cpu::gemm<float> (ops::gemm, linear layers)
-// and leaves f64 and gemms inside parallel regions alone. Skips, saying why,
-// on CPUs without AVX512-BF16 or builds without oneDNN.
+// The process-wide switch routes every cpu::gemm<float> (ops::gemm, linear
+// layers, and attention's per-head products inside its parallel region) and
+// leaves f64 alone. Skips, saying why, on CPUs without AVX512-BF16 or builds
+// without oneDNN.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -113,7 +114,7 @@ TEST_F(Bf16Matmul, TheSwitchRoutesFloatGemmsOnly) {
     differ += rounded.data<float>()[i] != plain.data<float>()[i];
   }
   EXPECT_GT(differ, 0);
-  // f64 is never rounded; neither is a gemm inside a parallel region (attention's per-head products).
+  // f64 is never rounded; a float gemm inside a parallel region (attention's per-head products) is.
   Tensor a64 = ta.to(DType::f64), b64 = tb.to(DType::f64), c64 = Tensor::zeros({m, n}, DType::f64);
   ops::gemm(c64, a64, b64, false, false);
   std::vector<float> inside(size_t(m * n));
@@ -124,8 +125,31 @@ TEST_F(Bf16Matmul, TheSwitchRoutesFloatGemmsOnly) {
   }
   for (int64_t i = 0; i < m * n; ++i) {
     EXPECT_NEAR(c64.data<double>()[i], plain.data<float>()[i], 1e-4);
-    EXPECT_EQ(inside[size_t(i)], plain.data<float>()[i]);
+    EXPECT_EQ(inside[size_t(i)], direct[size_t(i)]);
   }
+}
+
+// Attention under the switch: its products in bf16, so the result moves off
+// fp32's, by no more than bf16 rounding of q, k, v and P explains.
+TEST_F(Bf16Matmul, AttentionProductsRunInBf16) {
+  const int64_t B = 2, T = 40, NH = 4, HS = 16, C = NH * HS;
+  Tensor qkv = Tensor::empty({B, T, 3 * C}, DType::f32);
+  RngKey key{.seed = 9, .purpose = RngPurpose::data};
+  for (int64_t i = 0; i < qkv.numel(); ++i) qkv.data<float>()[i] = 2.0f * rng_uniform(key, 0, uint64_t(i)) - 1.0f;
+  auto run = [&] {
+    Tensor out = Tensor::zeros({B, T, C}, DType::f32), att = Tensor::zeros({B, NH, T, T}, DType::f32);
+    ops::attention_forward(out, att, qkv, int(NH), ops::Dropout{});
+    return out;
+  };
+  Tensor fp32 = run();
+  cpu::set_bf16_matmul(true);
+  Tensor bf16 = run();
+  int differ = 0;
+  for (int64_t i = 0; i < fp32.numel(); ++i) {
+    EXPECT_NEAR(bf16.data<float>()[i], fp32.data<float>()[i], 2e-2) << "element " << i;
+    differ += bf16.data<float>()[i] != fp32.data<float>()[i];
+  }
+  EXPECT_GT(differ, fp32.numel() / 2);
 }
 
 TEST(Bf16MatmulAvailability, SaysWhyAndRefusesToSwitchOnWithout) {

@@ -2,7 +2,8 @@
 // cpu::softmax_forward/backward. One block of kRowThreads per row: the row max,
 // the sum of exponentials and the backward's dot product are block reductions
 // in a fixed tree (launch.cuh); the per-element formulas are
-// math::softmax_prob and math::softmax_grad, as on the CPU. Every thread reads
+// math::softmax_prob and math::softmax_grad (the CPU computes the same values
+// through its vectorised exp, kernels/cpu/vec_math.h). Every thread reads
 // its elements of a row before writing them, after the row's reductions, so
 // out may be inp and dinp may be dout.
 #include "core/cuda/kernels.h"

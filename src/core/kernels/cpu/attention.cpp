@@ -6,6 +6,7 @@
 
 #include "core/kernels/cpu/dropout.h"
 #include "core/kernels/cpu/matmul.h"
+#include "core/kernels/cpu/vec_math.h"
 
 namespace lattice::cpu {
 
@@ -20,7 +21,7 @@ bool worth_threads(const AttentionDims& d) { return d.B * d.NH > 1 && d.B * d.NH
 // Views of one (b, h) pair inside the strided buffers.
 template <typename Real>
 struct HeadView {
-  int64_t T, HS, C, C3;  // C: row stride of out/dout, C3: of qkv/dqkv
+  int64_t T, HS, C, C3;    // C: row stride of out/dout, C3: of qkv/dqkv
   uint64_t sample, elem0;  // dropout coordinates of element (0, 0) of this head
   Real scale;
 };
@@ -28,23 +29,19 @@ struct HeadView {
 template <typename Real>
 HeadView<Real> head_view(const AttentionDims& d, int64_t sample0, int64_t b, int64_t h) {
   int64_t C = d.NH * d.HS;
-  return {d.T, d.HS, C, 3 * C, uint64_t(sample0 + b), uint64_t((d.head_offset + h) * d.T) * uint64_t(d.T),
+  return {d.T,
+          d.HS,
+          C,
+          3 * C,
+          uint64_t(sample0 + b),
+          uint64_t((d.head_offset + h) * d.T) * uint64_t(d.T),
           Real(1) / std::sqrt(Real(d.HS))};
 }
 
 // Row i of P (T wide): causal softmax of the scores in s[0..i], zeros after.
 template <typename Real>
 void causal_softmax_row(Real* s, int64_t i, int64_t T) {
-  Real mx = -INFINITY;
-  for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, s[j]);
-  Real sum = 0;
-  for (int64_t j = 0; j <= i; ++j) {
-    s[j] = std::exp(s[j] - mx);
-    sum += s[j];
-  }
-  Real inv = Real(1) / sum;
-#pragma omp simd
-  for (int64_t j = 0; j <= i; ++j) s[j] *= inv;
+  softmax_row_inplace(s, i + 1);
   std::fill(s + i + 1, s + T, Real(0));
 }
 
@@ -69,8 +66,8 @@ void head_forward(Real* out, Real* P, Real* Pd, const Real* q, const HeadView<Re
 }
 
 template <typename Real>
-void head_backward(Real* dq, Real* dS, Real* Pd, const Real* dO, const Real* q, const Real* P,
-                   const HeadView<Real>& v, const RngKey& key, float p) {
+void head_backward(Real* dq, Real* dS, Real* Pd, const Real* dO, const Real* q, const Real* P, const HeadView<Real>& v,
+                   const RngKey& key, float p) {
   const Real* k = q + v.C;
   const Real* val = q + 2 * v.C;
   Real* dk = dq + v.C;
@@ -89,9 +86,7 @@ void head_backward(Real* dq, Real* dS, Real* Pd, const Real* dO, const Real* q, 
       Real* row = dS + i * v.T;
       const Real* prow = P + i * v.T;
       if (p > 0.0f) dropout_row(row, row, key, v.sample, v.elem0 + uint64_t(i * v.T), i + 1, p);
-      Real dot = 0;
-      for (int64_t j = 0; j <= i; ++j) dot += prow[j] * row[j];
-      for (int64_t j = 0; j <= i; ++j) row[j] = prow[j] * (row[j] - dot);
+      softmax_row_backward(row, row, prow, i + 1);
       std::fill(row + i + 1, row + v.T, Real(0));
     }
     gemm<Real>(false, false, rows, v.HS, i1, v.scale, dS + i0 * v.T, v.T, k, v.C3, Real(0), dq + i0 * v.C3, v.C3);
@@ -119,8 +114,7 @@ void attention_forward(Real* out, Real* att, const Real* qkv, const RngKey& key,
     for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
       int64_t b = bh / d.NH, h = bh % d.NH;
       HeadView<Real> v = head_view<Real>(d, sample0, b, h);
-      head_forward(out + b * d.T * C + h * d.HS, att + bh * TT, pd.data(), qkv + b * d.T * 3 * C + h * d.HS, v,
-                   key, p);
+      head_forward(out + b * d.T * C + h * d.HS, att + bh * TT, pd.data(), qkv + b * d.T * 3 * C + h * d.HS, v, key, p);
     }
   }
 }
@@ -137,8 +131,8 @@ void attention_backward(Real* dqkv, Real* scratch, const Real* dout, const Real*
       int64_t b = bh / d.NH, h = bh % d.NH;
       HeadView<Real> v = head_view<Real>(d, sample0, b, h);
       int64_t qoff = b * d.T * 3 * C + h * d.HS;
-      head_backward(dqkv + qoff, scratch + bh * TT, pd.data(), dout + b * d.T * C + h * d.HS, qkv + qoff,
-                    att + bh * TT, v, key, p);
+      head_backward(dqkv + qoff, scratch + bh * TT, pd.data(), dout + b * d.T * C + h * d.HS, qkv + qoff, att + bh * TT,
+                    v, key, p);
     }
   }
 }

@@ -6,6 +6,7 @@
 
 #include "core/kernels/cpu/dropout.h"
 #include "core/kernels/cpu/matmul.h"
+#include "core/kernels/cpu/vec_math.h"
 
 namespace lattice::cpu {
 
@@ -24,26 +25,34 @@ struct HeadView {
 template <typename Real>
 HeadView<Real> head_view(const AttentionDims& d, int64_t sample0, int64_t b, int64_t h) {
   int64_t C = d.NH * d.HS;
-  return {d.T, d.HS, C, 3 * C, uint64_t(sample0 + b), uint64_t((d.head_offset + h) * d.T) * uint64_t(d.T),
+  return {d.T,
+          d.HS,
+          C,
+          3 * C,
+          uint64_t(sample0 + b),
+          uint64_t((d.head_offset + h) * d.T) * uint64_t(d.T),
           Real(1) / std::sqrt(Real(d.HS))};
 }
 
 // Row of P (T wide): softmax of the scores over the valid keys, zeros elsewhere.
 template <typename Real>
 void masked_softmax_row(Real* s, const int32_t* mask, int64_t T) {
-  Real mx = -INFINITY;
-  for (int64_t j = 0; j < T; ++j)
-    if (!mask || mask[j]) mx = std::max(mx, s[j]);
-  if (mx == -INFINITY) {  // no valid key (or every score -inf): attend to nothing
-    std::fill(s, s + T, Real(0));
-    return;
+  if (!mask) {
+    const Real mx = max_of(s, T);
+    if (mx == -INFINITY) return std::fill(s, s + T, Real(0));  // every score -inf: attend to nothing
+    return softmax_row_inplace(s, T);
   }
+  Real mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < T; ++j) mx = mask[j] && s[j] > mx ? s[j] : mx;
+  if (mx == -INFINITY) return std::fill(s, s + T, Real(0));  // no valid key (or every score -inf)
   Real sum = 0;
+#pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < T; ++j) {
-    s[j] = (!mask || mask[j]) ? std::exp(s[j] - mx) : Real(0);
+    s[j] = mask[j] ? exp_of(s[j] - mx) : Real(0);
     sum += s[j];
   }
-  Real inv = Real(1) / sum;
+  const Real inv = Real(1) / sum;
 #pragma omp simd
   for (int64_t j = 0; j < T; ++j) s[j] *= inv;
 }
@@ -64,8 +73,8 @@ void head_forward(Real* out, Real* P, Real* Pd, const Real* q, const int32_t* ma
 }
 
 template <typename Real>
-void head_backward(Real* dq, Real* dS, Real* Pd, const Real* dO, const Real* q, const Real* P,
-                   const HeadView<Real>& v, const RngKey& key, float p) {
+void head_backward(Real* dq, Real* dS, Real* Pd, const Real* dO, const Real* q, const Real* P, const HeadView<Real>& v,
+                   const RngKey& key, float p) {
   const Real* k = q + v.C;
   const Real* val = q + 2 * v.C;
   Real* dk = dq + v.C;
@@ -78,13 +87,7 @@ void head_backward(Real* dq, Real* dS, Real* Pd, const Real* dO, const Real* q, 
   // dP = dO v^T, then the dropout map and the softmax backward, row by row.
   gemm<Real>(false, true, v.T, v.T, v.HS, Real(1), dO, v.C, val, v.C3, Real(0), dS, v.T);
   if (p > 0.0f) dropout_row(dS, dS, key, v.sample, v.elem0, v.T * v.T, p);
-  for (int64_t i = 0; i < v.T; ++i) {
-    Real* row = dS + i * v.T;
-    const Real* prow = P + i * v.T;
-    Real dot = 0;
-    for (int64_t j = 0; j < v.T; ++j) dot += prow[j] * row[j];
-    for (int64_t j = 0; j < v.T; ++j) row[j] = prow[j] * (row[j] - dot);
-  }
+  for (int64_t i = 0; i < v.T; ++i) softmax_row_backward(dS + i * v.T, dS + i * v.T, P + i * v.T, v.T);
   gemm<Real>(false, false, v.T, v.HS, v.T, v.scale, dS, v.T, k, v.C3, Real(0), dq, v.C3);
   gemm<Real>(true, false, v.T, v.HS, v.T, v.scale, dS, v.T, q, v.C3, Real(0), dk, v.C3);
   gemm<Real>(true, false, v.T, v.HS, v.T, Real(1), A, v.T, dO, v.C, Real(0), dv, v.C3);
@@ -121,15 +124,15 @@ void attention_masked_backward(Real* dqkv, Real* scratch, const Real* dout, cons
       int64_t b = bh / d.NH, h = bh % d.NH;
       HeadView<Real> v = head_view<Real>(d, sample0, b, h);
       int64_t qoff = b * d.T * 3 * C + h * d.HS;
-      head_backward(dqkv + qoff, scratch + bh * TT, pd.data(), dout + b * d.T * C + h * d.HS, qkv + qoff,
-                    att + bh * TT, v, key, p);
+      head_backward(dqkv + qoff, scratch + bh * TT, pd.data(), dout + b * d.T * C + h * d.HS, qkv + qoff, att + bh * TT,
+                    v, key, p);
     }
   }
 }
 
-#define LATTICE_INSTANTIATE(R)                                                                                   \
-  template void attention_masked_forward<R>(R*, R*, const R*, const int32_t*, const RngKey&, int64_t, float,     \
-                                            const AttentionDims&);                                               \
+#define LATTICE_INSTANTIATE(R)                                                                                    \
+  template void attention_masked_forward<R>(R*, R*, const R*, const int32_t*, const RngKey&, int64_t, float,      \
+                                            const AttentionDims&);                                                \
   template void attention_masked_backward<R>(R*, R*, const R*, const R*, const R*, const RngKey&, int64_t, float, \
                                              const AttentionDims&);
 LATTICE_INSTANTIATE(float)

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/kernels/cpu/loss_shard.h"
+#include "core/kernels/cpu/vec_math.h"
 #include "core/kernels/math.h"
 
 namespace lattice::cpu {
@@ -13,12 +15,9 @@ void cross_entropy_forward(T* losses, T* lse, const T* logits, const int32_t* ta
 #pragma omp parallel for schedule(static) if (N * V > (1 << 14))
   for (int64_t n = 0; n < N; ++n) {
     const T* x = logits + n * V;
-    T mx = -INFINITY;
-    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, x[j]);
-    T sum = 0;
-    for (int64_t j = 0; j < V; ++j) sum += std::exp(x[j] - mx);
+    const MaxSumExp<T> r = max_sum_exp(x, V);
     const bool ignored = targets[n] == ignore_index;
-    const T l = math::logsumexp_of(mx, sum);
+    const T l = math::logsumexp_of(r.max, r.sum);
     lse[n] = l;
     losses[n] = math::xent_loss(l, ignored ? T(0) : x[targets[n]], ignored);
   }
@@ -27,18 +26,8 @@ void cross_entropy_forward(T* losses, T* lse, const T* logits, const int32_t* ta
 template <typename T>
 void cross_entropy_backward(T* dlogits, const T* logits, const T* lse, const int32_t* targets, T dloss,
                             int ignore_index, int64_t N, int64_t V) {
-#pragma omp parallel for schedule(static) if (N * V > (1 << 14))
-  for (int64_t n = 0; n < N; ++n) {
-    const T* x = logits + n * V;  // may be the same memory as dx: each j reads x[j] before writing dx[j]
-    T* dx = dlogits + n * V;
-    if (targets[n] == ignore_index) {
-      std::fill(dx, dx + V, T(0));
-      continue;
-    }
-    const T l = lse[n];
-    const int64_t t = targets[n];
-    for (int64_t j = 0; j < V; ++j) dx[j] = math::xent_grad(x[j], l, dloss, j == t);
-  }
+  // The whole row is one shard with no padding.
+  shard_cross_entropy_backward(dlogits, logits, lse, targets, dloss, 0, V, ignore_index, N, V);
 }
 
 #define LATTICE_INSTANTIATE(T)                                                                     \

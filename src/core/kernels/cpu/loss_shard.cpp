@@ -3,41 +3,54 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/kernels/cpu/vec_math.h"
 #include "core/kernels/math.h"
 
 namespace lattice::cpu {
 
 namespace {
+constexpr int64_t kParallelMin = 1 << 14;
 int64_t clamp_valid(int64_t n_valid, int64_t K) { return std::clamp<int64_t>(n_valid, 0, K); }
+// The logit of global column `target` when this shard holds it among its valid columns, else 0.
+template <typename T>
+T target_logit(const T* x, int32_t target, int64_t col_start, int64_t kv) {
+  const int64_t t = int64_t(target) - col_start;
+  return (t >= 0 && t < kv) ? x[t] : T(0);
+}
 }  // namespace
 
 template <typename T>
 void shard_row_max(T* row_max, const T* logits, int64_t n_valid, int64_t N, int64_t K) {
   const int64_t kv = clamp_valid(n_valid, K);
-#pragma omp parallel for schedule(static) if (N * K > (1 << 14))
-  for (int64_t n = 0; n < N; ++n) {
-    const T* x = logits + n * K;
-    T mx = -INFINITY;
-    for (int64_t j = 0; j < kv; ++j) mx = std::max(mx, x[j]);
-    row_max[n] = mx;
-  }
+#pragma omp parallel for schedule(static) if (N * K > kParallelMin)
+  for (int64_t n = 0; n < N; ++n) row_max[n] = max_of(logits + n * K, kv);
 }
 
 template <typename T>
 void shard_softmax_partials(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t col_start,
                             int64_t n_valid, int64_t N, int64_t K) {
   const int64_t kv = clamp_valid(n_valid, K);
-#pragma omp parallel for schedule(static) if (N * K > (1 << 14))
+#pragma omp parallel for schedule(static) if (N * K > kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const T* x = logits + n * K;
     const T mx = row_max[n];
-    T s = 0;
     // A shard whose valid columns are all -inf (or none) adds 0, never NaN.
-    if (std::isfinite(mx))
-      for (int64_t j = 0; j < kv; ++j) s += std::exp(x[j] - mx);
-    sums[n] = s;
-    const int64_t t = int64_t(targets[n]) - col_start;
-    sums[N + n] = (t >= 0 && t < kv) ? x[t] : T(0);
+    sums[n] = std::isfinite(mx) ? sum_exp_minus(x, kv, mx) : T(0);
+    sums[N + n] = target_logit(x, targets[n], col_start, kv);
+  }
+}
+
+template <typename T>
+void shard_softmax_stats(T* row_max, T* sums, const T* logits, const int32_t* targets, int64_t col_start,
+                         int64_t n_valid, int64_t N, int64_t K) {
+  const int64_t kv = clamp_valid(n_valid, K);
+#pragma omp parallel for schedule(static) if (N * K > kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = logits + n * K;
+    const MaxSumExp<T> r = max_sum_exp(x, kv);
+    row_max[n] = r.max;
+    sums[n] = std::isfinite(r.max) ? r.sum : T(0);  // as shard_softmax_partials
+    sums[N + n] = target_logit(x, targets[n], col_start, kv);
   }
 }
 
@@ -55,7 +68,7 @@ template <typename T>
 void shard_cross_entropy_backward(T* dlogits, const T* logits, const T* lse, const int32_t* targets, T dloss,
                                   int64_t col_start, int64_t n_valid, int ignore_index, int64_t N, int64_t K) {
   const int64_t kv = clamp_valid(n_valid, K);
-#pragma omp parallel for schedule(static) if (N * K > (1 << 14))
+#pragma omp parallel for schedule(static) if (N * K > kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const T* x = logits + n * K;  // may be the same memory as dx: each j reads x[j] before writing dx[j]
     T* dx = dlogits + n * K;
@@ -63,9 +76,12 @@ void shard_cross_entropy_backward(T* dlogits, const T* logits, const T* lse, con
       std::fill(dx, dx + K, T(0));
       continue;
     }
+    // math::xent_grad, split in two: the softmax part vectorises, the target's -dloss follows.
     const T l = lse[n];
+#pragma omp simd
+    for (int64_t j = 0; j < kv; ++j) dx[j] = exp_of(x[j] - l) * dloss;
     const int64_t t = int64_t(targets[n]) - col_start;
-    for (int64_t j = 0; j < kv; ++j) dx[j] = math::xent_grad(x[j], l, dloss, j == t);
+    if (t >= 0 && t < kv) dx[t] -= dloss;
     std::fill(dx + kv, dx + K, T(0));
   }
 }
@@ -73,6 +89,7 @@ void shard_cross_entropy_backward(T* dlogits, const T* logits, const T* lse, con
 #define LATTICE_INSTANTIATE(T)                                                                                         \
   template void shard_row_max<T>(T*, const T*, int64_t, int64_t, int64_t);                                             \
   template void shard_softmax_partials<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t); \
+  template void shard_softmax_stats<T>(T*, T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t);          \
   template void cross_entropy_from_partials<T>(T*, T*, const T*, const T*, const int32_t*, int, int64_t);              \
   template void shard_cross_entropy_backward<T>(T*, const T*, const T*, const int32_t*, T, int64_t, int64_t, int,      \
                                                 int64_t, int64_t);

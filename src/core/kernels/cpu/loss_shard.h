@@ -27,6 +27,14 @@ template <typename T>
 void shard_softmax_partials(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t col_start,
                             int64_t n_valid, int64_t N, int64_t K);
 
+// shard_row_max and shard_softmax_partials in one pass over the logits
+// (vec_math.h max_sum_exp): what a single shard (tp = 1) needs, reading the
+// (N, K) logits from memory once instead of twice. Same outputs up to
+// rounding: the sum is rescaled block by block as the max grows.
+template <typename T>
+void shard_softmax_stats(T* row_max, T* sums, const T* logits, const int32_t* targets, int64_t col_start,
+                         int64_t n_valid, int64_t N, int64_t K);
+
 // From the tp-reduced statistics: lse (N) = row_max + log(sums[0]);
 // losses (N) = lse - sums[1], 0 where targets == ignore_index.
 template <typename T>

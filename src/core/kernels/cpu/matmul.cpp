@@ -1,7 +1,6 @@
 #include "core/kernels/cpu/matmul.h"
 
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <climits>
@@ -41,10 +40,9 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    // runtime.precision bf16: the big matmuls in bf16 (matmul_bf16.h); per-block
-    // gemms inside parallel regions (attention's heads) stay fp32.
-    if (bf16_matmul() && !omp_in_parallel())
-      return gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    // runtime.precision bf16: every float matmul in bf16 (matmul_bf16.h),
+    // attention's per-head products inside its parallel region included.
+    if (bf16_matmul()) return gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
   blas_gemm(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blasint(m), blasint(n),
             blasint(k), alpha, a, blasint(lda), b, blasint(ldb), beta, c, blasint(ldc));

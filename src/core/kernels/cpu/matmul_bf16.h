@@ -2,11 +2,12 @@
 // AVX512-BF16 kernels), for runtime.precision: bf16 on cpu.
 //
 // What bf16 means on the CPU: parameters, gradients, optimizer state and
-// activations stay fp32 (the fp32 "master" copy is the only copy); the large
-// matmuls (cpu::gemm<float> outside OpenMP parallel regions: every linear
-// layer forward and backward, the LM head) round their two inputs to bf16
-// (round to nearest even) and accumulate in fp32, as PyTorch's autocast does
-// on CPUs. Norms, softmax, losses, attention's per-head products and the
+// activations stay fp32 (the fp32 "master" copy is the only copy); the
+// matmuls (every cpu::gemm<float>: each linear layer forward and backward, the
+// LM head, and attention's per-head products q k^T, P v and their backward,
+// called single-threaded inside attention's parallel region) round their two
+// inputs to bf16 (round to nearest even) and accumulate in fp32, as PyTorch's
+// autocast does on CPUs (its bmm included). Norms, softmax, losses and the
 // optimizer stay fp32.
 //
 // The mode is process-wide (the plugin sets it from the config before

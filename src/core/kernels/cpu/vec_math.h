@@ -1,0 +1,134 @@
+// Float math that `omp simd` loops vectorise, and the softmax row pieces the
+// CPU kernels share (activations, attention, cross-entropy).
+//
+// A libm expf/tanhf call per element keeps a loop scalar; exp_f32 is plain
+// arithmetic, so the loops around it run 16 floats per AVX-512 instruction.
+// (GCC also needs -fno-math-errno -fno-trapping-math for the clamp and the
+// rounding to vectorise: core/CMakeLists.txt sets them for the CPU kernels.)
+// The double overloads call libm, so the f64 gradient checks of the templated
+// kernels keep exact math.
+//
+// Accuracy, checked against f64 in tests/core/test_vec_math.cpp: exp_f32 is
+// within 1.1 ulp of exp over [-87.3, 88]; it returns 0 below -87.3 (where
+// expf is 1e-38 and below), e^88 above 88 (expf overflows to inf at 88.73),
+// and NaN for NaN. Each row is reduced by one thread in a fixed order (simd
+// lanes, then the lanes summed), so results do not depend on the thread count.
+//
+// Shapes: every row helper takes one contiguous row of n elements.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+namespace lattice::cpu {
+
+// x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two for an exact product;
+// n rounded to nearest by the 1.5 * 2^23 trick, whose sum also holds n in its
+// low bits), exp(r) by the classic degree-6 minimax polynomial, 2^n from the
+// exponent bits.
+inline float exp_f32(float x) {
+  constexpr float kLo = -87.3f, kHi = 88.0f, kRound = 12582912.0f;  // 1.5 * 2^23
+  // Ternaries, not std::min/max: GCC vectorises these selects, not the reference-returning calls.
+  float xc = x < kLo ? kLo : x;
+  xc = xc > kHi ? kHi : xc;
+  const float t = xc * 1.44269504088896341f + kRound;
+  const float n = t - kRound;
+  const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float e = p * r * r + r + 1.0f;
+  const int32_t ni = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
+  const float scale = std::bit_cast<float>(uint32_t(ni + 127) << 23);
+  return x < kLo ? 0.0f : e * scale;
+}
+
+// tanh(u) = 1 - 2 / (1 + e^(2u)): exact limits +-1, no cancellation problem
+// for GELU, which adds it to 1.
+inline float tanh_f32(float u) { return 1.0f - 2.0f / (1.0f + exp_f32(2.0f * u)); }
+
+// The exp the templated kernels call: exp_f32 for float, libm for double.
+inline float exp_of(float x) { return exp_f32(x); }
+inline double exp_of(double x) { return std::exp(x); }
+
+// Max of x[0, n); -inf when n <= 0.
+template <typename T>
+T max_of(const T* x, int64_t n) {
+  T m = -INFINITY;
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;  // NaNs are skipped, as by std::max
+  return m;
+}
+
+// y[j] = exp(x[j] - shift) for j < n; returns their sum. y may be x.
+template <typename T>
+T exp_minus(T* y, const T* x, int64_t n, T shift) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < n; ++j) {
+    y[j] = exp_of(x[j] - shift);
+    s += y[j];
+  }
+  return s;
+}
+
+// sum of exp(x[j] - shift) for j < n.
+template <typename T>
+T sum_exp_minus(const T* x, int64_t n, T shift) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < n; ++j) s += exp_of(x[j] - shift);
+  return s;
+}
+
+// In place: x[j] = softmax of x[0, n) (max-shifted). n >= 1.
+template <typename T>
+void softmax_row_inplace(T* x, int64_t n) {
+  const T inv = T(1) / exp_minus(x, x, n, max_of(x, n));
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) x[j] *= inv;
+}
+
+// Softmax backward of one row: dx[j] = y[j] * (dy[j] - sum(dy * y)), with y
+// the forward output. dx may be dy.
+template <typename T>
+void softmax_row_backward(T* dx, const T* dy, const T* y, int64_t n) {
+  T dot = 0;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t j = 0; j < n; ++j) dot += dy[j] * y[j];
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) dx[j] = y[j] * (dy[j] - dot);
+}
+
+// max and sum of exp(x - max) over a row.
+template <typename T>
+struct MaxSumExp {
+  T max = -INFINITY, sum = 0;
+};
+
+// MaxSumExp of x[0, n) in one pass over memory: per block of kBlock elements
+// (L1-resident) the block max, the running sum rescaled when the max grows,
+// then the block's exps. Blocks whose max is -inf add nothing (never NaN).
+template <typename T>
+MaxSumExp<T> max_sum_exp(const T* x, int64_t n) {
+  constexpr int64_t kBlock = 2048;
+  MaxSumExp<T> r;
+  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+    const int64_t len = std::min(kBlock, n - j0);
+    const T bm = max_of(x + j0, len);
+    if (bm == -INFINITY) continue;
+    if (bm > r.max) {
+      r.sum *= exp_of(r.max - bm);
+      r.max = bm;
+    }
+    r.sum += sum_exp_minus(x + j0, len, r.max);
+  }
+  return r;
+}
+
+}  // namespace lattice::cpu
