@@ -149,6 +149,24 @@ std::vector<Kernel> loss_kernels(const Shapes& d) {
   };
 }
 
+// The linear backward of the MLP's first layer and of the LM head (matmuls,
+// but under --precision bf16 they also round their inputs to bf16: the
+// packing is the non-matmul part).
+std::vector<Kernel> linear_kernels(const Shapes& d) {
+  const int64_t N = d.B * d.T, C = d.C;
+  static std::vector<Tensor> keep;
+  std::vector<Kernel> out;
+  for (const auto& [name, OC] : {std::pair<std::string, int64_t>{"fc", d.F}, {"lm_head", d.V}}) {
+    Tensor dout = uniform_tensor({N, OC}, 1.0f, 60), inp = uniform_tensor({N, C}, 1.0f, 61);
+    Tensor w = uniform_tensor({OC, C}, 0.1f, 62), dw = uniform_tensor({OC, C}, 0.0f, 63);
+    Tensor dinp = uniform_tensor({N, C}, 0.0f, 64);
+    keep.insert(keep.end(), {dout, inp, w, dw, dinp});
+    out.push_back({fmt::format("linear bwd {} ({} x {} -> {})", name, N, C, OC), nullptr,
+                   [=]() mutable { ops::linear_backward(&dinp, &dw, nullptr, dout, inp, w); }});
+  }
+  return out;
+}
+
 // AdamW and zero_grad over the model's whole flat buffer, as run_lattice runs them.
 std::vector<Kernel> optimizer_kernels(const BenchConfig& cfg) {
   static std::unique_ptr<FlatParams> params;
@@ -214,7 +232,7 @@ int main(int argc, char** argv) {
                 long(d.V), long(d.F));
     std::printf("| kernel | median ms | min ms |\n|---|---|---|\n");
     std::vector<Kernel> all = block_kernels(d);
-    for (auto* more : {&loss_kernels, &attention_gemm_kernels})
+    for (auto* more : {&loss_kernels, &attention_gemm_kernels, &linear_kernels})
       for (Kernel& k : (*more)(d)) all.push_back(std::move(k));
     for (Kernel& k : optimizer_kernels(*cfg)) all.push_back(std::move(k));
     for (const Kernel& k : all)

@@ -129,6 +129,31 @@ TEST_F(Bf16Matmul, TheSwitchRoutesFloatGemmsOnly) {
   }
 }
 
+// Under the switch, linear_backward rounds dout once for its two products:
+// bit for bit what two gemm_bf16 calls give, and the bias gradient in fp32.
+TEST_F(Bf16Matmul, LinearBackwardEqualsTwoBf16Gemms) {
+  const int64_t N = 24, C = 40, OC = 56;
+  auto dout = matrix(N, OC, OC, 20, false), inp = matrix(N, C, C, 21, false), w = matrix(OC, C, C, 22, false);
+  auto dw0 = matrix(OC, C, C, 23, false);
+  auto tensor = [](const std::vector<float>& v, Shape s) {
+    Tensor t = Tensor::empty(std::move(s), DType::f32);
+    std::copy(v.begin(), v.end(), t.data<float>());
+    return t;
+  };
+  Tensor tdout = tensor(dout, {N, OC}), tinp = tensor(inp, {N, C}), tw = tensor(w, {OC, C});
+  Tensor dinp = Tensor::zeros({N, C}, DType::f32), dw = tensor(dw0, {OC, C}), db = Tensor::zeros({OC}, DType::f32);
+  Tensor db_fp32 = Tensor::zeros({OC}, DType::f32);
+  ops::linear_backward(nullptr, nullptr, &db_fp32, tdout, tinp, tw);
+  cpu::set_bf16_matmul(true);
+  ops::linear_backward(&dinp, &dw, &db, tdout, tinp, tw);
+  std::vector<float> ref_dinp(size_t(N * C)), ref_dw = dw0;
+  cpu::gemm_bf16(false, false, N, C, OC, 1.0f, dout.data(), OC, w.data(), C, 0.0f, ref_dinp.data(), C);
+  cpu::gemm_bf16(true, false, OC, C, N, 1.0f, dout.data(), OC, inp.data(), C, 1.0f, ref_dw.data(), C);
+  for (int64_t i = 0; i < N * C; ++i) EXPECT_EQ(dinp.data<float>()[i], ref_dinp[size_t(i)]) << "dinp " << i;
+  for (int64_t i = 0; i < OC * C; ++i) EXPECT_EQ(dw.data<float>()[i], ref_dw[size_t(i)]) << "dweight " << i;
+  for (int64_t i = 0; i < OC; ++i) EXPECT_EQ(db.data<float>()[i], db_fp32.data<float>()[i]) << "dbias " << i;
+}
+
 // Attention under the switch: its products in bf16, so the result moves off
 // fp32's, by no more than bf16 rounding of q, k, v and P explains.
 TEST_F(Bf16Matmul, AttentionProductsRunInBf16) {

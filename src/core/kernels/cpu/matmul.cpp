@@ -92,6 +92,13 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 template <typename T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int64_t C,
                      int64_t OC) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16_matmul() && N > 0 && C > 0 && OC > 0 && (dinp || dweight)) {
+      linear_backward_bf16(dinp, dweight, dout, inp, weight, N, C, OC);  // dout rounded once for both products
+      if (dbias) bias_backward(dbias, dout, N, OC);
+      return;
+    }
+  }
   if (dinp) gemm<T>(false, false, N, C, OC, T(1), dout, weight, T(0), dinp);    // (N, OC) @ (OC, C)
   if (dweight) gemm<T>(true, false, OC, C, N, T(1), dout, inp, T(1), dweight);  // (N, OC)^T @ (N, C)
   if (dbias) bias_backward(dbias, dout, N, OC);

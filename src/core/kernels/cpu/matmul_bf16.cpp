@@ -67,19 +67,17 @@ void set_bf16_matmul(bool on) {
 
 bool bf16_matmul() { return g_bf16; }
 
-void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+namespace {
+
+// c (m, n) = alpha * op(a) op(b) + beta * c from inputs already packed as
+// bf16 in their stored layout ((m, k) or (k, m) for a; (k, n) or (n, k) for
+// b, rows contiguous).
+void gemm_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                 const uint16_t* b, float beta, float* c, int64_t ldc) {
 #ifndef LATTICE_HAVE_DNNL
   LATTICE_FAIL("gemm_bf16: this build has no oneDNN");
 #else
   using dnnl::memory;
-  LATTICE_CHECK(m > 0 && n > 0 && k > 0, "gemm_bf16: empty product ({}, {}, {})", m, n, k);
-  // The inputs as stored ((m, k) or (k, m) for a; (k, n) or (n, k) for b), packed as bf16.
-  thread_local std::vector<uint16_t> abuf, bbuf;
-  abuf.resize(size_t(m * k));
-  bbuf.resize(size_t(k * n));
-  pack_bf16(abuf.data(), a, trans_a ? k : m, trans_a ? m : k, lda);
-  pack_bf16(bbuf.data(), b, trans_b ? n : k, trans_b ? k : n, ldb);
   // Logical (m, k) and (k, n) with the transposes as strides; c (m, n) with row stride ldc.
   const memory::desc ad({m, k}, memory::data_type::bf16, trans_a ? memory::dims{1, m} : memory::dims{k, 1});
   const memory::desc bd({k, n}, memory::data_type::bf16, trans_b ? memory::dims{1, k} : memory::dims{n, 1});
@@ -93,10 +91,45 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
   }
   Dnnl& d = dnnl_ctx();
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), attr, d.eng);
-  memory am(ad, d.eng, abuf.data()), bm(bd, d.eng, bbuf.data()), cm(cd, d.eng, c);
+  memory am(ad, d.eng, const_cast<uint16_t*>(a)), bm(bd, d.eng, const_cast<uint16_t*>(b)), cm(cd, d.eng, c);
   dnnl::matmul(pd).execute(d.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   d.stream.wait();
 #endif
+}
+
+// A thread's packing buffer `i`, at least n elements.
+uint16_t* pack_buffer(int i, int64_t n) {
+  thread_local std::vector<uint16_t> bufs[3];
+  bufs[i].resize(size_t(n));
+  return bufs[i].data();
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  LATTICE_CHECK(m > 0 && n > 0 && k > 0, "gemm_bf16: empty product ({}, {}, {})", m, n, k);
+  uint16_t *ab = pack_buffer(0, m * k), *bb = pack_buffer(1, k * n);
+  pack_bf16(ab, a, trans_a ? k : m, trans_a ? m : k, lda);
+  pack_bf16(bb, b, trans_b ? n : k, trans_b ? k : n, ldb);
+  gemm_packed(trans_a, trans_b, m, n, k, alpha, ab, bb, beta, c, ldc);
+}
+
+void linear_backward_bf16(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                          int64_t N, int64_t C, int64_t OC) {
+  LATTICE_CHECK(N > 0 && C > 0 && OC > 0, "linear_backward_bf16: empty product ({}, {}, {})", N, C, OC);
+  uint16_t* db = pack_buffer(0, N * OC);
+  pack_bf16(db, dout, N, OC, OC);
+  if (dinp) {  // (N, OC) @ (OC, C)
+    uint16_t* wb = pack_buffer(1, OC * C);
+    pack_bf16(wb, weight, OC, C, C);
+    gemm_packed(false, false, N, C, OC, 1.0f, db, wb, 0.0f, dinp, C);
+  }
+  if (dweight) {  // += (N, OC)^T @ (N, C)
+    uint16_t* ib = pack_buffer(2, N * C);
+    pack_bf16(ib, inp, N, C, C);
+    gemm_packed(true, false, OC, C, N, 1.0f, db, ib, 1.0f, dweight, C);
+  }
 }
 
 }  // namespace lattice::cpu

@@ -34,4 +34,15 @@ bool bf16_matmul();
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// cpu::linear_backward's two products (dinp = dout @ weight, dweight +=
+// dout^T @ inp; either may be null) with dout rounded to bf16 once for both:
+// the same results as two gemm_bf16 calls, one pass over dout less (for the
+// LM head, dout is the (N, V) dlogits).
+void linear_backward_bf16(float* dinp,          // (N, C) overwrite
+                          float* dweight,       // (OC, C) accumulate
+                          const float* dout,    // (N, OC)
+                          const float* inp,     // (N, C)
+                          const float* weight,  // (OC, C)
+                          int64_t N, int64_t C, int64_t OC);
+
 }  // namespace lattice::cpu
