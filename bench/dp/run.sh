@@ -7,8 +7,9 @@
 #   dp2_bucket4    2 ranks x 1 thread, dp 2, micro_batch 4, parallel.dp_bucket_mb=4
 #   dp2_bucket25   the same with the default 25 MiB buckets
 #   dp2_nobucket   the same with dp_bucket_mb=0: one all-reduce after backward (no overlap)
-#   dp2_bucket4_noprogress  dp2_bucket4 without the MPI progress thread (LATTICE_MPI_PROGRESS_US=0):
-#                  the open buckets then advance only inside this rank's own MPI calls
+#   dp2_bucket4_noprogress  dp2_bucket4 without the MPI progress thread (LATTICE_MPI_PROGRESS_US=0,
+#                  the default): the open buckets advance only inside this rank's own MPI calls.
+#                  The two runs above it run the thread every 50 us (LATTICE_MPI_PROGRESS_US=50).
 # Each run trains STEPS steps; the table has medians over steps > SKIP of tokens_per_s,
 # step_ms and grad_sync_ms (metrics.jsonl: the slowest rank's time from the end of its
 # schedule until its gradients were summed over dp — the exposed, not overlapped, part).
@@ -77,8 +78,8 @@ run() {  # run [--env VAR=VALUE] NAME RANKS THREADS OVERRIDES...
 }
 
 run single_t2 1 2
-run dp2_bucket4 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=4
-run dp2_bucket25 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=25
+run --env LATTICE_MPI_PROGRESS_US=50 dp2_bucket4 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=4
+run --env LATTICE_MPI_PROGRESS_US=50 dp2_bucket25 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=25
 run dp2_nobucket 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=0
 run --env LATTICE_MPI_PROGRESS_US=0 dp2_bucket4_noprogress 2 1 parallel.dp=2 train.micro_batch=4 \
     parallel.dp_bucket_mb=4

@@ -9,9 +9,10 @@
 // of each model chunk, the model reports each layer whose gradients are final
 // (LanguageModel::on_grads_ready) and layer_ready() starts every bucket that
 // layer completes as a non-blocking all-reduce. MPI progresses only inside MPI
-// calls, so while any bucket is open a comm::MpiProgress thread drives MPI's
-// progress engine (when the dp group needs it and MPI runs with
-// THREAD_MULTIPLE), and layer_ready() also tests the open buckets. finish()
+// calls, so layer_ready() tests the open buckets, and while any bucket is
+// open a comm::MpiProgress thread can drive MPI's progress engine (opt-in:
+// LATTICE_MPI_PROGRESS_US; only when the dp group needs it and MPI runs with
+// THREAD_MULTIPLE). finish()
 // starts whatever is left (nothing, when every layer reported), waits, and
 // stops the thread.
 //

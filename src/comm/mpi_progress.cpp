@@ -30,7 +30,7 @@ MpiProgress::~MpiProgress() {
 
 std::chrono::microseconds mpi_progress_interval() {
   const char* s = std::getenv("LATTICE_MPI_PROGRESS_US");
-  return std::chrono::microseconds(s && *s ? std::atol(s) : 50);
+  return std::chrono::microseconds(s && *s ? std::atol(s) : 0);
 }
 
 }  // namespace lattice::comm

@@ -34,8 +34,11 @@ class MpiProgress {
   std::thread thread_;
 };
 
-// The interval of the progress thread: $LATTICE_MPI_PROGRESS_US microseconds
-// (default 50); 0 turns the thread off.
+// The interval of the progress thread: $LATTICE_MPI_PROGRESS_US microseconds;
+// 0, the default, turns the thread off. On the 2-core development machine
+// (2 ranks x 1 thread, bench/dp) the thread at 50 us left the exposed dp sync
+// where the per-layer polling already had it (2-6% of the step) and cost
+// 5-10% of throughput, so it is opt-in (BENCHMARKS.md, bench/dp).
 std::chrono::microseconds mpi_progress_interval();
 
 }  // namespace lattice::comm
