@@ -25,10 +25,10 @@ struct Trace {
   std::vector<double> loss, norm;
 };
 
-Trace run_steps(const Config& cfg, mesh::ProcessGroupMesh& mesh, std::optional<Device> device,
-                Device* placed = nullptr) {
-  HybridParallelPlugin plugin(cfg, mesh, device);
-  if (placed) *placed = plugin.device();
+Trace run_steps(const Config& cfg, mesh::ProcessGroupMesh& mesh, std::optional<RankPlacement> placement,
+                RankPlacement* placed = nullptr) {
+  HybridParallelPlugin plugin(cfg, mesh, placement);
+  if (placed) *placed = plugin.placement();
   const optim::LrSchedule schedule = lr_schedule(cfg);
   Trace t;
   for (int64_t step = 1; step <= cfg.train.steps; ++step) {
@@ -48,8 +48,8 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, d
   set_num_threads(cfg.runtime.threads);
   const Layout layout = resolve_layout(cfg, mpi.world_size());  // the layout must fit the job
   auto mesh = create_job_mesh(cfg, comm::Group(comm::make_world_communicator(cfg.runtime.comm_timeout_s)));
-  Device device;
-  Trace got = run_steps(cfg, mesh, std::nullopt, &device);
+  RankPlacement placement;
+  Trace got = run_steps(cfg, mesh, std::nullopt, &placement);
 
   Config ref_cfg = cfg;
   ref_cfg.parallel.tp = ref_cfg.parallel.pp = ref_cfg.parallel.dp = 1;
@@ -60,7 +60,7 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, d
   ref_cfg.parallel.recompute_layers_per_stage = {};
   ref_cfg.parallel.zero = 0;
   auto ref_mesh = create_job_mesh(ref_cfg, comm::self_group("world"));
-  Trace ref = run_steps(ref_cfg, ref_mesh, device);  // on this rank's own device
+  Trace ref = run_steps(ref_cfg, ref_mesh, placement);  // on this rank's own device
 
   double worst = 0;
   std::string table = fmt::format("{:>5}  {:>14}  {:>14}  {:>9}  {:>12}  {:>12}  {:>9}\n", "step", "loss (1 rank)",

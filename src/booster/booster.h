@@ -33,8 +33,8 @@ optim::LrSchedule lr_schedule(const Config& cfg);
 mesh::ProcessGroupMesh create_job_mesh(const Config& cfg, comm::Group world);
 
 struct TrainSummary {
-  int64_t steps_done = 0;  // the last step completed (the resumed step when none ran)
-  bool stopped = false;    // ended early by a stop request (SIGUSR1 / SIGTERM)
+  int64_t steps_done = 0;       // the last step completed (the resumed step when none ran)
+  bool stopped = false;         // ended early by a stop request (SIGUSR1 / SIGTERM)
   std::string last_checkpoint;  // the step directory written last ("" if none)
   double final_loss = 0;
   double last_val_loss = -1;  // -1: never evaluated

@@ -21,8 +21,8 @@ NodeLocal node_local_rank(const std::vector<std::string>& hosts, int world_rank)
   return n;
 }
 
-Device place_rank(const Config& cfg, mesh::ProcessGroupMesh& mesh) {
-  if (cfg.runtime.device == DeviceType::cpu) return Device::cpu();
+RankPlacement place_rank(const Config& cfg, mesh::ProcessGroupMesh& mesh) {
+  if (cfg.runtime.device == DeviceType::cpu) return {};
   const std::vector<std::string> hosts = comm::all_gather_strings(mesh.world(), host_name());
   const NodeLocal local = node_local_rank(hosts, mesh.world().rank());
   std::string why;
@@ -34,7 +34,7 @@ Device place_rank(const Config& cfg, mesh::ProcessGroupMesh& mesh) {
                                       .host = host_name(),
                                       .why_none = why};
   try {
-    return Device::cuda(comm::choose_cuda_device(in));
+    return {Device::cuda(comm::choose_cuda_device(in)), local};
   } catch (const ConfigError&) {
     throw;
   } catch (const Error& e) {
@@ -42,10 +42,10 @@ Device place_rank(const Config& cfg, mesh::ProcessGroupMesh& mesh) {
   }
 }
 
-DeviceGroups::DeviceGroups(mesh::ProcessGroupMesh& mesh, Device device, double timeout_s)
-    : mesh_(mesh), device_(device) {
-  if (device.is_cpu()) return;
-  const NodeLocal local = node_local_rank(comm::all_gather_strings(mesh.world(), host_name()), mesh.world().rank());
+DeviceGroups::DeviceGroups(mesh::ProcessGroupMesh& mesh, const RankPlacement& placement, double timeout_s)
+    : mesh_(mesh), device_(placement.device) {
+  if (device_.is_cpu()) return;
+  const NodeLocal& local = placement.local;
   auto nccl_over = [&](comm::Group& g) {
     return comm::Group(comm::make_nccl_communicator(g.comm(), local.rank, local.size, timeout_s));
   };

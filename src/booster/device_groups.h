@@ -33,15 +33,24 @@ struct NodeLocal {
 // This rank's place on its host, from every world rank's host name.
 NodeLocal node_local_rank(const std::vector<std::string>& hosts, int world_rank);
 
-// The device runtime.device asks for, placed for this rank (collective over
-// the mesh's world: gathers the host names). Throws ConfigError (one line)
-// when cuda is asked for and this rank has no device.
-Device place_rank(const Config& cfg, mesh::ProcessGroupMesh& mesh);
+// Where a rank runs: its device, and its place on its host, from which the
+// NCCL communicators choose the same device.
+struct RankPlacement {
+  Device device = Device::cpu();
+  NodeLocal local;
+};
+
+// The device runtime.device asks for, placed for this rank (on cuda
+// collective over the mesh's world: gathers the host names). Throws
+// ConfigError (one line) when cuda is asked for and this rank has no device.
+RankPlacement place_rank(const Config& cfg, mesh::ProcessGroupMesh& mesh);
 
 class DeviceGroups {
  public:
-  // Collective over the mesh (on cuda every rank builds its NCCL groups in the same order).
-  DeviceGroups(mesh::ProcessGroupMesh& mesh, Device device, double timeout_s);
+  // Collective over the mesh (on cuda every rank builds its NCCL groups in the
+  // same order). The placement may come from another mesh (verify-layout's
+  // one-rank reference runs on the job's placement).
+  DeviceGroups(mesh::ProcessGroupMesh& mesh, const RankPlacement& placement, double timeout_s);
 
   Device device() const { return device_; }
   comm::Group& tp() { return pick(tp_, mesh_.tp()); }

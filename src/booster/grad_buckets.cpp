@@ -41,14 +41,12 @@ void GradBuckets::begin_step() {
     b.started = false;
   }
   started_early_ = 0;
-  progress_ran_ = false;
   reported_.clear();
 }
 
 void GradBuckets::start(Bucket& b) {
   if (!progress_ && dp_.comm().progresses_in_calls()) {
     progress_ = std::make_unique<comm::MpiProgress>(comm::mpi_progress_interval());
-    progress_ran_ = progress_->active();
   }
   Tensor view = params_.grads().view(b.begin, {b.end - b.begin});
   b.work = dp_.all_reduce(view);

@@ -48,8 +48,7 @@ class GradBuckets {
     bool started = false;
   };
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  int64_t started_early() const { return started_early_; }    // buckets of the last step started before finish()
-  bool progress_thread_ran() const { return progress_ran_; }  // in the last step
+  int64_t started_early() const { return started_early_; }  // buckets of the last step started before finish()
 
  private:
   void start(Bucket& b);
@@ -62,7 +61,6 @@ class GradBuckets {
   std::vector<int> reported_;                      // layers reported this step
   int64_t started_early_ = 0;
   std::unique_ptr<comm::MpiProgress> progress_;  // while buckets are open, when dp_ needs it
-  bool progress_ran_ = false;
 };
 
 }  // namespace lattice

@@ -75,16 +75,16 @@ double all_reduce_scalar(comm::Group& g, double v, comm::ReduceOp op) {
 }  // namespace
 
 HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroupMesh& mesh,
-                                           std::optional<Device> device)
+                                           std::optional<RankPlacement> placement)
     : cfg_(cfg), mesh_(mesh), layout_(resolve_layout(cfg, mesh.world_size())) {
   LATTICE_CHECK(layout_.tp == mesh.size(mesh::Axis::tp) && layout_.pp == mesh.size(mesh::Axis::pp) &&
                     layout_.dp == mesh.size(mesh::Axis::dp),
                 "plugin: config layout (tp {}, pp {}, dp {}) differs from the mesh's", layout_.tp, layout_.pp,
                 layout_.dp);
   refuse_unsupported(cfg, layout_);
-  device_ = device ? *device : place_rank(cfg, mesh);
-  set_matmul_precision(cfg, device_);
-  groups_ = std::make_unique<DeviceGroups>(mesh, device_, cfg.runtime.comm_timeout_s);
+  placement_ = placement ? *placement : place_rank(cfg, mesh);
+  set_matmul_precision(cfg, placement_.device);
+  groups_ = std::make_unique<DeviceGroups>(mesh, placement_, cfg.runtime.comm_timeout_s);
   const int stage = mesh.this_coord().pp;
   stages_ = std::make_unique<pipeline::PipelineStageManager>(pipeline::make_stage_layout(stage_config_of(cfg, layout_)),
                                                              stage, mesh.pp().world_ranks());
@@ -96,7 +96,7 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
   TpShard shard{.rank = tp.rank(), .size = tp.size(), .vocab_multiple = cfg.model.vocab_multiple};
   const int64_t pad = cfg.parallel.zero == 1 ? layout_.dp : 1;  // ZeRO-1 splits the buffers into dp equal shards
   params_ = FlatParams(select_stage_params(model_param_specs(cfg.model), spans_, cfg.model.n_layer), DType::f32,
-                       device_, shard, pad);
+                       placement_.device, shard, pad);
   params_.init(cfg.runtime.seed);
   for (const StageSpan& span : spans_) chunks_.push_back(build_model(cfg.model, params_, tp, span));
   const int64_t T = cfg.train.seq_len, B = cfg.train.micro_batch;
@@ -127,12 +127,13 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
   if (!cfg.data.val.empty()) val_ = dataset(cfg.data.val, "data.val");
   inputs_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
   targets_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
-  device_inputs_ = device_.is_cpu() ? inputs_ : Tensor::empty(inputs_.shape(), DType::i32, device_);
-  device_targets_ = device_.is_cpu() ? targets_ : Tensor::empty(targets_.shape(), DType::i32, device_);
+  device_inputs_ = placement_.device.is_cpu() ? inputs_ : Tensor::empty(inputs_.shape(), DType::i32, placement_.device);
+  device_targets_ =
+      placement_.device.is_cpu() ? targets_ : Tensor::empty(targets_.shape(), DType::i32, placement_.device);
 }
 
 void HybridParallelPlugin::batch_to_device() {
-  if (device_.is_cpu()) return;  // the same tensors
+  if (placement_.device.is_cpu()) return;  // the same tensors
   device_inputs_.copy_from(inputs_);
   device_targets_.copy_from(targets_);
 }
@@ -170,7 +171,7 @@ double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoor
   double loss = 0;
   pipeline::StageCallbacks cb;
   cb.activation_shape = {B, cfg_.train.seq_len, cfg_.model.d_model};
-  cb.device = device_;
+  cb.device = placement_.device;
   cb.forward = [&](int v, int mb, const Tensor& in, Tensor& out) {
     StepCoords c = base;
     c.sample0 = first_sample + mb * B;
@@ -285,7 +286,7 @@ double HybridParallelPlugin::evaluate(int64_t batches) {
   return valid > 0 ? loss / valid : 0.0;
 }
 
-int64_t HybridParallelPlugin::local_peak_mem_bytes() const { return memory_stats(device_).peak_bytes; }
+int64_t HybridParallelPlugin::local_peak_mem_bytes() const { return memory_stats(placement_.device).peak_bytes; }
 
 void HybridParallelPlugin::write_trace(const std::string& path) const {
   pipeline::write_chrome_trace(path, trace_, mesh_.this_rank());

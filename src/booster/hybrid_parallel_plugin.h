@@ -41,10 +41,11 @@ namespace lattice {
 
 class HybridParallelPlugin final : public Plugin {
  public:
-  // device: where this rank's tensors live; unset: runtime.device placed by
+  // placement: where this rank's tensors live; unset: runtime.device placed by
   // place_rank (booster/device_groups.h). verify-layout passes the job's
   // placement to its one-rank reference.
-  HybridParallelPlugin(const Config& cfg, mesh::ProcessGroupMesh& mesh, std::optional<Device> device = std::nullopt);
+  HybridParallelPlugin(const Config& cfg, mesh::ProcessGroupMesh& mesh,
+                       std::optional<RankPlacement> placement = std::nullopt);
 
   std::string describe() const override;
   std::string stage_map() const override;
@@ -60,7 +61,8 @@ class HybridParallelPlugin final : public Plugin {
   void save_checkpoint(const std::string& step_dir, int64_t step, int64_t skipped) override;
   TrainerState load_checkpoint(const std::string& step_dir) override;
 
-  Device device() const override { return device_; }  // placed by booster/device_groups.h
+  Device device() const override { return placement_.device; }
+  const RankPlacement& placement() const { return placement_; }
   FlatParams& params() { return params_; }
   const pipeline::PipelineStageManager& stages() const { return *stages_; }
   const GradBuckets* grad_buckets() const { return buckets_.get(); }  // null: no bucketed dp all-reduce
@@ -78,7 +80,7 @@ class HybridParallelPlugin final : public Plugin {
   Config cfg_;
   mesh::ProcessGroupMesh& mesh_;
   Layout layout_;
-  Device device_;
+  RankPlacement placement_;               // this rank's device (booster/device_groups.h)
   std::unique_ptr<DeviceGroups> groups_;  // device tensors' tp, pp, dp and tie groups
   std::unique_ptr<pipeline::PipelineStageManager> stages_;
   std::unique_ptr<pipeline::P2P> p2p_;

@@ -33,8 +33,7 @@ std::string MetricsWriter::train_json(const TrainRecord& r) {
       "{{\"step\": {}, \"loss\": {}, \"lr\": {}, \"grad_norm\": {}, \"tokens\": {}, \"tokens_per_s\": {}, "
       "\"step_ms\": {}, \"mfu\": {}, \"peak_mem_bytes\": {}, \"skipped\": {}, \"grad_sync_ms\": {}{}}}",
       r.step, num(r.loss), num(r.lr), num(r.grad_norm), r.tokens, num(r.tokens_per_s, "{:.6g}"),
-      num(r.step_ms, "{:.6g}"), num(r.mfu, "{:.6g}"), r.peak_mem_bytes, r.skipped, num(r.grad_sync_ms, "{:.4g}"),
-      pipe);
+      num(r.step_ms, "{:.6g}"), num(r.mfu, "{:.6g}"), r.peak_mem_bytes, r.skipped, num(r.grad_sync_ms, "{:.4g}"), pipe);
 }
 
 std::string MetricsWriter::eval_json(int64_t step, double val_loss) {
@@ -42,8 +41,7 @@ std::string MetricsWriter::eval_json(int64_t step, double val_loss) {
 }
 
 void MetricsWriter::write_line(const std::string& line) {
-  LATTICE_CHECK(std::fputs((line + "\n").c_str(), f_) >= 0 && std::fflush(f_) == 0, "write to '{}' failed",
-                path_);
+  LATTICE_CHECK(std::fputs((line + "\n").c_str(), f_) >= 0 && std::fflush(f_) == 0, "write to '{}' failed", path_);
 }
 
 void MetricsWriter::log_train(const TrainRecord& r) { write_line(train_json(r)); }
@@ -58,21 +56,24 @@ std::string format_duration(double s) {
 }
 
 std::vector<std::pair<std::string, float>> tensorboard_scalars(const TrainRecord& r) {
-  std::vector<std::pair<std::string, float>> v = {
-      {"train/loss", float(r.loss)},          {"train/lr", float(r.lr)},
-      {"train/grad_norm", float(r.grad_norm)}, {"train/tokens", float(r.tokens)},
-      {"train/skipped", float(r.skipped)},     {"perf/tokens_per_s", float(r.tokens_per_s)},
-      {"perf/step_ms", float(r.step_ms)},      {"perf/mfu", float(r.mfu)},
-      {"perf/peak_mem_bytes", float(r.peak_mem_bytes)}, {"perf/grad_sync_ms", float(r.grad_sync_ms)}};
+  std::vector<std::pair<std::string, float>> v = {{"train/loss", float(r.loss)},
+                                                  {"train/lr", float(r.lr)},
+                                                  {"train/grad_norm", float(r.grad_norm)},
+                                                  {"train/tokens", float(r.tokens)},
+                                                  {"train/skipped", float(r.skipped)},
+                                                  {"perf/tokens_per_s", float(r.tokens_per_s)},
+                                                  {"perf/step_ms", float(r.step_ms)},
+                                                  {"perf/mfu", float(r.mfu)},
+                                                  {"perf/peak_mem_bytes", float(r.peak_mem_bytes)},
+                                                  {"perf/grad_sync_ms", float(r.grad_sync_ms)}};
   if (r.bubble >= 0) v.emplace_back("perf/bubble", float(r.bubble));
   if (r.bubble_theory >= 0) v.emplace_back("perf/bubble_theory", float(r.bubble_theory));
   return v;
 }
 
 std::string progress_line(const TrainRecord& r, int64_t total_steps, double eta_s) {
-  return fmt::format("step {}/{} | loss {:.6f} | lr {:.3e} | norm {:.3f} | {:.0f} tok/s | {:.1f} ms | ETA {}",
-                     r.step, total_steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.step_ms,
-                     format_duration(eta_s));
+  return fmt::format("step {}/{} | loss {:.6f} | lr {:.3e} | norm {:.3f} | {:.0f} tok/s | {:.1f} ms | ETA {}", r.step,
+                     total_steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.step_ms, format_duration(eta_s));
 }
 
 }  // namespace lattice

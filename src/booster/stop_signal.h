@@ -10,7 +10,7 @@ namespace lattice {
 
 void install_stop_signal_handlers();  // SIGUSR1 and SIGTERM; the app calls it after MPI_Init
 bool stop_requested();
-int stop_signal();   // the signal number that asked (0: none)
+int stop_signal();                  // the signal number that asked (0: none)
 void request_stop(int signal = 0);  // what the handler does (tests call it directly)
 void clear_stop_request();
 

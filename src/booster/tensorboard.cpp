@@ -42,9 +42,7 @@ void put_bytes(std::string& out, int field, std::string_view s) {
   out.append(s);
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 

@@ -19,6 +19,7 @@
 #include <cstdlib>
 
 #include "booster/device_groups.h"
+#include "comm/device_placement.h"
 #include "comm/gather_strings.h"
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
@@ -34,14 +35,20 @@ namespace {
 // answer on every rank: the first rank's reason that has one).
 std::string why_not_every_rank_has_a_gpu(comm::Group& world) {
   std::string why;
-  int count = cuda_available(&why) ? cuda_backend().device_count(&why) : 0;
+  const int count = cuda_available(&why) ? cuda_backend().device_count(&why) : 0;
   const NodeLocal local = node_local_rank(comm::all_gather_strings(world, host_name()), world.rank());
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (count > 0 && count < local.size && !(count == 1 && visible))
-    why = fmt::format("{} ranks on host {} but {} GPU(s)", local.size, host_name(), count);
-  else if (count > 0)
-    why.clear();
-  for (const std::string& w : comm::all_gather_strings(world, why))
+  std::string mine;  // the placement rules' own refusal (comm/device_placement.h), if any
+  try {
+    comm::choose_cuda_device({.local_rank = local.rank,
+                              .local_size = local.size,
+                              .device_count = count,
+                              .cuda_visible_devices = std::getenv("CUDA_VISIBLE_DEVICES"),
+                              .host = host_name(),
+                              .why_none = why});
+  } catch (const Error& e) {
+    mine = e.what();
+  }
+  for (const std::string& w : comm::all_gather_strings(world, mine))
     if (!w.empty()) return w;
   return "";
 }

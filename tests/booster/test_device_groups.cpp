@@ -1,4 +1,4 @@
-// Placement of a rank on its device (booster/device_groups.h): the node-local
+// RankPlacement of a rank on its device (booster/device_groups.h): the node-local
 // numbering from host names, the CPU path (the mesh's own groups, no
 // collective), and the one-line refusal of runtime.device: cuda on a host
 // without a GPU. The GPU path itself runs in test_cuda_training.
@@ -40,9 +40,9 @@ TEST(NodeLocalRank, NumbersTheRanksOfEachHostInWorldOrder) {
 
 TEST(DeviceGroups, OnTheCpuTensorsUseTheMeshGroups) {
   auto mesh = mesh::ProcessGroupMesh::create(comm::self_group("world"), {1, 1, 1});
-  const Device d = place_rank(config("cpu"), mesh);
-  EXPECT_TRUE(d.is_cpu());
-  DeviceGroups g(mesh, d, 10);
+  const RankPlacement p = place_rank(config("cpu"), mesh);
+  EXPECT_TRUE(p.device.is_cpu());
+  DeviceGroups g(mesh, p, 10);
   EXPECT_EQ(&g.tp(), &mesh.tp());
   EXPECT_EQ(&g.pp(), &mesh.pp());
   EXPECT_EQ(&g.dp(), &mesh.dp());
