@@ -56,7 +56,7 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
   const optim::LrSchedule schedule = lr_schedule(cfg_);
   const int64_t last = cfg_.train.stop_at_step > 0 ? cfg_.train.stop_at_step : cfg_.train.steps;
   double peak = cfg_.runtime.peak_flops;
-  if (peak <= 0 && resumed.step < last && plugin_->device().is_cuda()) {
+  if (peak <= 0 && resumed.step < last && plugin_->device().is_cuda()) {  // the GPU's datasheet peak
     const std::string gpu = cuda_backend().device_name(plugin_->device().index);
     peak = gpu_bf16_dense_peak_flops(gpu);
     if (peak <= 0)
@@ -67,7 +67,7 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
     if (metrics)
       print_(fmt::format("peak: {:.0f} TFLOP/s per rank ({}, dense bf16 datasheet); mfu is relative to it", peak / 1e12,
                          gpu));
-  } else if (peak <= 0 && resumed.step < last) {
+  } else if (peak <= 0 && resumed.step < last) {  // the CPU: measured
     peak = measure_sgemm_flops();
     if (metrics)
       print_(fmt::format("peak: {:.1f} GFLOP/s per rank measured ({} 1024^3); mfu is relative to it", peak / 1e9,

@@ -2,9 +2,12 @@
 
 #include <mpi.h>
 
+#include <charconv>
 #include <cstdlib>
+#include <cstring>
 
 #include "comm/mpi_runtime.h"
+#include "core/error.h"
 
 namespace lattice::comm {
 
@@ -30,7 +33,15 @@ MpiProgress::~MpiProgress() {
 
 std::chrono::microseconds mpi_progress_interval() {
   const char* s = std::getenv("LATTICE_MPI_PROGRESS_US");
-  return std::chrono::microseconds(s && *s ? std::atol(s) : 0);
+  if (!s || !*s) return std::chrono::microseconds(0);
+  long us = 0;
+  const char* end = s + std::strlen(s);
+  auto [p, ec] = std::from_chars(s, end, us);
+  LATTICE_CHECK(ec == std::errc() && p == end && us >= 0,
+                "LATTICE_MPI_PROGRESS_US: '{}' is not a whole number of microseconds >= 0; unset it (no progress "
+                "thread) or set e.g. 50",
+                s);
+  return std::chrono::microseconds(us);
 }
 
 }  // namespace lattice::comm

@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdlib>
 
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_progress.h"
@@ -58,4 +59,23 @@ TEST(MpiProgress, ZeroIntervalStartsNoThread) {
   comm::MpiProgress off(std::chrono::microseconds(0));
   EXPECT_FALSE(off.active());
   EXPECT_EQ(off.polls(), 0);
+}
+
+TEST(MpiProgress, IntervalFromTheEnvironmentOrOneLine) {
+  unsetenv("LATTICE_MPI_PROGRESS_US");
+  EXPECT_EQ(comm::mpi_progress_interval().count(), 0);  // off by default
+  setenv("LATTICE_MPI_PROGRESS_US", "50", 1);
+  EXPECT_EQ(comm::mpi_progress_interval().count(), 50);
+  for (const char* bad : {"fast", "50us", "-5"}) {
+    setenv("LATTICE_MPI_PROGRESS_US", bad, 1);
+    try {
+      comm::mpi_progress_interval();
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("LATTICE_MPI_PROGRESS_US: '" + std::string(bad) + "'"), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  }
+  unsetenv("LATTICE_MPI_PROGRESS_US");
 }
