@@ -9,12 +9,17 @@
 #   pp:     single_m8  1 rank x 2 threads, micro_batch 1 x 8 microbatches (gradient accumulation)
 #           pp2_1f1b, pp2_interleaved (virtual_stages 2), pp2_1f1b_balanced (layers_per_stage
 #           balanced): 2 ranks x 1 thread, micro_batch 1 x 8 microbatches    (issue 4)
+#   pp-deep: single_m8_l16 and pp2_1f1b_balanced_l16: the same with model.n_layer=16. `balanced`
+#           moves whole layers, so with 4 layers the stages cannot be evened out (the LM head
+#           weighs about 2.5 layers); 16 layers split [9, 7 + head] (issue 10: bubble target).
 # Each run trains STEPS steps; medians of tokens_per_s / step_ms (and bubble) are taken over the
-# steps after the first SKIP. peak_mem_bytes in metrics.jsonl is the allocator peak of the
+# steps after the first SKIP. The whole suite runs RUNS times, interleaved (every case once, then
+# again); the tables give the median over the runs, with their range, and each ratio is taken
+# within one run before the median. peak_mem_bytes in metrics.jsonl is the allocator peak of the
 # largest rank; the per-rank peak RSS comes from the wrapper (scaling.py wrap).
 #
 # Usage: bench/scaling/run.sh [--coretype default|SkylakeX|both] [--out DIR]
-# Environment: LATTICE (binary, default build/bin/lattice), STEPS (15), SKIP (3),
+# Environment: LATTICE (binary, default build/bin/lattice), RUNS (5), STEPS (10), SKIP (2),
 #   LOAD_MAX (1.5), MAX_WAIT_S (600: how long, in all, to wait for the 1-minute load to drop
 #   below LOAD_MAX before a suite; after that it runs anyway and the tables say how busy it was).
 # Runs as root need OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (set here).
@@ -24,8 +29,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 helper="$here/scaling.py"
 lattice="${LATTICE:-$repo/build/bin/lattice}"
-steps="${STEPS:-15}"
-skip="${SKIP:-3}"
+runs="${RUNS:-5}"
+steps="${STEPS:-10}"
+skip="${SKIP:-2}"
 load_max="${LOAD_MAX:-1.5}"
 max_wait="${MAX_WAIT_S:-600}"
 coretype="default"
@@ -42,6 +48,7 @@ done
 case "$coretype" in default|SkylakeX|both) ;; *) echo "run.sh: --coretype default|SkylakeX|both" >&2; exit 2 ;; esac
 [[ -x "$lattice" ]] || { echo "run.sh: no lattice binary at $lattice (set LATTICE=...)" >&2; exit 2; }
 (( skip < steps )) || { echo "run.sh: SKIP ($skip) must be below STEPS ($steps)" >&2; exit 2; }
+(( runs >= 1 )) || { echo "run.sh: RUNS ($runs) must be at least 1" >&2; exit 2; }
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work="${out:-$(mktemp -d /tmp/lattice-scaling.XXXXXX)}"
@@ -88,10 +95,11 @@ EOF
 }
 
 # run_case SUITE NAME GROUP BASELINE TARGET RANKS THREADS LAYOUT BATCH -- OVERRIDES...
+# (the repetition is $rep, set by run_suite)
 run_case() {
   local suite="$1" name="$2" group="$3" baseline="$4" target="$5" ranks="$6" threads="$7" layout="$8" batch="$9"
   shift 10
-  local dir="$work/$suite/runs/$name" prefix="$work/$suite/proc/$name" log="$work/$suite/logs/$name.log"
+  local dir="$work/$suite/runs/$name.r$rep" prefix="$work/$suite/proc/$name.r$rep" log="$work/$suite/logs/$name.r$rep.log"
   mkdir -p "$work/$suite/runs" "$work/$suite/proc" "$work/$suite/logs"
   local -a env_x=(-x OMP_NUM_THREADS=1)
   [[ -n "${OPENBLAS_CORETYPE:-}" ]] && env_x+=(-x OPENBLAS_CORETYPE)
@@ -111,34 +119,41 @@ run_case() {
   stages="$(sed -n 's/^  \(stage [0-9]*: .*\)$/\1/p' "$log" | paste -sd';' - | sed 's/;/; /g')"
   sgemm="$(sed -n 's/^peak: \([0-9.]*\) GFLOP\/s.*/\1/p' "$log" | head -1)"
   [[ -n "$stages" ]] && layout="$layout ($stages)"
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$group" "$baseline" "$target" \
-      "$ranks" "$threads" "$layout" "$batch" "$dir" "$prefix" "$wall" "$l0" "$l1" "$s0" "$s1" "${sgemm:-?}" \
-      >> "$work/$suite/manifest.tsv"
-  echo "  $name: ${wall}s, rc $rc, load $l0 -> $l1"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$group" "$baseline" \
+      "$target" "$ranks" "$threads" "$layout" "$batch" "$dir" "$prefix" "$wall" "$l0" "$l1" "$s0" "$s1" "${sgemm:-?}" \
+      "$rep" >> "$work/$suite/manifest.tsv"
+  echo "  $name (run $rep): ${wall}s, rc $rc, load $l0 -> $l1"
   (( rc == 0 )) || { echo "  $name failed; last lines of $log:"; tail -5 "$log" | sed 's/^/    /'; }
 }
 
 run_suite() {
   local suite="$1"
   echo
-  echo "## suite '$suite': OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>} ($steps steps, medians over steps > $skip)"
+  echo "## suite '$suite': OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>} ($runs runs of $steps steps, medians over steps > $skip)"
   echo "load at start: $(cat /proc/loadavg)"
   local mb1=(train.micro_batch=1 parallel.microbatches=8)
-  run_case "$suite" single_b8 tp-dp - - 1 2 "tp1 pp1 dp1" "8 × 1 × 1" --
-  run_case "$suite" single_b8_t1 tp-dp - - 1 1 "tp1 pp1 dp1" "8 × 1 × 1" --
-  run_case "$suite" tp2 tp-dp single_b8 "85% (tp)" 2 1 "tp2" "8 × 1 × 1" -- parallel.tp=2
-  run_case "$suite" dp2 tp-dp single_b8 "90% (dp)" 2 1 "dp2" "4 × 1 × 2" -- parallel.dp=2 train.micro_batch=4
-  run_case "$suite" single_m8 pp - - 1 2 "tp1 pp1 dp1" "1 × 8 × 1" -- "${mb1[@]}"
-  run_case "$suite" pp2_1f1b pp single_m8 "—" 2 1 "pp2 1f1b uniform" "1 × 8 × 1" -- \
-      parallel.pp=2 parallel.schedule=1f1b "${mb1[@]}"
-  run_case "$suite" pp2_interleaved pp single_m8 "—" 2 1 "pp2 interleaved v2 uniform" "1 × 8 × 1" -- \
-      parallel.pp=2 parallel.schedule=interleaved parallel.virtual_stages=2 "${mb1[@]}"
-  run_case "$suite" pp2_1f1b_balanced pp single_m8 "—" 2 1 "pp2 1f1b, balanced" "1 × 8 × 1" -- \
-      parallel.pp=2 parallel.schedule=1f1b parallel.layers_per_stage=balanced "${mb1[@]}"
+  local rep
+  for ((rep = 1; rep <= runs; ++rep)); do
+    run_case "$suite" single_b8 tp-dp - - 1 2 "tp1 pp1 dp1" "8 × 1 × 1" --
+    run_case "$suite" single_b8_t1 tp-dp - - 1 1 "tp1 pp1 dp1" "8 × 1 × 1" --
+    run_case "$suite" tp2 tp-dp single_b8 "85% (tp)" 2 1 "tp2" "8 × 1 × 1" -- parallel.tp=2
+    run_case "$suite" dp2 tp-dp single_b8 "90% (dp)" 2 1 "dp2" "4 × 1 × 2" -- parallel.dp=2 train.micro_batch=4
+    run_case "$suite" single_m8 pp - - 1 2 "tp1 pp1 dp1" "1 × 8 × 1" -- "${mb1[@]}"
+    run_case "$suite" pp2_1f1b pp single_m8 "—" 2 1 "pp2 1f1b uniform" "1 × 8 × 1" -- \
+        parallel.pp=2 parallel.schedule=1f1b "${mb1[@]}"
+    run_case "$suite" pp2_interleaved pp single_m8 "—" 2 1 "pp2 interleaved v2 uniform" "1 × 8 × 1" -- \
+        parallel.pp=2 parallel.schedule=interleaved parallel.virtual_stages=2 "${mb1[@]}"
+    run_case "$suite" pp2_1f1b_balanced pp single_m8 "—" 2 1 "pp2 1f1b, balanced" "1 × 8 × 1" -- \
+        parallel.pp=2 parallel.schedule=1f1b parallel.layers_per_stage=balanced "${mb1[@]}"
+    run_case "$suite" single_m8_l16 pp-deep - - 1 2 "tp1 pp1 dp1, 16 layers" "1 × 8 × 1" -- model.n_layer=16 "${mb1[@]}"
+    run_case "$suite" pp2_1f1b_balanced_l16 pp-deep single_m8_l16 "85% (pp), bubble ≤ theory + 0.05" 2 1 \
+        "pp2 1f1b, balanced, 16 layers" "1 × 8 × 1" -- model.n_layer=16 \
+        parallel.pp=2 parallel.schedule=1f1b parallel.layers_per_stage=balanced "${mb1[@]}"
+  done
   echo "load at end: $(cat /proc/loadavg)"
   local core
   core="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("blas_core","?"))' \
-      "$work/$suite/runs/single_b8/run_info.json" 2>/dev/null || echo '?')"
+      "$work/$suite/runs/single_b8.r1/run_info.json" 2>/dev/null || echo '?')"
   echo "OpenBLAS core chosen (run_info.json of single_b8): $core"
   echo "batch = micro_batch × microbatches × dp; ratio = tokens/s ÷ the 1-rank run named; other CPU use ="
   echo "busy CPU time of the whole machine minus this run's own, over the run's wall time (2 = both cores)."
