@@ -103,6 +103,7 @@ std::vector<Kernel> block_kernels(const Shapes& d) {
     return keep.back();
   };
   Tensor fch = t({N, F}, 6.0f, 1), fg = t({N, F}, 1.0f, 2), dfg = t({N, F}, 1.0f, 3), dfch = t({N, F}, 1.0f, 4);
+  Tensor sw_y = t({N, F / 2}, 1.0f, 25), sw_dy = t({N, F / 2}, 1.0f, 26);
   Tensor x = t({N, C}, 2.0f, 5), y = t({N, C}, 1.0f, 6), dy = t({N, C}, 1.0f, 7), dx = t({N, C}, 1.0f, 8);
   Tensor w = t({C}, 1.0f, 9), b = t({C}, 0.1f, 10), dw = t({C}, 0.0f, 11), db = t({C}, 0.0f, 12);
   Tensor mean = t({N}, 0.0f, 13), rstd = t({N}, 0.0f, 14);
@@ -114,6 +115,11 @@ std::vector<Kernel> block_kernels(const Shapes& d) {
   return {
       {"gelu fwd", nullptr, [=]() mutable { ops::gelu_forward(fg, fch); }},
       {"gelu bwd", nullptr, [=]() mutable { ops::gelu_backward(dfch, dfg, fch); }},
+      // BERT's exact GELU and LLaMA's SwiGLU at the same (N, F) (SwiGLU reads gate|up of (N, F)).
+      {"gelu_erf fwd", nullptr, [=]() mutable { ops::gelu_erf_forward(fg, fch); }},
+      {"gelu_erf bwd", nullptr, [=]() mutable { ops::gelu_erf_backward(dfch, dfg, fch); }},
+      {"swiglu fwd", nullptr, [=]() mutable { ops::swiglu_forward(sw_y, fch); }},
+      {"swiglu bwd", nullptr, [=]() mutable { ops::swiglu_backward(dfch, sw_dy, fch); }},
       {"layernorm fwd", nullptr, [=]() mutable { ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f); }},
       {"layernorm bwd", nullptr, [=]() mutable { ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd); }},
       {"residual add", nullptr, [=]() mutable { ops::add(y, x, dx); }},

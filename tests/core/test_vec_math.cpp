@@ -78,6 +78,41 @@ TEST(VecMath, TanhF32IsCloseToF64) {
   EXPECT_EQ(tanh_f32(-1e4f), -1.0f);
 }
 
+TEST(VecMath, SigmoidF32IsCloseToF64) {
+  for (int i = 0; i <= 400000; ++i) {
+    const float x = -40.0f + 80.0f * float(i) / 400000.0f;
+    const double want = 1.0 / (1.0 + std::exp(-double(x)));
+    ASSERT_NEAR(sigmoid_f32(x), want, 2e-7 * want + 1e-30) << "x = " << x;
+  }
+  EXPECT_EQ(sigmoid_f32(1e4f), 1.0f);
+  EXPECT_GE(sigmoid_f32(-1e4f), 0.0f);
+  EXPECT_LT(sigmoid_f32(-1e4f), 1e-37f);
+}
+
+// Relative accuracy of erfc over the range where it is a normal float, and of
+// Phi in both tails (GELU's x Phi(x) needs the left tail relative, the right
+// tail absolute).
+TEST(VecMath, ErfcAndNormalCdfF32AreCloseToF64) {
+  for (int i = 0; i <= 400000; ++i) {
+    const float z = 9.0f * float(i) / 400000.0f;
+    const double want = std::erfc(double(z));
+    ASSERT_NEAR(erfc_pos_f32(z), want, (z < 4.0f ? 2e-6 : 8e-6) * want) << "z = " << z;
+  }
+  EXPECT_EQ(erfc_pos_f32(0.0f), 1.0f);
+  EXPECT_EQ(erfc_pos_f32(20.0f), 0.0f);
+  for (int i = 0; i <= 400000; ++i) {
+    const float x = -12.0f + 24.0f * float(i) / 400000.0f;
+    const double want = 0.5 * std::erfc(-double(x) / std::sqrt(2.0));
+    ASSERT_NEAR(normal_cdf_f32(x), want, 2e-6 * want + 1e-7) << "x = " << x;
+    // Left tail, relative: rounding x / sqrt 2 to float alone moves e^(-x^2 / 2) by up to x^2 6e-8.
+    if (x < -1.0f) {
+      ASSERT_NEAR(normal_cdf_f32(x), want, (2e-6 + 1.5e-7 * double(x) * double(x)) * want) << "left tail, x = " << x;
+    }
+  }
+  EXPECT_EQ(normal_cdf_f32(20.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(normal_cdf_f32(NAN)));
+}
+
 // The one-pass blocked statistics against two passes in f64: a wide row as
 // the LM head's, one whose max grows block by block (every block rescales the
 // running sum), and rows with -inf blocks.

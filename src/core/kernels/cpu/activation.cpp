@@ -23,6 +23,19 @@ inline float gelu_grad_val(float x) {
   return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluK * (1.0f + 3.0f * kGeluC * x * x);
 }
 inline double gelu_grad_val(double x) { return math::gelu_grad(x); }
+
+// SwiGLU, the formulas of math::swiglu and math::swiglu_grad with the
+// vectorisable sigmoid for float.
+inline float swiglu_val(float gate, float up) { return gate * sigmoid_f32(gate) * up; }
+inline double swiglu_val(double gate, double up) { return math::swiglu(gate, up); }
+inline void swiglu_grad_val(float dy, float gate, float up, float& dgate, float& dup) {
+  const float s = sigmoid_f32(gate);
+  dgate = dy * up * (s * (1.0f + gate * (1.0f - s)));
+  dup = dy * gate * s;
+}
+inline void swiglu_grad_val(double dy, double gate, double up, double& dgate, double& dup) {
+  math::swiglu_grad(dy, gate, up, dgate, dup);
+}
 }  // namespace
 
 template <typename T>
@@ -44,7 +57,8 @@ void swiglu_forward(T* out, const T* inp, int64_t N, int64_t F) {
     const T* gate = inp + r * 2 * F;
     const T* up = gate + F;
     T* y = out + r * F;
-    for (int64_t f = 0; f < F; ++f) y[f] = math::swiglu(gate[f], up[f]);
+#pragma omp simd
+    for (int64_t f = 0; f < F; ++f) y[f] = swiglu_val(gate[f], up[f]);
   }
 }
 
@@ -57,7 +71,8 @@ void swiglu_backward(T* dinp, const T* dout, const T* inp, int64_t N, int64_t F)
     const T* dy = dout + r * F;
     T* dgate = dinp + r * 2 * F;
     T* dup = dgate + F;
-    for (int64_t f = 0; f < F; ++f) math::swiglu_grad(dy[f], gate[f], up[f], dgate[f], dup[f]);
+#pragma omp simd
+    for (int64_t f = 0; f < F; ++f) swiglu_grad_val(dy[f], gate[f], up[f], dgate[f], dup[f]);
   }
 }
 
