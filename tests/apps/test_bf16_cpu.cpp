@@ -2,15 +2,19 @@
 // trains the quick start's tiny config (configs/default.yaml without dropout,
 // one thread, on the license texts every Debian machine has) for 200 steps
 // next to fp32: the bf16 losses are not the fp32 ones (bf16 ran), the loss
-// falls as much, and the curve averaged over 20-step windows and the final
-// validation loss stay within 5% of fp32's; the run says it measured the bf16
-// matmul peak. The tight numerics are test_ops_matmul_bf16's (bit-exact on
-// bf16-exact inputs, fp32 accumulation of the rounded products).
+// falls as much, and the training loss curve stays within 1% of fp32's: the
+// mean over all 200 steps and every 20-step window after step 60. The tight
+// numerics are test_ops_matmul_bf16's (bit-exact on bf16-exact inputs, fp32
+// accumulation of the rounded products).
 //
-// Why 5% and not 1%: this tiny run is chaotic. Measured on an AMD EPYC (Zen 4):
-// fp32 on one thread and fp32 on two (another summation order in the matmuls)
-// end 4.6% apart in val_loss; bf16 against fp32 on one thread ended 0.77%
-// apart on one data order and 2-3% on another (BENCHMARKS.md).
+// Looser, 5%, where this tiny run is chaotic: the windows of the fast initial
+// drop (steps 1-60: a drop that comes one step later is several percent off
+// for a few steps) and the final validation loss. Measured on an AMD EPYC
+// (Zen 4): fp32 on one thread and fp32 on two (another summation order in the
+// matmuls) end 4.6% apart in val_loss; bf16 against fp32 on one thread was
+// within 0.44% in every window after step 60 and 3.5% in steps 21-40 on one
+// data order, 0.35% / 0.28% on this test's, with final val_loss 0.77% and
+// 1.49% apart (BENCHMARKS.md).
 // Skips, saying why, on CPUs without AVX512-BF16 or without oneDNN.
 #include <gtest/gtest.h>
 
@@ -81,20 +85,25 @@ TEST(Bf16OnCpu, TinyConfigTrainsLikeFp32) {
   for (size_t i = 0; i < a.loss.size(); ++i) differ += b.loss[i] != a.loss[i];
   EXPECT_GT(differ, 0) << "bf16 gave the fp32 losses exactly: the matmuls did not run in bf16";
   constexpr size_t kWindow = 20, kSettled = 60;
-  double worst_early = 0, worst_late = 0;
+  double worst_early = 0, worst_late = 0, all_a = 0, all_b = 0;
   for (size_t w = 0; w + kWindow <= a.loss.size(); w += kWindow) {
     double sa = 0, sb = 0;
     for (size_t i = w; i < w + kWindow; ++i) sa += a.loss[i], sb += b.loss[i];
+    all_a += sa, all_b += sb;
     const double rel = std::fabs(sb - sa) / sa;
     (w < kSettled ? worst_early : worst_late) = std::max(w < kSettled ? worst_early : worst_late, rel);
-    EXPECT_LT(rel, 0.05) << "steps " << w + 1 << "-" << w + kWindow;
+    EXPECT_LT(rel, w < kSettled ? 0.05 : 0.01) << "steps " << w + 1 << "-" << w + kWindow;
   }
+  const double mean_rel = std::fabs(all_b - all_a) / all_a;
+  EXPECT_LT(mean_rel, 0.01) << "mean training loss over the 200 steps";
   const double val_rel = std::fabs(b.val_loss.back() - a.val_loss.back()) / a.val_loss.back();
   EXPECT_LT(val_rel, 0.05) << "final val_loss: fp32 " << a.val_loss.back() << " bf16 " << b.val_loss.back();
   EXPECT_LT(a.loss.back(), 0.6 * a.loss.front());  // both trained
   EXPECT_LT(b.loss.back(), 0.6 * b.loss.front());
-  std::printf("[ bf16     ] 20-step windows: worst %.2f%% in steps 1-60, %.2f%% after; final val_loss %.2f%% off\n",
-              100 * worst_early, 100 * worst_late, 100 * val_rel);
+  std::printf(
+      "[ bf16     ] 20-step windows: worst %.2f%% in steps 1-60, %.2f%% after; mean over 200 steps %.2f%%; final "
+      "val_loss %.2f%% off\n",
+      100 * worst_early, 100 * worst_late, 100 * mean_rel, 100 * val_rel);
   fs::remove_all(dir);
 }
 
