@@ -73,6 +73,12 @@ class CudaBackend {
   // (core/cuda/lt_plan.h says when), f32 without TF32.
   virtual void linear_forward(int dev, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                               int64_t C, int64_t OC) = 0;
+  // pre (N, OC) = the linear above, act (N, OC) = gelu(pre) (tanh form): one
+  // cuBLASLt matmul with the GELU_AUX(_BIAS) epilogue where lt_plan.h allows it
+  // and a first-use probe found cuBLASLt's GELU to be this one, else the
+  // linear and the GELU kernel (and always so under bf16 matmuls).
+  virtual void linear_gelu_forward(int dev, float* act, float* pre, const float* inp, const float* weight,
+                                   const float* bias, int64_t N, int64_t C, int64_t OC) = 0;
   virtual void add_bias(int dev, float* out, const float* bias, int64_t rows, int64_t cols) = 0;
   virtual void bias_backward(int dev, float* dbias, const float* dout, int64_t rows, int64_t cols) = 0;  // +=
   virtual void gelu_forward(int dev, float* out, const float* inp, int64_t n) = 0;

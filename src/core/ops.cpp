@@ -71,6 +71,25 @@ void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const 
   });
 }
 
+void linear_gelu_forward(Tensor& act, Tensor& pre, const Tensor& inp, const Tensor& weight, const Tensor* bias) {
+  check_same("linear_gelu_forward", {&act, &pre});
+  LATTICE_CHECK(act.numel() == pre.numel(), "ops::linear_gelu_forward: act {} for pre {}", shape_str(act.shape()),
+                shape_str(pre.shape()));
+  if (cuda_f32(pre)) {
+    LinearDims d = linear_dims("linear_gelu_forward", pre, inp, weight);
+    check_same("linear_gelu_forward", {&pre, &inp, &weight});
+    if (bias) {
+      check_same("linear_gelu_forward", {&pre, bias});
+      LATTICE_CHECK(bias->numel() == d.OC, "ops::linear_gelu_forward: bias {} for OC = {}", shape_str(bias->shape()),
+                    d.OC);
+    }
+    return cuda_backend().linear_gelu_forward(pre.device().index, fp(act), fp(pre), fp(inp), fp(weight),
+                                              bias ? fp(*bias) : nullptr, d.N, d.C, d.OC);
+  }
+  linear_forward(pre, inp, weight, bias);
+  gelu_forward(act, pre);
+}
+
 void linear_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
                      const Tensor& weight) {
   check_same("linear_backward", {&dout, &inp, &weight});

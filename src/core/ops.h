@@ -29,6 +29,10 @@ void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_
 
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
 void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias);
+// pre (N, OC) = linear_forward(inp, weight, bias), act (N, OC) = gelu(pre)
+// (tanh form), for a layer whose backward needs pre: the same values as the
+// two calls, one fused cuBLASLt matmul on the GPU where it can be.
+void linear_gelu_forward(Tensor& act, Tensor& pre, const Tensor& inp, const Tensor& weight, const Tensor* bias);
 // dinp (N, C) = dout @ weight                 (overwrite; skipped when null)
 // dweight (OC, C) += dout^T @ inp             (skipped when null)
 // dbias (OC) += column sums of dout           (skipped when null)

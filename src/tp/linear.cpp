@@ -37,6 +37,15 @@ void ColumnParallelLinear::forward(Tensor& out, const Tensor& inp, const Tensor&
   gather_from_tp_region_forward(out, local, tp_, opts_.n_fused);
 }
 
+void ColumnParallelLinear::forward_gelu(Tensor& act, Tensor& pre, const Tensor& inp, const Tensor& weight,
+                                        const Tensor* bias) {
+  check_bias("ColumnParallelLinear", opts_.bias, bias);
+  LATTICE_CHECK(!opts_.gather_output, "ColumnParallelLinear::forward_gelu: the layer gathers its output");
+  Tensor x = inp;
+  copy_to_tp_region_forward(x, tp_);
+  ops::linear_gelu_forward(act, pre, x, weight, bias);
+}
+
 void ColumnParallelLinear::backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
                                     const Tensor& weight) {
   check_bias("ColumnParallelLinear", opts_.bias, dbias);

@@ -38,6 +38,10 @@ class ColumnParallelLinear {
   // out (N, OC/p), or (N, OC) with gather_output = inp (N, C) @ weight (OC/p, C)^T + bias (OC/p).
   // bias must be null exactly when !Options::bias.
   void forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias);
+  // forward into pre (N, OC/p), then act = gelu(pre) (tanh form), fused where
+  // the backend can (ops::linear_gelu_forward). Only without gather_output:
+  // the activation stays split, as the row layer after it takes it.
+  void forward_gelu(Tensor& act, Tensor& pre, const Tensor& inp, const Tensor& weight, const Tensor* bias);
   // dout like out. dinp (N, C) = all-reduce over tp of dout_local @ weight
   // (overwrite; skipped with its all-reduce when null); dweight (OC/p, C) +=;
   // dbias (OC/p) +=.

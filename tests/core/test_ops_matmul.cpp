@@ -18,8 +18,7 @@ Tensor naive_gemm(const Tensor& c0, const Tensor& a, const Tensor& b, bool ta, b
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       double s = 0;
-      for (int64_t k = 0; k < K; ++k)
-        s += (ta ? pa[k * M + i] : pa[i * K + k]) * (tb ? pb[j * K + k] : pb[k * N + j]);
+      for (int64_t k = 0; k < K; ++k) s += (ta ? pa[k * M + i] : pa[i * K + k]) * (tb ? pb[j * K + k] : pb[k * N + j]);
       pc[i * N + j] = alpha * s + beta * pc[i * N + j];
     }
   return C;
@@ -93,6 +92,25 @@ TEST(OpsMatmul, LinearBackwardAccumulatesParamsOverwritesInput) {
   ops::scale_inplace(dbias1, 2.0);
   EXPECT_TENSOR_NEAR(dweight, dweight1, tolerance(DType::f64));
   EXPECT_TENSOR_NEAR(dbias, dbias1, tolerance(DType::f64));
+}
+
+// On the CPU linear_gelu_forward is the two calls it fuses on the GPU, bit for bit.
+TEST(OpsMatmul, LinearGeluIsLinearThenGelu) {
+  for (DType dt : {DType::f32, DType::f64})
+    for (bool with_bias : {true, false}) {
+      Linear L = make_linear(dt);
+      const Tensor* bias = with_bias ? &L.bias : nullptr;
+      Tensor pre = Tensor::empty({2, 3, 5}, dt), act = Tensor::empty({2, 3, 5}, dt);
+      Tensor pre_ref = Tensor::empty({2, 3, 5}, dt), act_ref = Tensor::empty({2, 3, 5}, dt);
+      ops::linear_gelu_forward(act, pre, L.inp, L.weight, bias);
+      ops::linear_forward(pre_ref, L.inp, L.weight, bias);
+      ops::gelu_forward(act_ref, pre_ref);
+      EXPECT_TRUE(bitwise_equal(pre, pre_ref));
+      EXPECT_TRUE(bitwise_equal(act, act_ref));
+    }
+  Linear L = make_linear(DType::f32);
+  Tensor pre = Tensor::empty({2, 3, 5}, DType::f32), act = Tensor::empty({2, 3, 4}, DType::f32);
+  EXPECT_THROW(ops::linear_gelu_forward(act, pre, L.inp, L.weight, &L.bias), Error);
 }
 
 TEST(OpsMatmul, LinearWithoutBiasAndNullGradients) {

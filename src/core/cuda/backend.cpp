@@ -21,7 +21,10 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -165,6 +168,21 @@ class Backend final : public CudaBackend {
     cublasLtHandle_t h = blas_lt(dev);
     std::lock_guard<std::mutex> lock(ws_mu_);
     lt_linear_forward(h, kStream, out, inp, weight, bias, N, C, OC, workspace(dev, kLtWorkspaceBytes));
+    finish();
+  }
+
+  void linear_gelu_forward(int dev, float* act, float* pre, const float* inp, const float* weight, const float* bias,
+                           int64_t N, int64_t C, int64_t OC) override {
+    if (bf16_matmul_) {  // the bf16 linear into pre, then the GELU kernel
+      linear_forward(dev, pre, inp, weight, bias, N, C, OC);
+      gelu_forward(dev, act, pre, N * OC);
+      return;
+    }
+    const bool epilogue_ok = gelu_epilogue_ok(dev);
+    cublasLtHandle_t h = blas_lt(dev);
+    std::lock_guard<std::mutex> lock(ws_mu_);
+    lt_linear_gelu_forward(h, kStream, act, pre, inp, weight, bias, N, C, OC, workspace(dev, kLtWorkspaceBytes),
+                           epilogue_ok);
     finish();
   }
 
@@ -395,6 +413,72 @@ class Backend final : public CudaBackend {
     return host;
   }
 
+  // Whether cuBLASLt's GELU epilogue computes Lattice's GELU (the tanh form of
+  // math::gelu) on `dev`. Its documentation does not say which GELU it is, so
+  // the first linear_gelu_forward on a device runs a probe both ways: inp =
+  // I (8, 8), so pre = weight^T + bias covers [-6.25, 6.5] exactly, through
+  // the fused epilogue and through the plain linear and the GELU kernel. The
+  // fused path is used only when the two agree within 1e-5 (relative, plus
+  // 1e-6); otherwise one line on stderr says so and every call takes the
+  // kernel. (The erf GELU differs from the tanh form by up to ~5e-4.) When
+  // cuBLASLt offers no algorithm with the epilogue for the probe, the
+  // epilogue stays unused on that device.
+  bool gelu_epilogue_ok(int dev) {
+    {
+      std::lock_guard<std::mutex> lock(gelu_mu_);
+      if (size_t(dev) < gelu_epilogue_.size() && gelu_epilogue_[size_t(dev)] != 0)
+        return gelu_epilogue_[size_t(dev)] > 0;
+    }
+    constexpr int64_t N = 8, C = 8, OC = 64;
+    std::vector<float> host(size_t(N * C + OC * C + OC), 0.0f);
+    float* h_inp = host.data();
+    float* h_w = h_inp + N * C;
+    float* h_b = h_w + OC * C;
+    for (int64_t i = 0; i < N; ++i) h_inp[i * C + i] = 1.0f;
+    for (int64_t i = 0; i < OC * C; ++i) h_w[i] = -6.0f + 12.0f * float(i) / float(OC * C - 1);
+    for (int64_t o = 0; o < OC; ++o) h_b[o] = 0.125f * float(o % 5) - 0.25f;
+    const size_t out_floats = size_t(4 * N * OC);
+    // Every buffer at a 256-byte offset, so the plan takes the epilogue.
+    const size_t stride = 256 / sizeof(float);
+    auto pad = [&](size_t n) { return (n + stride - 1) / stride * stride; };
+    const size_t o_w = pad(size_t(N * C)), o_b = o_w + pad(size_t(OC * C)), o_out = o_b + pad(size_t(OC));
+    float* d = static_cast<float*>(malloc((o_out + out_floats) * sizeof(float), dev));
+    copy(d, Device::cuda(dev), h_inp, Device::cpu(), size_t(N * C) * sizeof(float));
+    copy(d + o_w, Device::cuda(dev), h_w, Device::cpu(), size_t(OC * C) * sizeof(float));
+    copy(d + o_b, Device::cuda(dev), h_b, Device::cpu(), size_t(OC) * sizeof(float));
+    float* out = d + o_out;  // act_fused, pre_fused, act_plain, pre_plain: (N, OC) each
+    const int64_t n = N * OC;
+    bool fused = false;
+    {
+      cublasLtHandle_t h = blas_lt(dev);
+      std::lock_guard<std::mutex> lock(ws_mu_);
+      void* ws = workspace(dev, kLtWorkspaceBytes);
+      fused = lt_linear_gelu_forward(h, kStream, out, out + n, d, d + o_w, d + o_b, N, C, OC, ws, true);
+      lt_linear_gelu_forward(h, kStream, out + 2 * n, out + 3 * n, d, d + o_w, d + o_b, N, C, OC, ws, false);
+      finish();
+    }
+    std::vector<float> got(out_floats);
+    copy(got.data(), Device::cpu(), out, Device::cuda(dev), out_floats * sizeof(float));
+    free(d, dev);
+    bool agree = true;
+    double worst = 0;  // largest |fused - plain|, act and pre
+    for (int64_t i = 0; i < 2 * n; ++i) {
+      const double a = got[size_t(i)], b = got[size_t(2 * n + i)];
+      worst = std::max(worst, std::fabs(a - b));
+      agree = agree && std::fabs(a - b) <= 1e-5 * std::fabs(b) + 1e-6;
+    }
+    const bool ok = fused && agree;
+    if (fused && !ok)
+      std::fprintf(stderr,
+                   "lattice: cuda:%d: cuBLASLt's GELU epilogue differs from Lattice's GELU (tanh form) by up to %.3g: "
+                   "linear + GELU runs as a matmul and the GELU kernel\n",
+                   dev, worst);
+    std::lock_guard<std::mutex> lock(gelu_mu_);
+    if (size_t(dev) >= gelu_epilogue_.size()) gelu_epilogue_.resize(size_t(dev) + 1, 0);
+    gelu_epilogue_[size_t(dev)] = ok ? 1 : -1;
+    return ok;
+  }
+
   // Makes `dev` current and returns its cuBLAS handle, creating it on first use.
   cublasHandle_t blas(int dev) {
     use(dev);
@@ -446,6 +530,8 @@ class Backend final : public CudaBackend {
   std::mutex bf16_mu_;
   std::vector<Workspace> bf16_operands_;  // indexed by device: bf16 copies of a gemm's operands; bf16_mu_
   bool bf16_matmul_ = false;              // runtime.precision: bf16 (set_bf16_matmul)
+  std::mutex gelu_mu_;
+  std::vector<int> gelu_epilogue_;  // indexed by device: 0 unknown, 1 cuBLASLt's GELU is ours, -1 it is not
 };
 
 }  // namespace

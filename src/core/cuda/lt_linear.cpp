@@ -40,18 +40,28 @@ void make_layout(Layout& l, const LtLayout& s) {
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.value, CUDA_R_32F, s.rows, s.cols, s.ld));
 }
 
-// Runs the plan's matmul (D = op(A) op(B), bias in the epilogue when the plan
-// says so). Returns false, having enqueued nothing, when the heuristic offers
-// no algorithm for this epilogue and these alignments.
+cublasLtEpilogue_t epilogue_of(const LtLinearPlan& p) {
+  const bool bias = p.bias == LtBias::epilogue;
+  if (p.gelu == LtGelu::epilogue) return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// Runs the plan's matmul (D = op(A) op(B), bias and GELU in the epilogue when
+// the plan says so; aux receives the GELU input then). Returns false, having
+// enqueued nothing, when the heuristic offers no algorithm for this epilogue
+// and these alignments.
 bool run_matmul(cublasLtHandle_t handle, cudaStream_t stream, const LtLinearPlan& p, float* out, const float* inp,
-                const float* weight, const float* bias, void* workspace) {
+                const float* weight, const float* bias, float* aux, void* workspace) {
   MatmulDesc desc;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.value, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set(desc.value, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(op_of(p.op_a)));
   set(desc.value, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(op_of(p.op_b)));
-  const bool fused = p.bias == LtBias::epilogue;
-  set(desc.value, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(fused ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT));
-  if (fused) set(desc.value, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
+  set(desc.value, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(epilogue_of(p)));
+  if (p.bias == LtBias::epilogue) set(desc.value, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
+  if (p.gelu == LtGelu::epilogue) {
+    set(desc.value, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(aux));
+    set(desc.value, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.aux_ld);
+  }
 
   Layout a, b, d;
   make_layout(a, p.a);
@@ -88,15 +98,28 @@ void lt_linear_forward(cublasLtHandle_t handle, cudaStream_t stream, float* out,
   LtLinearPlan p = plan_lt_linear(N, C, OC, reinterpret_cast<uintptr_t>(inp), reinterpret_cast<uintptr_t>(weight),
                                   reinterpret_cast<uintptr_t>(out), reinterpret_cast<uintptr_t>(bias));
   if (p.zero_out) CUDA_CHECK(cudaMemsetAsync(out, 0, size_t(N * OC) * sizeof(float), stream));
-  if (p.matmul && !run_matmul(handle, stream, p, out, inp, weight, bias, workspace)) {
+  if (p.matmul && !run_matmul(handle, stream, p, out, inp, weight, bias, nullptr, workspace)) {
     const bool retried = p.bias == LtBias::epilogue;
     p = without_bias_epilogue(p);
-    LATTICE_CHECK(retried && run_matmul(handle, stream, p, out, inp, weight, bias, workspace),
+    LATTICE_CHECK(retried && run_matmul(handle, stream, p, out, inp, weight, bias, nullptr, workspace),
                   "cuda linear_forward: cuBLASLt offers no f32 algorithm for N {} C {} OC {} (alignments {}/{}/{} "
                   "bytes)",
                   N, C, OC, p.align_b, p.align_a, p.align_d);
   }
   if (p.bias == LtBias::kernel) launch_add_bias(stream, out, bias, N, OC);
+}
+
+bool lt_linear_gelu_forward(cublasLtHandle_t handle, cudaStream_t stream, float* act, float* pre, const float* inp,
+                            const float* weight, const float* bias, int64_t N, int64_t C, int64_t OC, void* workspace,
+                            bool epilogue_ok) {
+  const auto addr = [](const void* q) { return reinterpret_cast<uintptr_t>(q); };
+  const LtLinearPlan p =
+      plan_lt_linear_gelu(N, C, OC, addr(inp), addr(weight), addr(pre), addr(act), addr(bias), epilogue_ok);
+  if (p.gelu == LtGelu::epilogue && run_matmul(handle, stream, p, act, inp, weight, bias, pre, workspace)) return true;
+  if (p.gelu == LtGelu::none) return false;  // N == 0 or OC == 0
+  lt_linear_forward(handle, stream, pre, inp, weight, bias, N, C, OC, workspace);
+  launch_gelu_forward(stream, act, pre, N * OC);
+  return false;
 }
 
 }  // namespace lattice::cuda

@@ -29,4 +29,13 @@ constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
 void lt_linear_forward(cublasLtHandle_t handle, cudaStream_t stream, float* out, const float* inp, const float* weight,
                        const float* bias, int64_t N, int64_t C, int64_t OC, void* workspace);
 
+// pre (N, OC) = inp @ weight^T + bias and act (N, OC) = gelu(pre) (tanh form):
+// one matmul with the GELU_AUX(_BIAS) epilogue where lt_plan.h's
+// plan_lt_linear_gelu allows it and `epilogue_ok`, else lt_linear_forward into
+// pre and the GELU kernel. pre and act are overwritten and must not overlap.
+// Returns whether the fused epilogue ran.
+bool lt_linear_gelu_forward(cublasLtHandle_t handle, cudaStream_t stream, float* act, float* pre, const float* inp,
+                            const float* weight, const float* bias, int64_t N, int64_t C, int64_t OC, void* workspace,
+                            bool epilogue_ok);
+
 }  // namespace lattice::cuda

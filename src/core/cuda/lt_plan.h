@@ -26,9 +26,22 @@
 //    way), so a view at an odd float offset takes the kernel. Also chosen
 //    at run time when the heuristic offers no algorithm with the epilogue
 //    (without_bias_epilogue).
-// There is no GELU epilogue: no op computes linear followed by GELU (the
-// models call linear_forward, then gelu_forward on a saved copy), so a fused
-// GELU has no op boundary to live behind.
+//
+// Linear + GELU (CudaBackend::linear_gelu_forward, GPT-2's MLP up-projection):
+// pre = inp weight^T + bias is kept for backward and act = gelu(pre) goes on.
+// Where the GELU goes (LtGelu):
+//  - epilogue: CUBLASLT_EPILOGUE_GELU_AUX_BIAS (GELU_AUX without a bias): D is
+//    act, and the GELU input (pre) is written to the aux buffer
+//    (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, EPILOGUE_AUX_LD). cuBLASLt
+//    requires that ld to be divisible by 8 and at least D's rows, so OC % 8
+//    == 0; the bias must be in the epilogue too (the kernel bias would come
+//    after the GELU), and pre must be kLtBiasAlign-aligned as the bias is.
+//  - kernel: the plain linear plan into pre, then the GELU kernel pre -> act.
+//    Also taken when the heuristic offers no algorithm with the GELU
+//    epilogue (lt_linear_gelu_forward then runs plan_lt_linear into pre and
+//    the kernel), and whenever the backend's first-use
+//    check finds that cuBLASLt's GELU is not Lattice's (tanh form): its
+//    documentation does not say which GELU it computes.
 //
 // Alignment: cuBLASLt's heuristic assumes A, B, C and D 256-byte aligned
 // unless CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES says less (default
@@ -49,6 +62,7 @@ constexpr uint32_t kLtBiasAlign = 16;  // bias addresses below this take the ker
 
 enum class LtOp { n, t };                      // CUBLAS_OP_N, CUBLAS_OP_T
 enum class LtBias { none, epilogue, kernel };  // see the header comment
+enum class LtGelu { none, epilogue, kernel };  // see the header comment
 
 // A column-major matrix as stored: rows x cols, leading dimension ld.
 struct LtLayout {
@@ -65,6 +79,9 @@ struct LtLinearPlan {
   LtLayout a, b, d;             // C shares D's layout
   LtBias bias = LtBias::none;
   uint32_t align_a = kLtMaxAlign, align_b = kLtMaxAlign, align_d = kLtMaxAlign;  // bytes
+  // Linear + GELU only: D is act (epilogue) or pre (kernel); aux is pre.
+  LtGelu gelu = LtGelu::none;
+  int64_t aux_ld = 0;
 };
 
 // The largest power of two dividing addr, at most kLtMaxAlign (null: the most).
@@ -101,6 +118,24 @@ inline LtLinearPlan plan_lt_linear(int64_t N, int64_t C, int64_t OC, uintptr_t i
 // The same plan with the bias moved from the epilogue to the kernel.
 inline LtLinearPlan without_bias_epilogue(LtLinearPlan p) {
   if (p.bias == LtBias::epilogue) p.bias = LtBias::kernel;
+  return p;
+}
+
+// The plan for pre (N, OC) = inp weight^T + bias and act = gelu(pre); bias 0
+// means no bias. `epilogue_ok` false (the backend found cuBLASLt's GELU to be
+// another formula) always takes the kernel.
+inline LtLinearPlan plan_lt_linear_gelu(int64_t N, int64_t C, int64_t OC, uintptr_t inp, uintptr_t weight,
+                                        uintptr_t pre, uintptr_t act, uintptr_t bias, bool epilogue_ok = true) {
+  LtLinearPlan p = plan_lt_linear(N, C, OC, inp, weight, pre, bias);
+  if (N == 0 || OC == 0) return p;
+  const bool fuse = epilogue_ok && p.matmul && OC % 8 == 0 && p.bias != LtBias::kernel && pre % kLtBiasAlign == 0;
+  if (!fuse) {
+    p.gelu = LtGelu::kernel;
+    return p;
+  }
+  p.gelu = LtGelu::epilogue;
+  p.aux_ld = OC;
+  p.align_d = lt_alignment(act);
   return p;
 }
 

@@ -120,8 +120,7 @@ void Gpt2::block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, Save
   ops::dropout_forward(tmp, tmp, dropout_at(c, cfg_.dropout, layer, kAttnResid));
   ops::add(a.res1, x, tmp);
   ops::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, p.ln_2_w.w, p.ln_2_b.w, cfg_.norm_eps);
-  fc_.forward(a.fch, a.ln2, p.c_fc_w.w, &p.c_fc_b.w);
-  ops::gelu_forward(a.fch_gelu, a.fch);
+  fc_.forward_gelu(a.fch_gelu, a.fch, a.ln2, p.c_fc_w.w, &p.c_fc_b.w);
   mlp_proj_.forward(tmp, a.fch_gelu, p.mlp_proj_w.w, &p.mlp_proj_b.w);
   ops::dropout_forward(tmp, tmp, dropout_at(c, cfg_.dropout, layer, kMlpResid));
   ops::add(out, a.res1, tmp);

@@ -48,6 +48,38 @@ void expect_linear_matches_cpu(const Case& c) {
   EXPECT_TRUE(same_bits(on_host(again), on_host(out_g)));
 }
 
+// linear_gelu_forward: pre and act against the CPU's linear_forward then
+// gelu_forward (tanh form), through the GELU epilogue (OC a multiple of 8,
+// aligned) and the kernel fallback (ragged OC, a misaligned bias or pre, no
+// bias); the first call also runs the backend's probe of cuBLASLt's GELU.
+void expect_linear_gelu_matches_cpu(const Case& c) {
+  SCOPED_TRACE(testing::Message() << "linear+gelu N " << c.N << " C " << c.C << " OC " << c.OC << " bias " << c.bias
+                                  << " offsets " << c.inp_off << "/" << c.weight_off << "/" << c.out_off << "/"
+                                  << c.bias_off);
+  Tensor inp = random_tensor({c.N, c.C}, DType::f32, 1);
+  Tensor weight = random_tensor({c.OC, c.C}, DType::f32, 2, 3.0 / std::sqrt(double(c.C)));  // pre spans the GELU bend
+  Tensor bias = random_tensor({c.OC}, DType::f32, 3);
+  Tensor pre = Tensor::empty({c.N, c.OC}, DType::f32), act = Tensor::empty({c.N, c.OC}, DType::f32);
+  ops::linear_forward(pre, inp, weight, c.bias ? &bias : nullptr);
+  ops::gelu_forward(act, pre);
+
+  Tensor inp_g = gpu_at(inp, c.inp_off), weight_g = gpu_at(weight, c.weight_off), bias_g = gpu_at(bias, c.bias_off);
+  Tensor pre_g = gpu_at(random_tensor({c.N, c.OC}, DType::f32, 4), c.out_off);  // both overwritten
+  Tensor act_g = gpu_at(random_tensor({c.N, c.OC}, DType::f32, 5), 0);
+  ops::linear_gelu_forward(act_g, pre_g, inp_g, weight_g, c.bias ? &bias_g : nullptr);
+  EXPECT_TENSOR_NEAR(on_host(pre_g), pre, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(on_host(act_g), act, tolerance(DType::f32));
+}
+
+TEST_F(CudaOps, LinearGeluForwardMatchesCpu) {
+  expect_linear_gelu_matches_cpu({64, 768, 3072, true});           // GPT-2 small's MLP up-projection: the epilogue
+  expect_linear_gelu_matches_cpu({40, 64, 128, false});            // GELU_AUX without a bias
+  expect_linear_gelu_matches_cpu({37, 129, 67, true});             // OC % 8 != 0: the kernel
+  expect_linear_gelu_matches_cpu({16, 32, 64, true, 0, 0, 0, 1});  // misaligned bias: the kernel
+  expect_linear_gelu_matches_cpu({16, 32, 64, true, 0, 0, 3, 0});  // misaligned pre: the kernel
+  expect_linear_gelu_matches_cpu({0, 32, 64, true});               // empty batch
+}
+
 TEST_F(CudaOps, LinearForwardBiasEpilogueMatchesCpu) {
   expect_linear_matches_cpu({64, 768, 2304, true});  // GPT-2 small's qkv projection, 64 tokens
   expect_linear_matches_cpu({37, 129, 67, true});    // ragged sizes, leading dims not multiples of 4

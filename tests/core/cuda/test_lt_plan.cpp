@@ -76,6 +76,44 @@ TEST(LtPlan, WithoutBiasEpilogueMovesOnlyAnEpilogueBias) {
   EXPECT_EQ(without_bias_epilogue(plan_lt_linear(4, 8, 2, kBase, kBase, kBase, kBase + 4)).bias, LtBias::kernel);
 }
 
+TEST(LtPlan, GeluGoesToTheEpilogueWithTheBiasWhenItCan) {
+  // pre at kBase, act at 2 kBase: the epilogue writes act as D and pre as aux (ld OC).
+  const LtLinearPlan p = plan_lt_linear_gelu(4, 8, 16, kBase, kBase, kBase, 2 * kBase + 8, kBase);
+  EXPECT_EQ(p.gelu, LtGelu::epilogue);
+  EXPECT_EQ(p.bias, LtBias::epilogue);
+  EXPECT_EQ(p.aux_ld, 16);
+  EXPECT_EQ(p.align_d, 8u);  // D is act now
+  EXPECT_EQ(p.d, (LtLayout{16, 4, 16}));
+  // No bias: GELU_AUX alone.
+  const LtLinearPlan nb = plan_lt_linear_gelu(4, 8, 16, kBase, kBase, kBase, kBase, 0);
+  EXPECT_EQ(nb.gelu, LtGelu::epilogue);
+  EXPECT_EQ(nb.bias, LtBias::none);
+  // The matmul part is the plain linear plan's.
+  const LtLinearPlan lin = plan_lt_linear(4, 8, 16, kBase, kBase, kBase, kBase);
+  EXPECT_EQ(p.a, lin.a);
+  EXPECT_EQ(p.b, lin.b);
+  EXPECT_EQ(p.m, lin.m);
+  EXPECT_EQ(p.k, lin.k);
+}
+
+TEST(LtPlan, GeluTakesTheKernelWhereTheEpilogueCannot) {
+  auto gelu_of = [](int64_t OC, uintptr_t pre, uintptr_t bias, bool ok = true) {
+    return plan_lt_linear_gelu(4, 8, OC, kBase, kBase, pre, kBase, bias, ok).gelu;
+  };
+  EXPECT_EQ(gelu_of(12, kBase, kBase), LtGelu::kernel);         // aux ld 12 is not a multiple of 8
+  EXPECT_EQ(gelu_of(16, kBase, kBase + 4), LtGelu::kernel);     // a kernel bias would come after the GELU
+  EXPECT_EQ(gelu_of(16, kBase + 8, kBase), LtGelu::kernel);     // pre below 16-byte alignment
+  EXPECT_EQ(gelu_of(16, kBase, kBase, false), LtGelu::kernel);  // the probe found another GELU
+  EXPECT_EQ(gelu_of(16, kBase + 16, 0), LtGelu::epilogue);
+  // C == 0: no matmul, so the kernel (on zeros plus the bias).
+  const LtLinearPlan z = plan_lt_linear_gelu(4, 0, 16, kBase, kBase, kBase, kBase, kBase);
+  EXPECT_EQ(z.gelu, LtGelu::kernel);
+  EXPECT_TRUE(z.zero_out);
+  // Empty outputs: nothing at all.
+  EXPECT_EQ(plan_lt_linear_gelu(0, 8, 16, kBase, kBase, kBase, kBase, kBase).gelu, LtGelu::none);
+  EXPECT_EQ(plan_lt_linear_gelu(4, 8, 0, kBase, kBase, kBase, kBase, kBase).gelu, LtGelu::none);
+}
+
 TEST(LtPlan, AlignmentIsTheLargestPowerOfTwoUpTo256) {
   EXPECT_EQ(lt_alignment(0), 256u);
   EXPECT_EQ(lt_alignment(kBase), 256u);
