@@ -30,7 +30,7 @@ class Bf16Matmul : public ::testing::Test {
     std::string why;
     if (!cpu::bf16_matmul_available(&why)) GTEST_SKIP() << "no bf16 matmuls here: " << why;
   }
-  void TearDown() override { cpu::set_bf16_matmul(false); }
+  void TearDown() override { cpu::set_matmul_dtype(DType::f32); }
 };
 
 // rows x cols stored with row stride ld (ld >= cols; the gap holds garbage).
@@ -103,8 +103,8 @@ TEST_F(Bf16Matmul, TheSwitchRoutesFloatGemmsOnly) {
   std::copy(b.begin(), b.end(), tb.data<float>());
   Tensor plain = Tensor::zeros({m, n}, DType::f32), rounded = Tensor::zeros({m, n}, DType::f32);
   ops::gemm(plain, ta, tb, false, false);
-  cpu::set_bf16_matmul(true);
-  EXPECT_TRUE(cpu::bf16_matmul());
+  cpu::set_matmul_dtype(DType::bf16);
+  EXPECT_EQ(cpu::matmul_dtype(), DType::bf16);
   ops::gemm(rounded, ta, tb, false, false);
   std::vector<float> direct(size_t(m * n));
   cpu::gemm_bf16(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, direct.data(), n);
@@ -144,7 +144,7 @@ TEST_F(Bf16Matmul, LinearBackwardEqualsTwoBf16Gemms) {
   Tensor dinp = Tensor::zeros({N, C}, DType::f32), dw = tensor(dw0, {OC, C}), db = Tensor::zeros({OC}, DType::f32);
   Tensor db_fp32 = Tensor::zeros({OC}, DType::f32);
   ops::linear_backward(nullptr, nullptr, &db_fp32, tdout, tinp, tw);
-  cpu::set_bf16_matmul(true);
+  cpu::set_matmul_dtype(DType::bf16);
   ops::linear_backward(&dinp, &dw, &db, tdout, tinp, tw);
   std::vector<float> ref_dinp(size_t(N * C)), ref_dw = dw0;
   cpu::gemm_bf16(false, false, N, C, OC, 1.0f, dout.data(), OC, w.data(), C, 0.0f, ref_dinp.data(), C);
@@ -167,7 +167,7 @@ TEST_F(Bf16Matmul, AttentionProductsRunInBf16) {
     return out;
   };
   Tensor fp32 = run();
-  cpu::set_bf16_matmul(true);
+  cpu::set_matmul_dtype(DType::bf16);
   Tensor bf16 = run();
   int differ = 0;
   for (int64_t i = 0; i < fp32.numel(); ++i) {
@@ -182,9 +182,9 @@ TEST(Bf16MatmulAvailability, SaysWhyAndRefusesToSwitchOnWithout) {
   const bool ok = cpu::bf16_matmul_available(&why);
   EXPECT_FALSE(why.empty());
   if (!ok) {
-    EXPECT_HAS(test::error_text([] { cpu::set_bf16_matmul(true); }), why);
+    EXPECT_HAS(test::error_text([] { cpu::set_matmul_dtype(DType::bf16); }), why);
   }
-  EXPECT_FALSE(cpu::bf16_matmul());
+  EXPECT_EQ(cpu::matmul_dtype(), DType::f32);
 }
 
 }  // namespace
