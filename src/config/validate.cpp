@@ -235,9 +235,11 @@ void validate_io(const Config& c) {
 // precision is a mistake worth a line; its values as optim::LossScaler checks them.
 void validate_loss_scale(const Config& c) {
   const Precision p = c.runtime.precision;
-  const bool set = std::any_of(c.locations.begin(), c.locations.end(),
-                               [](const auto& kv) { return kv.first.starts_with("runtime.loss_scale"); });
-  require(!set || p == Precision::fp16, c, "runtime.loss_scale",
+  // The first key set under it names the mistake best (an override locates only its own key).
+  const auto set = std::find_if(c.locations.begin(), c.locations.end(),
+                                [](const auto& kv) { return kv.first.starts_with("runtime.loss_scale."); });
+  require(set == c.locations.end() || p == Precision::fp16, c,
+          set == c.locations.end() ? "runtime.loss_scale" : set->first,
           "is set, but runtime.precision is {} and only fp16 scales the loss — remove runtime.loss_scale or set "
           "runtime.precision: fp16",
           enum_name(p));

@@ -283,14 +283,15 @@ TEST(Config, LossScale) {
   EXPECT_EQ(c.runtime.loss_scale.initial, 1024.0);
   EXPECT_EQ(c.runtime.loss_scale.max, 4096.0);
   EXPECT_EQ(c.runtime.loss_scale.growth_factor, 2.0);
-  // Set with fp32, in the file or by an override: one line naming the section and the fix.
+  // Set with fp32, in the file or by an override: one line naming the key and the fix.
   const std::string file = std::string(kMinimal) + "runtime:\n  loss_scale:\n    initial: 1024\n";
   std::string msg = parse_error(file);
-  EXPECT_EQ(msg, fmt::format("test.yaml:{}:3: runtime.loss_scale: is set, but runtime.precision is fp32 and only fp16 "
-                             "scales the loss — remove runtime.loss_scale or set runtime.precision: fp16",
-                             line_of(file, "  loss_scale")));
+  EXPECT_EQ(msg, fmt::format(
+                     "test.yaml:{}:5: runtime.loss_scale.initial: is set, but runtime.precision is fp32 and only fp16 "
+                     "scales the loss — remove runtime.loss_scale or set runtime.precision: fp16",
+                     line_of(file, "    initial")));
   EXPECT_HAS(parse_error(kMinimal, {"runtime.precision=bf16", "runtime.loss_scale.min=2"}),
-             "runtime.loss_scale: is set, but runtime.precision is bf16");
+             "runtime.loss_scale.min: is set, but runtime.precision is bf16");
 }
 
 TEST(Config, ToYamlRoundTripOddValues) {
