@@ -67,11 +67,8 @@ Metrics read_run(const std::string& run_dir) {
 }
 
 std::string bytes_of(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(f.good()) << path;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  EXPECT_TRUE(std::filesystem::exists(path)) << path;
+  return lattice::test::file_bytes(path);
 }
 
 class Fp16 : public ::testing::Test {

@@ -20,6 +20,7 @@
 #include "core/kernels/cpu/matmul_f16.h"
 #include "core/ops.h"
 #include "core/rng.h"
+#include "ops_test_helpers.h"
 #include "support/error_text.h"
 
 namespace lattice {
@@ -183,26 +184,7 @@ TEST_F(F16Matmul, TheSwitchRoutesFloatGemmsOnly) {
 
 // Attention under the switch: its products in fp16, so the result moves off
 // fp32's, by no more than fp16 rounding of q, k, v and P explains.
-TEST_F(F16Matmul, AttentionProductsRunInF16) {
-  const int64_t B = 2, T = 40, NH = 4, HS = 16, C = NH * HS;
-  Tensor qkv = Tensor::empty({B, T, 3 * C}, DType::f32);
-  RngKey key{.seed = 9, .purpose = RngPurpose::data};
-  for (int64_t i = 0; i < qkv.numel(); ++i) qkv.data<float>()[i] = 2.0f * rng_uniform(key, 0, uint64_t(i)) - 1.0f;
-  auto run = [&] {
-    Tensor out = Tensor::zeros({B, T, C}, DType::f32), att = Tensor::zeros({B, NH, T, T}, DType::f32);
-    ops::attention_forward(out, att, qkv, int(NH), ops::Dropout{});
-    return out;
-  };
-  Tensor fp32 = run();
-  cpu::set_matmul_dtype(DType::f16);
-  Tensor f16 = run();
-  int differ = 0;
-  for (int64_t i = 0; i < fp32.numel(); ++i) {
-    EXPECT_NEAR(f16.data<float>()[i], fp32.data<float>()[i], 4e-3) << "element " << i;
-    differ += f16.data<float>()[i] != fp32.data<float>()[i];
-  }
-  EXPECT_GT(differ, fp32.numel() / 2);
-}
+TEST_F(F16Matmul, AttentionProductsRunInF16) { test::expect_attention_rounded_within(DType::f16, 4e-3); }
 
 TEST(MatmulDtype, RefusesTypesThatAreNotMatmulOperands) {
   EXPECT_HAS(test::error_text([] { cpu::set_matmul_dtype(DType::i32); }), "must be f32, bf16 or f16, not i32");
