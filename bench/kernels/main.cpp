@@ -227,7 +227,7 @@ int main(int argc, char** argv) {
   try {
     const Options o = parse_options(argc, argv);
     set_num_threads(o.threads);
-    cpu::set_bf16_matmul(o.precision == "bf16");
+    cpu::set_matmul_dtype(o.precision == "bf16" ? DType::bf16 : DType::f32);
     const BenchConfig* cfg = nullptr;
     for (const BenchConfig& c : gpt2_bench_configs())
       if (c.name == o.config) cfg = &c;

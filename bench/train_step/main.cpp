@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/kernels/cpu/matmul_bf16.h"
+#include "core/kernels/cpu/matmul.h"
 #include "core/param.h"
 #include "core/threads.h"
 #include "train_step/lattice_run.h"
@@ -367,7 +367,7 @@ int main(int argc, char** argv) {
                     std::thread::hardware_concurrency(), blas_config(), lattice::blas_core()));
     if (const char* ct = std::getenv("OPENBLAS_CORETYPE")) say(std::string("OPENBLAS_CORETYPE=") + ct);
     if (std::string w = blas_core_warning(); !w.empty()) say(w);
-    if (o.precision == "bf16") cpu::set_bf16_matmul(true);  // throws where the CPU has no AVX512-BF16
+    if (o.precision == "bf16") cpu::set_matmul_dtype(DType::bf16);  // throws where the CPU has no AVX512-BF16
     say("precision: " + o.precision + (o.precision == "bf16" ? " (Lattice's matmuls; PyTorch stays fp32)" : ""));
     std::vector<Row> rows;
     for (const BenchConfig& cfg : o.configs)

@@ -7,7 +7,7 @@
 #include "booster/tensorboard.h"
 #include "checkpoint/atomic_dir.h"
 #include "core/backend.h"
-#include "core/kernels/cpu/matmul_bf16.h"
+#include "core/kernels/cpu/matmul.h"
 #include "core/timer.h"
 #include "optim/lr_schedule.h"
 
@@ -71,7 +71,9 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
     peak = measure_sgemm_flops();
     if (metrics)
       print_(fmt::format("peak: {:.1f} GFLOP/s per rank measured ({} 1024^3); mfu is relative to it", peak / 1e9,
-                         cpu::bf16_matmul() ? "bf16 matmul" : "sgemm"));
+                         cpu::matmul_dtype() == DType::bf16  ? "bf16 matmul"
+                         : cpu::matmul_dtype() == DType::f16 ? "fp16-rounded sgemm"
+                                                             : "sgemm"));
   }
   TrainSummary sum;
   sum.steps_done = resumed.step;
@@ -98,6 +100,7 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
     r.loss = s.valid_tokens > 0 ? s.loss_sum / double(s.valid_tokens) : 0.0;
     r.lr = lr;
     r.grad_norm = u.grad_norm;
+    r.loss_scale = u.loss_scale;
     r.tokens = s.tokens;
     r.tokens_per_s = double(s.tokens) / dt;
     r.step_ms = dt * 1e3;

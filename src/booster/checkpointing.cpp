@@ -145,6 +145,7 @@ std::string trainer_state_json(const TrainerState& s) {
   j["padded_vocab_size"] = s.padded_vocab_size;
   j["optimizer"] = s.optimizer;
   j["arch"] = s.arch;
+  if (s.loss_scaler) j["loss_scaler"] = optim::loss_scaler_state_json(*s.loss_scaler);
   return j.dump(2) + "\n";
 }
 
@@ -177,8 +178,11 @@ TrainerState read_trainer_state(const std::string& step_dir) {
     s.padded_vocab_size = j.value("padded_vocab_size", int64_t(0));
     s.optimizer = j.value("optimizer", std::string());
     s.arch = j.value("arch", std::string());
+    if (j.contains("loss_scaler")) s.loss_scaler = optim::loss_scaler_state_from_json(j["loss_scaler"]);
   } catch (const json::exception& e) {
     LATTICE_FAIL("{}: {}", path, e.what());
+  } catch (const Error& e) {
+    LATTICE_FAIL("{}: {}", path, e.message());
   }
   LATTICE_CHECK(s.step >= 0 && s.optimizer_updates >= 0 && s.optimizer_updates <= s.step,
                 "{}: step {} and optimizer_updates {} are inconsistent", path, s.step, s.optimizer_updates);

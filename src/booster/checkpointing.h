@@ -28,6 +28,7 @@
 #include "config/config.h"
 #include "core/param.h"
 #include "mesh/process_group_mesh.h"
+#include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/zero.h"
 
@@ -45,6 +46,8 @@ struct TrainerState {
   int virtual_stages = 1, zero = 0;
   int64_t vocab_size = 0, padded_vocab_size = 0;
   std::string optimizer, arch;
+  // fp16 runs: the dynamic loss scale after `step` (absent otherwise).
+  std::optional<optim::LossScalerState> loss_scaler;
 };
 
 std::string trainer_state_json(const TrainerState& s);

@@ -6,6 +6,7 @@
 #include "booster/plan.h"
 #include "core/allocator.h"
 #include "core/backend.h"
+#include "core/kernels/cpu/matmul.h"
 #include "core/kernels/cpu/matmul_bf16.h"
 #include "models/registry.h"
 #include "optim/grad_clip.h"
@@ -36,31 +37,36 @@ int64_t count_valid(const Tensor& targets) {
   return n;
 }
 
-// Settings the config accepts (they are part of the schema) but this version
-// cannot honour yet: refused with one line rather than silently ignored.
-void refuse_unsupported(const Config& cfg, const Layout& layout) {
-  auto refuse = [&](const char* key, const std::string& what) {
-    config_fail(cfg, key, what + " is not available in this version yet; remove the setting");
-  };
-  if (cfg.runtime.precision == Precision::fp16)  // needs the loss scaler in the trainer
-    refuse("runtime.precision", "fp16 (dynamic loss scaling)");
+// The matmul operand type of runtime.precision; everything else stays fp32.
+DType compute_dtype(Precision p) {
+  return p == Precision::bf16 ? DType::bf16 : p == Precision::fp16 ? DType::f16 : DType::f32;
 }
 
-// runtime.precision: bf16 runs the matmuls with bf16 operands and fp32
-// accumulation: on the GPU through cuBLAS (core/backend.h), on the CPU through
-// oneDNN (core/kernels/cpu/matmul_bf16.h) where this CPU and build have it.
+// runtime.precision: bf16 and fp16 run the matmuls with 16-bit operands and
+// fp32 accumulation: on the GPU through cuBLAS (core/backend.h); on the CPU
+// bf16 through oneDNN (core/kernels/cpu/matmul_bf16.h) where this CPU and
+// build have it, fp16 as an emulation on sgemm (matmul_f16.h).
 void set_matmul_precision(const Config& cfg, Device device) {
-  const bool bf16 = cfg.runtime.precision == Precision::bf16;
+  const DType operands = compute_dtype(cfg.runtime.precision);
   if (device.is_cuda()) {
-    cuda_backend().set_bf16_matmul(bf16);
+    cuda_backend().set_matmul_dtype(operands);
     return;
   }
   std::string why;
-  if (bf16 && !cpu::bf16_matmul_available(&why))
+  if (operands == DType::bf16 && !cpu::bf16_matmul_available(&why))
     config_fail(cfg, "runtime.precision",
-                fmt::format("bf16 on cpu needs bf16 matmuls, and {} on host {} — set runtime.precision: fp32", why,
-                            host_name()));
-  cpu::set_bf16_matmul(bf16);
+                fmt::format("bf16 on cpu needs bf16 matmuls, and {} on host {} — set runtime.precision: fp32 or fp16",
+                            why, host_name()));
+  cpu::set_matmul_dtype(operands);
+}
+
+optim::LossScalerOptions loss_scaler_options(const LossScaleConfig& c) {
+  return {.initial_scale = c.initial,
+          .growth_factor = c.growth_factor,
+          .backoff_factor = c.backoff_factor,
+          .growth_interval = c.growth_interval,
+          .min_scale = c.min,
+          .max_scale = c.max};
 }
 
 constexpr int64_t kTracedSteps = 3;  // a timeline of the first steps is what a user reads
@@ -76,12 +82,15 @@ double all_reduce_scalar(comm::Group& g, double v, comm::ReduceOp op) {
 
 HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroupMesh& mesh,
                                            std::optional<RankPlacement> placement)
-    : cfg_(cfg), mesh_(mesh), layout_(resolve_layout(cfg, mesh.world_size())) {
+    : cfg_(cfg),
+      mesh_(mesh),
+      layout_(resolve_layout(cfg, mesh.world_size())),
+      scaler_(
+          optim::make_loss_scaler(compute_dtype(cfg.runtime.precision), loss_scaler_options(cfg.runtime.loss_scale))) {
   LATTICE_CHECK(layout_.tp == mesh.size(mesh::Axis::tp) && layout_.pp == mesh.size(mesh::Axis::pp) &&
                     layout_.dp == mesh.size(mesh::Axis::dp),
                 "plugin: config layout (tp {}, pp {}, dp {}) differs from the mesh's", layout_.tp, layout_.pp,
                 layout_.dp);
-  refuse_unsupported(cfg, layout_);
   placement_ = placement ? *placement : place_rank(cfg, mesh);
   set_matmul_precision(cfg, placement_.device);
   groups_ = std::make_unique<DeviceGroups>(mesh, placement_, cfg.runtime.comm_timeout_s);
@@ -211,7 +220,8 @@ StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
   StepStats s;
   s.valid_tokens = int64_t(sum_over(mesh_.dp(), double(count_valid(targets_))));
   s.tokens = int64_t(cfg_.train.global_batch) * T;
-  const float dloss = s.valid_tokens > 0 ? float(1.0 / double(s.valid_tokens)) : 0.0f;
+  // fp16: the gradients are those of the loss times the scale (1 for bf16 and fp32).
+  const float dloss = (s.valid_tokens > 0 ? float(1.0 / double(s.valid_tokens)) : 0.0f) * scaler_.scale();
   params_.zero_grad();
   if (buckets_) buckets_->begin_step();
   pipeline::RunStats run;
@@ -251,18 +261,20 @@ UpdateStats HybridParallelPlugin::optimizer_step(int64_t step, double lr) {
   // replica is counted by its owner only. Without ZeRO every dp replica holds
   // the same summed gradients, so the sum runs over one replica (tp x pp);
   // with ZeRO-1 each dp rank holds a disjoint shard of them: over the world.
-  double norm_sq = 0;
-  if (zero_)
-    norm_sq = sum_over(mesh_.world(), zero_->shard_grad_squares(params_, layout_.tp));
-  else
-    norm_sq = sum_over(mesh_.tp_pp(), optim::weighted_grad_squares(params_, layout_.tp, 0, params_.numel()));
-  u.grad_norm = std::sqrt(norm_sq);
-  if (!std::isfinite(u.grad_norm)) {  // identical on every rank: all skip together
-    u.skipped = true;
-    return u;
-  }
+  // The gradients are scaled (fp16; the scale is 1 otherwise): the norm is
+  // reported, and clips, unscaled.
+  const double local_sq = zero_ ? zero_->shard_grad_squares(params_, layout_.tp)
+                                : optim::weighted_grad_squares(params_, layout_.tp, 0, params_.numel());
+  u.loss_scale = scaler_.enabled() ? scaler_.scale() : 0.0;
+  const float inv_scale = scaler_.inv_scale();
+  u.grad_norm = std::sqrt(sum_over(zero_ ? mesh_.world() : mesh_.tp_pp(), local_sq)) / double(scaler_.scale());
+  // A non-finite gradient anywhere (an fp16 overflow, or a diverging run at
+  // any precision) skips the step on every rank; the scaler backs off (fp16).
+  const bool found_inf = optim::any_rank_found_inf(mesh_.world().comm(), !std::isfinite(local_sq));
+  u.skipped = scaler_.update(found_inf) || found_inf;
+  if (u.skipped) return u;
   ++updates_;
-  optimizer_->step(params_, lr, updates_, optim::clip_factor(u.grad_norm, cfg_.optimizer.grad_clip));
+  optimizer_->step(params_, lr, updates_, optim::clip_factor(u.grad_norm, cfg_.optimizer.grad_clip) * inv_scale);
   return u;
 }
 
@@ -309,6 +321,7 @@ void HybridParallelPlugin::save_checkpoint(const std::string& step_dir, int64_t 
   st.padded_vocab_size = padded_vocab(cfg_.model.vocab_size, params_.shard());
   st.optimizer = std::string(enum_name(cfg_.optimizer.name));
   st.arch = std::string(enum_name(cfg_.model.arch));
+  if (scaler_.enabled()) st.loss_scaler = scaler_.state();
   RankState rs{params_, *optimizer_, zero_, mesh_};
   lattice::save_checkpoint(step_dir, rs, st, cfg_.checkpoint.keep_last);
 }
@@ -319,6 +332,7 @@ TrainerState HybridParallelPlugin::load_checkpoint(const std::string& step_dir) 
   RankState rs{params_, *optimizer_, zero_, mesh_};
   lattice::load_checkpoint(step_dir, rs);
   updates_ = st.optimizer_updates;
+  if (st.loss_scaler) scaler_.load_state(*st.loss_scaler);  // a model-only checkpoint has none
   return st;
 }
 

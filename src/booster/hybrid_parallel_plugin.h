@@ -17,6 +17,12 @@
 // With parallel.zero = 1 the dp all-reduce becomes a reduce-scatter, each dp
 // rank updates only its shard of the flat buffer (optim/zero.h) and the values
 // are all-gathered over dp after the update.
+// runtime.precision fp16 scales the loss's gradient seed by a dynamic loss
+// scale (optim/loss_scaler.h); after backward every rank says whether its
+// gradients are finite and the world decides together: a step with a
+// non-finite gradient anywhere is skipped on every rank (at any precision),
+// and otherwise the optimizer reads the gradients times 1/scale and the clip
+// factor of the unscaled norm. The scale is saved with the trainer state.
 #pragma once
 
 #include <memory>
@@ -32,6 +38,7 @@
 #include "data/loader.h"
 #include "mesh/process_group_mesh.h"
 #include "models/model.h"
+#include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/zero.h"
 #include "pipeline/interpreter.h"
@@ -80,6 +87,7 @@ class HybridParallelPlugin final : public Plugin {
   Config cfg_;
   mesh::ProcessGroupMesh& mesh_;
   Layout layout_;
+  optim::LossScaler scaler_;              // runtime.precision fp16: dynamic; otherwise disabled (scale 1)
   RankPlacement placement_;               // this rank's device (booster/device_groups.h)
   std::unique_ptr<DeviceGroups> groups_;  // device tensors' tp, pp, dp and tie groups
   std::unique_ptr<pipeline::PipelineStageManager> stages_;

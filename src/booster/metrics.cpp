@@ -29,11 +29,13 @@ std::string MetricsWriter::train_json(const TrainRecord& r) {
   std::string pipe = r.bubble >= 0 ? fmt::format(", \"bubble\": {}, \"bubble_theory\": {}", num(r.bubble, "{:.4g}"),
                                                  num(r.bubble_theory, "{:.4g}"))
                                    : "";
+  std::string scale = r.loss_scale > 0 ? fmt::format(", \"loss_scale\": {}", num(r.loss_scale)) : "";
   return fmt::format(
       "{{\"step\": {}, \"loss\": {}, \"lr\": {}, \"grad_norm\": {}, \"tokens\": {}, \"tokens_per_s\": {}, "
-      "\"step_ms\": {}, \"mfu\": {}, \"peak_mem_bytes\": {}, \"skipped\": {}, \"grad_sync_ms\": {}{}}}",
+      "\"step_ms\": {}, \"mfu\": {}, \"peak_mem_bytes\": {}, \"skipped\": {}, \"grad_sync_ms\": {}{}{}}}",
       r.step, num(r.loss), num(r.lr), num(r.grad_norm), r.tokens, num(r.tokens_per_s, "{:.6g}"),
-      num(r.step_ms, "{:.6g}"), num(r.mfu, "{:.6g}"), r.peak_mem_bytes, r.skipped, num(r.grad_sync_ms, "{:.4g}"), pipe);
+      num(r.step_ms, "{:.6g}"), num(r.mfu, "{:.6g}"), r.peak_mem_bytes, r.skipped, num(r.grad_sync_ms, "{:.4g}"), pipe,
+      scale);
 }
 
 std::string MetricsWriter::eval_json(int64_t step, double val_loss) {
@@ -66,6 +68,7 @@ std::vector<std::pair<std::string, float>> tensorboard_scalars(const TrainRecord
                                                   {"perf/mfu", float(r.mfu)},
                                                   {"perf/peak_mem_bytes", float(r.peak_mem_bytes)},
                                                   {"perf/grad_sync_ms", float(r.grad_sync_ms)}};
+  if (r.loss_scale > 0) v.emplace_back("train/loss_scale", float(r.loss_scale));
   if (r.bubble >= 0) v.emplace_back("perf/bubble", float(r.bubble));
   if (r.bubble_theory >= 0) v.emplace_back("perf/bubble_theory", float(r.bubble_theory));
   return v;

@@ -4,7 +4,8 @@
 // (updates completed, from 1), loss (mean over the step's valid tokens, %.9g
 // so it round-trips), lr, grad_norm (before clipping), tokens, tokens_per_s,
 // step_ms, mfu (fraction of peak), peak_mem_bytes, skipped, grad_sync_ms
-// (exposed tie + dp gradient communication), bubble and bubble_theory (pp > 1). Evaluation lines
+// (exposed tie + dp gradient communication), bubble and bubble_theory (pp > 1),
+// loss_scale (fp16: the scale the step's loss was multiplied by). Evaluation lines
 // carry step and val_loss and no loss. Lines are flushed as written, so a
 // killed job keeps every line it logged.
 #pragma once
@@ -26,6 +27,7 @@ struct TrainRecord {
   int64_t skipped = 0;
   double bubble = -1, bubble_theory = -1;  // pipeline runs only (written when >= 0)
   double grad_sync_ms = 0;  // exposed gradient synchronisation (tie + dp) after the schedule, slowest rank
+  double loss_scale = 0;    // fp16 runs only (written when > 0): the step's loss scale
 };
 
 class MetricsWriter {
@@ -50,8 +52,8 @@ class MetricsWriter {
 // "step 10/200 | loss 3.1234 | lr 3.00e-04 | 12.3k tok/s | 45.2 ms | ETA 1m23s"
 std::string progress_line(const TrainRecord& r, int64_t total_steps, double eta_s);
 // The TensorBoard scalars of one train record: every numeric metrics.jsonl key
-// under train/ (loss, lr, grad_norm, tokens, skipped) or perf/ (the rest;
-// bubble and bubble_theory only for pipeline runs).
+// under train/ (loss, lr, grad_norm, tokens, skipped, loss_scale for fp16 runs)
+// or perf/ (the rest; bubble and bubble_theory only for pipeline runs).
 std::vector<std::pair<std::string, float>> tensorboard_scalars(const TrainRecord& r);
 std::string format_duration(double seconds);
 

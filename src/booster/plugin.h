@@ -34,8 +34,9 @@ struct StepStats {
 };
 
 struct UpdateStats {
-  double grad_norm = 0;  // global, before clipping
-  bool skipped = false;  // non-finite gradients: no update was applied
+  double grad_norm = 0;   // global, before clipping, of the unscaled gradients
+  bool skipped = false;   // non-finite gradients: no update was applied
+  double loss_scale = 0;  // fp16: the scale this step's loss was multiplied by; 0 without loss scaling
 };
 
 class Plugin {

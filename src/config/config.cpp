@@ -213,6 +213,8 @@ void emit_section(YAML::Emitter& out, const std::string& section, const Config& 
   out << YAML::BeginMap;
   for (const auto& name : child_names(section)) {
     std::string path = join_path(section, name);
+    // Only fp16 reads it, and validate refuses it set with another precision.
+    if (path == "runtime.loss_scale" && cfg.runtime.precision != Precision::fp16) continue;
     out << YAML::Key << name << YAML::Value;
     if (is_section(path)) {
       emit_section(out, path, cfg);

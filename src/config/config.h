@@ -224,9 +224,23 @@ struct LogConfig {
   bool operator==(const LogConfig&) const = default;
 };
 
+// runtime.loss_scale: dynamic loss scaling, fp16 only. The defaults are
+// optim::LossScalerOptions' (optim/loss_scaler.h says what each one does;
+// test_config checks that they agree).
+struct LossScaleConfig {
+  double initial = 65536.0;     // 2^16
+  double growth_factor = 2.0;   // > 1
+  double backoff_factor = 0.5;  // in (0, 1)
+  int growth_interval = 1000;   // finite steps before the scale grows
+  double min = 1.0;             // backoff clamps here
+  double max = 16777216.0;      // 2^24; growth clamps here
+  bool operator==(const LossScaleConfig&) const = default;
+};
+
 struct RuntimeConfig {
   DeviceType device = DeviceType::cpu;
   Precision precision = Precision::fp32;
+  LossScaleConfig loss_scale;  // read with precision fp16 only
   uint64_t seed = 1337;
   int threads = 0;  // 0 = the OpenMP default for this rank
   double comm_timeout_s = 300.0;

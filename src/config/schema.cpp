@@ -208,7 +208,8 @@ void decode_value(const YAML::Node& n, const std::string& path, const Locator& l
 }
 
 void decode_value(const YAML::Node& n, const std::string& path, const Locator& loc, std::vector<int>& out) {
-  if (!n.IsSequence()) loc.fail(path, n.Mark(), fmt::format("expected a list of integers like [2, 1], got {}", show(n)));
+  if (!n.IsSequence())
+    loc.fail(path, n.Mark(), fmt::format("expected a list of integers like [2, 1], got {}", show(n)));
   out.assign(n.size(), 0);
   for (size_t i = 0; i < n.size(); ++i) decode_value(n[i], fmt::format("{}[{}]", path, i), loc, out[i]);
 }
@@ -346,6 +347,12 @@ std::vector<Field> build_fields() {
       LATTICE_KEY(log, per_rank, optional),
       LATTICE_KEY(runtime, device, optional),
       LATTICE_KEY(runtime, precision, optional),
+      LATTICE_KEY(runtime.loss_scale, initial, optional),
+      LATTICE_KEY(runtime.loss_scale, growth_factor, optional),
+      LATTICE_KEY(runtime.loss_scale, backoff_factor, optional),
+      LATTICE_KEY(runtime.loss_scale, growth_interval, optional),
+      LATTICE_KEY(runtime.loss_scale, min, optional),
+      LATTICE_KEY(runtime.loss_scale, max, optional),
       LATTICE_KEY(runtime, seed, optional),
       LATTICE_KEY(runtime, threads, optional),
       LATTICE_KEY(runtime, comm_timeout_s, optional),

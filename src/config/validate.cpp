@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "config/config.h"
 #include "config/schema.h"
@@ -230,11 +231,36 @@ void validate_io(const Config& c) {
   require_positive(c, "log.every", c.log.every, "the steps between metric lines");
 }
 
+// runtime.loss_scale: only fp16 scales the loss, so setting it with another
+// precision is a mistake worth a line; its values as optim::LossScaler checks them.
+void validate_loss_scale(const Config& c) {
+  const Precision p = c.runtime.precision;
+  // The first key set under it names the mistake best (an override locates only its own key).
+  const auto set = std::find_if(c.locations.begin(), c.locations.end(),
+                                [](const auto& kv) { return kv.first.starts_with("runtime.loss_scale."); });
+  require(set == c.locations.end() || p == Precision::fp16, c,
+          set == c.locations.end() ? "runtime.loss_scale" : set->first,
+          "is set, but runtime.precision is {} and only fp16 scales the loss — remove runtime.loss_scale or set "
+          "runtime.precision: fp16",
+          enum_name(p));
+  const LossScaleConfig& s = c.runtime.loss_scale;
+  constexpr double kMax = std::numeric_limits<float>::max();  // the loss is scaled in fp32
+  require(s.min > 0 && s.min <= kMax, c, "runtime.loss_scale.min", "must be > 0 and finite in fp32 (got {})", s.min);
+  require(s.max >= s.min && s.max <= kMax, c, "runtime.loss_scale.max",
+          "must lie in [runtime.loss_scale.min = {}, {:g}] (got {})", s.min, kMax, s.max);
+  require(s.initial >= s.min && s.initial <= s.max, c, "runtime.loss_scale.initial",
+          "must lie in [min = {}, max = {}] (got {}) — raise max to start higher", s.min, s.max, s.initial);
+  require(s.growth_factor > 1, c, "runtime.loss_scale.growth_factor", "must be > 1 (got {}) — 2 doubles the scale",
+          s.growth_factor);
+  require(s.backoff_factor > 0 && s.backoff_factor < 1, c, "runtime.loss_scale.backoff_factor",
+          "must lie in (0, 1) (got {}) — 0.5 halves the scale", s.backoff_factor);
+  require(s.growth_interval >= 1, c, "runtime.loss_scale.growth_interval",
+          "must be at least 1 step (got {}) — the finite steps before the scale grows", s.growth_interval);
+}
+
 void validate_runtime(const Config& c) {
   const RuntimeConfig& r = c.runtime;
-  require(r.device == DeviceType::cuda || r.precision != Precision::fp16, c, "runtime.precision",
-          "fp16 needs runtime.device: cuda (the CPU backend trains in fp32 or bf16) — set runtime.precision: fp32 or "
-          "bf16");
+  validate_loss_scale(c);
   require_non_negative(c, "runtime.threads", r.threads, "0 uses the OpenMP default");
   require(r.comm_timeout_s > 0, c, "runtime.comm_timeout_s", "must be positive (got {})", r.comm_timeout_s);
   require_non_negative(c, "runtime.peak_flops", r.peak_flops, "0 measures or looks it up");

@@ -59,11 +59,14 @@ class CudaBackend {
   virtual void memset_zero(void* ptr, size_t bytes, int dev) = 0;
   virtual void synchronize(int dev) = 0;
 
-  // runtime.precision: bf16 — gemm and linear_forward round both operands to
-  // bf16 (round to nearest even) and multiply on the tensor cores with fp32
-  // accumulation into the fp32 output, as the CPU's bf16 path does
-  // (core/kernels/cpu/matmul_bf16.h). Everything else stays fp32. Off by default.
-  virtual void set_bf16_matmul(bool on) = 0;
+  // runtime.precision: the operand type of gemm and linear_forward. f32 (the
+  // default): fp32 without TF32. bf16 or f16: both operands are rounded to it
+  // (round to nearest even; in f16 a value beyond 65504 becomes inf, which is
+  // how an fp16 overflow shows) and multiplied on the tensor cores with fp32
+  // accumulation into the fp32 output (cublasGemmEx, CUBLAS_COMPUTE_32F), as
+  // the CPU's emulation does (core/kernels/cpu/matmul.h). Everything else
+  // stays fp32. Any other dtype throws.
+  virtual void set_matmul_dtype(DType operands) = 0;
 
   // ---- kernels (f32) ----
   virtual void gemm(int dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

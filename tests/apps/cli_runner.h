@@ -7,6 +7,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace lattice::test {
@@ -19,6 +21,14 @@ struct CmdResult {
 inline std::string lattice_bin() {
   const char* b = std::getenv("LATTICE_BIN");
   return b ? b : "lattice";
+}
+
+// The contents of a file ("" when it cannot be read).
+inline std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 inline CmdResult run_lattice(const std::string& args, const std::string& cwd, int ranks = 0) {

@@ -256,16 +256,16 @@ std::vector<BadConfig> bad_files() {
 
 std::vector<BadConfig> bad_device_and_overrides() {
   return {
-      {"Fp16OnCpu", edit("  threads: 1\n", "  threads: 1\n  precision: fp16\n"), "", 0,
-       {"bad.yaml:29:3", "runtime.precision", "fp16 needs runtime.device: cuda"}},
-      {"Fp16OnCpu_np2", kBase, "runtime.precision=fp16", 2,
-       {"override 'runtime.precision=fp16'", "runtime.precision", "fp16"}},
+      {"LossScaleWithFp32", edit("  threads: 1\n", "  threads: 1\n  loss_scale: { initial: 1024 }\n"), "", 0,
+       {"bad.yaml:29:", "runtime.loss_scale.initial", "runtime.precision is fp32", "set runtime.precision: fp16"}},
+      {"LossScaleWithFp32_np2", kBase, "runtime.loss_scale.initial=1024", 2,
+       {"override 'runtime.loss_scale.initial=1024'", "runtime.loss_scale.initial", "only fp16 scales the loss"}},
       {"CudaWithoutGpu", edit("  threads: 1\n", "  threads: 1\n  device: cuda\n"), "", 0,
        {"bad.yaml:29:3", "runtime.device", "no CUDA device is visible on host", "set runtime.device: cpu"}},
       {"CudaWithoutGpu_np2", kBase, "runtime.device=cuda", 2,
        {"override 'runtime.device=cuda'", "runtime.device", "no CUDA device is visible on host"}},
-      {"Fp16OnCuda", edit("  threads: 1\n", "  threads: 1\n  device: cuda\n  precision: fp16\n"), "", 0,
-       {"bad.yaml:30:3", "runtime.precision", "fp16 (dynamic loss scaling) is not available"}},
+      {"LossScaleGrowthFactor", edit("  threads: 1\n", "  threads: 1\n  precision: fp16\n  loss_scale: { growth_factor: 0.5 }\n"),
+       "", 0, {"bad.yaml:30:", "runtime.loss_scale.growth_factor", "must be > 1 (got 0.5)"}},
       {"OverrideUnknownKey", kBase, "train.stepz=5", 0,
        {"override 'train.stepz=5'", "train.stepz", "did you mean 'train.steps'"}},
       {"OverrideUnknownKey_np2", kBase, "parallel.tpp=2", 2,

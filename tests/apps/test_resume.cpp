@@ -44,11 +44,8 @@ std::map<int, double> losses(const std::string& run_dir) {
 }
 
 std::string bytes_of(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(f.good()) << path;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  EXPECT_TRUE(std::filesystem::exists(path)) << path;
+  return lattice::test::file_bytes(path);
 }
 
 // A shell script that starts `lattice train r.yaml ARGS` on 2 ranks in the
@@ -82,11 +79,13 @@ class Resume : public ::testing::Test {
   void SetUp() override {
     dir = lattice::test::make_temp_dir("resume");
     std::string text;
-    for (int i = 0; i < 500; ++i) text += "all the world's a stage, and all the men and women " + std::to_string(i % 13) + "\n";
+    for (int i = 0; i < 500; ++i)
+      text += "all the world's a stage, and all the men and women " + std::to_string(i % 13) + "\n";
     std::ofstream(dir + "/a.txt") << text;
     CmdResult r = run("data prepare --input a.txt --tokenizer bytes --out d/t", dir);
     ASSERT_EQ(r.status, 0) << r.out;
-    std::ofstream(dir + "/r.yaml") << R"(model: { arch: gpt2, n_layer: 4, n_head: 2, d_model: 32, vocab_size: 260, max_seq_len: 16,
+    std::ofstream(dir + "/r.yaml")
+        << R"(model: { arch: gpt2, n_layer: 4, n_head: 2, d_model: 32, vocab_size: 260, max_seq_len: 16,
          dropout: 0.1 }
 parallel: { dp_bucket_mb: 0.01 }
 train: { steps: 12, global_batch: 8, micro_batch: 2, seq_len: 16 }
@@ -188,10 +187,10 @@ TEST_F(Resume, KilledDuringACheckpointWriteResumesFromThePreviousOne) {
 
 TEST_F(Resume, Sigusr1ToMpirunAndSigtermToRanksCheckpointAndExitZero) {
   // USR1 goes to mpirun (the child of `timeout`), as a user or a batch script sends it.
-  const std::string out = shell(background_job(
-      dir, "", "log.dir=s parallel.dp=2 train.steps=100000", "s.log",
-      "for i in $(seq 600); do [ -s s/metrics.jsonl ] && break; sleep 0.1; done; "
-      "kill -USR1 $(pgrep -P $mp); wait $mp; echo \"rc=$?\"; cat s.log"));
+  const std::string out =
+      shell(background_job(dir, "", "log.dir=s parallel.dp=2 train.steps=100000", "s.log",
+                           "for i in $(seq 600); do [ -s s/metrics.jsonl ] && break; sleep 0.1; done; "
+                           "kill -USR1 $(pgrep -P $mp); wait $mp; echo \"rc=$?\"; cat s.log"));
   EXPECT_NE(out.find("rc=0"), std::string::npos) << out;
   EXPECT_NE(out.find("stopping after step"), std::string::npos) << out;
   const auto l = losses(dir + "/s");
@@ -199,15 +198,16 @@ TEST_F(Resume, Sigusr1ToMpirunAndSigtermToRanksCheckpointAndExitZero) {
   const int last = l.rbegin()->first;
   EXPECT_LT(last, 100000);
   EXPECT_TRUE(fs::exists(ckpt("s", last, "manifest.json"))) << out;
-  EXPECT_EQ(bytes_of(dir + "/s/checkpoints/latest").substr(0, 12), fs::path(ckpt("s", last, "")).parent_path().filename().string());
+  EXPECT_EQ(bytes_of(dir + "/s/checkpoints/latest").substr(0, 12),
+            fs::path(ckpt("s", last, "")).parent_path().filename().string());
 
   // SIGTERM to the ranks themselves (what srun sends at a time limit) does the
   // same; the job resumes from the first one's checkpoint.
-  const std::string term = shell(background_job(
-      dir, "", "log.dir=s parallel.dp=2 train.steps=100000", "t.log",
-      "for i in $(seq 600); do [ $(grep -c loss s/metrics.jsonl) -gt " + std::to_string(l.size()) +
-          " ] && break; sleep 0.1; done; "
-          "kill -TERM $(pgrep -P $(pgrep -P $mp)); wait $mp; echo \"rc=$?\"; cat t.log"));
+  const std::string term =
+      shell(background_job(dir, "", "log.dir=s parallel.dp=2 train.steps=100000", "t.log",
+                           "for i in $(seq 600); do [ $(grep -c loss s/metrics.jsonl) -gt " + std::to_string(l.size()) +
+                               " ] && break; sleep 0.1; done; "
+                               "kill -TERM $(pgrep -P $(pgrep -P $mp)); wait $mp; echo \"rc=$?\"; cat t.log"));
   EXPECT_NE(term.find("rc=0"), std::string::npos) << term;
   EXPECT_NE(term.find("resuming from"), std::string::npos) << term;
   EXPECT_NE(term.find("stopping after step"), std::string::npos) << term;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "config/config.h"
+#include "optim/loss_scaler.h"
 #include "support/test_support.h"
 
 namespace lattice {
@@ -247,18 +248,50 @@ TEST(Config, DefaultsAndDerivedValues) {
 }
 
 TEST(Config, ToYamlRoundTrip) {
-  for (const char* text : {kFull, kMinimal}) {
-    Config a = parse_config(text, "a.yaml", {});
+  const std::vector<std::string> fp16 = {"runtime.precision=fp16", "runtime.loss_scale.growth_interval=7"};
+  for (const auto& [text, overrides] :
+       std::vector<std::pair<const char*, std::vector<std::string>>>{{kFull, {}}, {kMinimal, {}}, {kMinimal, fp16}}) {
+    Config a = parse_config(text, "a.yaml", overrides);
     std::string y = to_yaml(a);
     Config b = parse_config(y, "b.yaml", {});
     EXPECT_EQ(a, b) << y;
     EXPECT_EQ(to_yaml(b).substr(y.find('\n')), y.substr(y.find('\n')));  // equal below the header comment
-    // Every key is written.
+    // Every key is written; runtime.loss_scale only with fp16 (validate refuses it with another precision).
+    const bool scaled = a.runtime.precision == Precision::fp16;
+    EXPECT_EQ(y.find("loss_scale:") != std::string::npos, scaled) << y;
     for (const auto& path : config_key_paths()) {
+      if (!scaled && path.starts_with("runtime.loss_scale.")) continue;
       std::string name = path.substr(path.rfind('.') + 1);
       EXPECT_HAS(y, name + ":");
     }
   }
+}
+
+// runtime.loss_scale: the defaults are the loss scaler's, it is read with fp16
+// only, and a bad value names its key.
+TEST(Config, LossScale) {
+  const LossScaleConfig d;
+  const optim::LossScalerOptions o;
+  EXPECT_EQ(d.initial, o.initial_scale);
+  EXPECT_EQ(d.growth_factor, o.growth_factor);
+  EXPECT_EQ(d.backoff_factor, o.backoff_factor);
+  EXPECT_EQ(d.growth_interval, o.growth_interval);
+  EXPECT_EQ(d.min, o.min_scale);
+  EXPECT_EQ(d.max, o.max_scale);
+  Config c = parse_config(kMinimal, "t.yaml",
+                          {"runtime.precision=fp16", "runtime.loss_scale.initial=1024", "runtime.loss_scale.max=4096"});
+  EXPECT_EQ(c.runtime.loss_scale.initial, 1024.0);
+  EXPECT_EQ(c.runtime.loss_scale.max, 4096.0);
+  EXPECT_EQ(c.runtime.loss_scale.growth_factor, 2.0);
+  // Set with fp32, in the file or by an override: one line naming the key and the fix.
+  const std::string file = std::string(kMinimal) + "runtime:\n  loss_scale:\n    initial: 1024\n";
+  std::string msg = parse_error(file);
+  EXPECT_EQ(msg, fmt::format(
+                     "test.yaml:{}:5: runtime.loss_scale.initial: is set, but runtime.precision is fp32 and only fp16 "
+                     "scales the loss — remove runtime.loss_scale or set runtime.precision: fp16",
+                     line_of(file, "    initial")));
+  EXPECT_HAS(parse_error(kMinimal, {"runtime.precision=bf16", "runtime.loss_scale.min=2"}),
+             "runtime.loss_scale.min: is set, but runtime.precision is bf16");
 }
 
 TEST(Config, ToYamlRoundTripOddValues) {
@@ -484,7 +517,19 @@ TEST(Config, ValidateChecks) {
       {{"parallel.schedule=zb"}, "parallel.schedule: unknown value 'zb' — expected one of gpipe|1f1b|interleaved"},
       {{"runtime.device=tpu"}, "runtime.device: unknown value 'tpu' — expected one of cpu|cuda"},
       {{"runtime.precision=fp8"}, "runtime.precision: unknown value 'fp8' — expected one of fp32|bf16|fp16"},
-      {{"runtime.precision=fp16"}, "runtime.precision: fp16 needs runtime.device: cuda"},
+      {{"runtime.precision=fp16", "runtime.loss_scale.growth_factor=1"},
+       "runtime.loss_scale.growth_factor: must be > 1 (got 1) — 2 doubles the scale"},
+      {{"runtime.precision=fp16", "runtime.loss_scale.backoff_factor=1"},
+       "runtime.loss_scale.backoff_factor: must lie in (0, 1) (got 1)"},
+      {{"runtime.precision=fp16", "runtime.loss_scale.growth_interval=0"},
+       "runtime.loss_scale.growth_interval: must be at least 1 step (got 0)"},
+      {{"runtime.precision=fp16", "runtime.loss_scale.min=0"},
+       "runtime.loss_scale.min: must be > 0 and finite in fp32 (got 0)"},
+      {{"runtime.precision=fp16", "runtime.loss_scale.max=1e39"}, "runtime.loss_scale.max: must lie in [runtime"},
+      {{"runtime.precision=fp16", "runtime.loss_scale.initial=1e8"},
+       "runtime.loss_scale.initial: must lie in [min = 1, max = 16777216] (got 100000000) — raise max"},
+      {{"runtime.precision=fp16", "runtime.loss_scale.growth_factor=two"},
+       "runtime.loss_scale.growth_factor: expected a number, got 'two'"},
       {{"train.eval_every=-1"}, "train.eval_every: must not be negative (got -1)"},
       {{"train.eval_every=10"}, "train.eval_every: is 10, but data.val is not set"},
       {{"train.eval_every=10", "data.val=v*.bin"}, "train.eval_steps: must be at least 1 when eval_every is set"},

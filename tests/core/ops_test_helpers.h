@@ -11,10 +11,37 @@
 #include <functional>
 #include <vector>
 
+#include "core/kernels/cpu/matmul.h"
 #include "core/ops.h"
+#include "core/rng.h"
 #include "support/test_support.h"
 
 namespace lattice::test {
+
+// Attention forward on fixed random q, k, v in fp32 and again with the CPU
+// matmul operands in `operands` (the switch is left at f32): every element
+// within `tol` of fp32's, and more than half of them moved (the switch ran).
+inline void expect_attention_rounded_within(DType operands, double tol) {
+  const int64_t B = 2, T = 40, NH = 4, HS = 16, C = NH * HS;
+  Tensor qkv = Tensor::empty({B, T, 3 * C}, DType::f32);
+  RngKey key{.seed = 9, .purpose = RngPurpose::data};
+  for (int64_t i = 0; i < qkv.numel(); ++i) qkv.data<float>()[i] = 2.0f * rng_uniform(key, 0, uint64_t(i)) - 1.0f;
+  auto run = [&] {
+    Tensor out = Tensor::zeros({B, T, C}, DType::f32), att = Tensor::zeros({B, NH, T, T}, DType::f32);
+    ops::attention_forward(out, att, qkv, int(NH), ops::Dropout{});
+    return out;
+  };
+  Tensor fp32 = run();
+  cpu::set_matmul_dtype(operands);
+  Tensor rounded = run();
+  cpu::set_matmul_dtype(DType::f32);
+  int differ = 0;
+  for (int64_t i = 0; i < fp32.numel(); ++i) {
+    EXPECT_NEAR(rounded.data<float>()[i], fp32.data<float>()[i], tol) << "element " << i;
+    differ += rounded.data<float>()[i] != fp32.data<float>()[i];
+  }
+  EXPECT_GT(differ, fp32.numel() / 2);
+}
 
 // Relative error threshold of the f64 central-difference checks (eps 1e-6).
 constexpr double kGradTol = 1e-5;

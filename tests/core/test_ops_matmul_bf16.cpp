@@ -19,6 +19,7 @@
 #include "core/kernels/cpu/matmul_bf16.h"
 #include "core/ops.h"
 #include "core/rng.h"
+#include "ops_test_helpers.h"
 #include "support/error_text.h"
 
 namespace lattice {
@@ -30,7 +31,7 @@ class Bf16Matmul : public ::testing::Test {
     std::string why;
     if (!cpu::bf16_matmul_available(&why)) GTEST_SKIP() << "no bf16 matmuls here: " << why;
   }
-  void TearDown() override { cpu::set_bf16_matmul(false); }
+  void TearDown() override { cpu::set_matmul_dtype(DType::f32); }
 };
 
 // rows x cols stored with row stride ld (ld >= cols; the gap holds garbage).
@@ -103,8 +104,8 @@ TEST_F(Bf16Matmul, TheSwitchRoutesFloatGemmsOnly) {
   std::copy(b.begin(), b.end(), tb.data<float>());
   Tensor plain = Tensor::zeros({m, n}, DType::f32), rounded = Tensor::zeros({m, n}, DType::f32);
   ops::gemm(plain, ta, tb, false, false);
-  cpu::set_bf16_matmul(true);
-  EXPECT_TRUE(cpu::bf16_matmul());
+  cpu::set_matmul_dtype(DType::bf16);
+  EXPECT_EQ(cpu::matmul_dtype(), DType::bf16);
   ops::gemm(rounded, ta, tb, false, false);
   std::vector<float> direct(size_t(m * n));
   cpu::gemm_bf16(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, direct.data(), n);
@@ -144,7 +145,7 @@ TEST_F(Bf16Matmul, LinearBackwardEqualsTwoBf16Gemms) {
   Tensor dinp = Tensor::zeros({N, C}, DType::f32), dw = tensor(dw0, {OC, C}), db = Tensor::zeros({OC}, DType::f32);
   Tensor db_fp32 = Tensor::zeros({OC}, DType::f32);
   ops::linear_backward(nullptr, nullptr, &db_fp32, tdout, tinp, tw);
-  cpu::set_bf16_matmul(true);
+  cpu::set_matmul_dtype(DType::bf16);
   ops::linear_backward(&dinp, &dw, &db, tdout, tinp, tw);
   std::vector<float> ref_dinp(size_t(N * C)), ref_dw = dw0;
   cpu::gemm_bf16(false, false, N, C, OC, 1.0f, dout.data(), OC, w.data(), C, 0.0f, ref_dinp.data(), C);
@@ -156,35 +157,16 @@ TEST_F(Bf16Matmul, LinearBackwardEqualsTwoBf16Gemms) {
 
 // Attention under the switch: its products in bf16, so the result moves off
 // fp32's, by no more than bf16 rounding of q, k, v and P explains.
-TEST_F(Bf16Matmul, AttentionProductsRunInBf16) {
-  const int64_t B = 2, T = 40, NH = 4, HS = 16, C = NH * HS;
-  Tensor qkv = Tensor::empty({B, T, 3 * C}, DType::f32);
-  RngKey key{.seed = 9, .purpose = RngPurpose::data};
-  for (int64_t i = 0; i < qkv.numel(); ++i) qkv.data<float>()[i] = 2.0f * rng_uniform(key, 0, uint64_t(i)) - 1.0f;
-  auto run = [&] {
-    Tensor out = Tensor::zeros({B, T, C}, DType::f32), att = Tensor::zeros({B, NH, T, T}, DType::f32);
-    ops::attention_forward(out, att, qkv, int(NH), ops::Dropout{});
-    return out;
-  };
-  Tensor fp32 = run();
-  cpu::set_bf16_matmul(true);
-  Tensor bf16 = run();
-  int differ = 0;
-  for (int64_t i = 0; i < fp32.numel(); ++i) {
-    EXPECT_NEAR(bf16.data<float>()[i], fp32.data<float>()[i], 2e-2) << "element " << i;
-    differ += bf16.data<float>()[i] != fp32.data<float>()[i];
-  }
-  EXPECT_GT(differ, fp32.numel() / 2);
-}
+TEST_F(Bf16Matmul, AttentionProductsRunInBf16) { test::expect_attention_rounded_within(DType::bf16, 2e-2); }
 
 TEST(Bf16MatmulAvailability, SaysWhyAndRefusesToSwitchOnWithout) {
   std::string why;
   const bool ok = cpu::bf16_matmul_available(&why);
   EXPECT_FALSE(why.empty());
   if (!ok) {
-    EXPECT_HAS(test::error_text([] { cpu::set_bf16_matmul(true); }), why);
+    EXPECT_HAS(test::error_text([] { cpu::set_matmul_dtype(DType::bf16); }), why);
   }
-  EXPECT_FALSE(cpu::bf16_matmul());
+  EXPECT_EQ(cpu::matmul_dtype(), DType::f32);
 }
 
 }  // namespace

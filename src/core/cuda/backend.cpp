@@ -126,11 +126,15 @@ class Backend final : public CudaBackend {
     CUDA_CHECK(cudaDeviceSynchronize());
   }
 
+  void set_matmul_dtype(DType operands) override {
+    LATTICE_CHECK(operands == DType::f32 || operands == DType::bf16 || operands == DType::f16,
+                  "CUDA matmul operands must be f32, bf16 or f16, not dtype {}", int(operands));
+    matmul_dtype_ = operands;
+  }
+
   // Row-major C (m, n) is column-major C^T (n, m), so compute
   // C^T = op(B)^T op(A)^T: cuBLAS gets B first. A row-major (r, c) matrix is
   // a column-major (c, r) one with leading dimension c.
-  void set_bf16_matmul(bool on) override { bf16_matmul_ = on; }
-
   void gemm(int dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
             const float* b, float beta, float* c) override {
     int mi = checked_int(m, "m"), ni = checked_int(n, "n"), ki = checked_int(k, "k");
@@ -141,26 +145,29 @@ class Backend final : public CudaBackend {
     ldb = ldb > 0 ? ldb : 1;
     cublasHandle_t h = blas(dev);
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (!bf16_matmul_) {
+    if (matmul_dtype_ == DType::f32) {
       CUBLAS_CHECK(cublasSgemm(h, op_b, op_a, ni, mi, ki, &alpha, b, ldb, a, lda, &beta, c, ni));
       finish();
       return;
     }
-    // bf16 copies of both operands (stream-ordered scratch), fp32 accumulation and output.
-    std::lock_guard<std::mutex> lock(bf16_mu_);
+    // 16-bit copies of both operands (stream-ordered scratch), fp32 accumulation and output.
+    std::lock_guard<std::mutex> lock(half_mu_);
     const int64_t na = m * k, nb = k * n;
-    uint16_t* a16 = static_cast<uint16_t*>(grown(bf16_operands_, dev, size_t(na + nb) * sizeof(uint16_t)));
+    uint16_t* a16 = static_cast<uint16_t*>(grown(half_operands_, dev, size_t(na + nb) * sizeof(uint16_t)));
     uint16_t* b16 = a16 + na;
-    launch_to_bf16(kStream, a16, a, na);
-    launch_to_bf16(kStream, b16, b, nb);
-    CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, ni, mi, ki, &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda, &beta, c,
-                              CUDA_R_32F, ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    const bool bf16 = matmul_dtype_ == DType::bf16;
+    auto round = bf16 ? launch_to_bf16 : launch_to_f16;
+    round(kStream, a16, a, na);
+    round(kStream, b16, b, nb);
+    const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, ni, mi, ki, &alpha, b16, type, ldb, a16, type, lda, &beta, c, CUDA_R_32F,
+                              ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     finish();
   }
 
   void linear_forward(int dev, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                       int64_t C, int64_t OC) override {
-    if (bf16_matmul_) {  // out (N, OC) = inp (N, C) weight^T through the bf16 gemm, then the bias
+    if (matmul_dtype_ != DType::f32) {  // out (N, OC) = inp (N, C) weight^T through the 16-bit gemm, then the bias
       gemm(dev, false, true, N, OC, C, 1.0f, inp, weight, 0.0f, out);
       if (bias) add_bias(dev, out, bias, N, OC);
       return;
@@ -173,7 +180,7 @@ class Backend final : public CudaBackend {
 
   void linear_gelu_forward(int dev, float* act, float* pre, const float* inp, const float* weight, const float* bias,
                            int64_t N, int64_t C, int64_t OC) override {
-    if (bf16_matmul_) {  // the bf16 linear into pre, then the GELU kernel
+    if (matmul_dtype_ != DType::f32) {  // the 16-bit linear into pre, then the GELU kernel
       linear_forward(dev, pre, inp, weight, bias, N, C, OC);
       gelu_forward(dev, act, pre, N * OC);
       return;
@@ -527,9 +534,9 @@ class Backend final : public CudaBackend {
   std::vector<Workspace> dropped_;            // indexed by device: attention's dropout buffer
   std::mutex ws_mu_;
   std::vector<Workspace> workspaces_;  // indexed by device; guarded by ws_mu_
-  std::mutex bf16_mu_;
-  std::vector<Workspace> bf16_operands_;  // indexed by device: bf16 copies of a gemm's operands; bf16_mu_
-  bool bf16_matmul_ = false;              // runtime.precision: bf16 (set_bf16_matmul)
+  std::mutex half_mu_;
+  std::vector<Workspace> half_operands_;  // indexed by device: bf16/f16 copies of a gemm's operands; half_mu_
+  DType matmul_dtype_ = DType::f32;       // runtime.precision (set_matmul_dtype)
   std::mutex gelu_mu_;
   std::vector<int> gelu_epilogue_;  // indexed by device: 0 unknown, 1 cuBLASLt's GELU is ours, -1 it is not
 };

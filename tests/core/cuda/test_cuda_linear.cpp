@@ -7,6 +7,7 @@
 // cuda_test_support.h. The plan itself is tested on the CPU (test_lt_plan).
 #include <cmath>
 
+#include "core/kernels/cpu/matmul_f16.h"
 #include "support/cuda_test_support.h"
 
 namespace lattice::test {
@@ -107,19 +108,26 @@ TEST_F(CudaOps, LinearForwardEmptyBatchDoesNothing) {
   EXPECT_EQ(out.numel(), 0);
 }
 
-// runtime.precision: bf16 on the GPU: both operands rounded to bf16 (nearest
-// even), the products summed in fp32. So the GPU result is the CPU's fp32
-// gemm of the rounded operands, up to the order of the sums.
-Tensor rounded_to_bf16(const Tensor& t) {
+// runtime.precision: bf16 or fp16 on the GPU: both operands rounded to the
+// 16-bit type (nearest even; in fp16 beyond 65504 to inf), the products
+// summed in fp32. So the GPU result is the CPU's fp32 gemm of the operands
+// rounded as the CPU does it (f32_to_bf16; for fp16 the CPU emulation's own
+// cpu::round_to_f16), up to the order of the sums.
+Tensor rounded_to(const Tensor& t, DType operands) {
   Tensor r = t.clone();
-  for (int64_t i = 0; i < r.numel(); ++i) r.data<float>()[i] = bf16_to_f32(f32_to_bf16(r.data<float>()[i]));
+  float* v = r.data<float>();
+  if (operands == DType::f16) {
+    cpu::round_to_f16(v, t.data<float>(), 1, t.numel(), t.numel());
+    return r;
+  }
+  for (int64_t i = 0; i < r.numel(); ++i) v[i] = bf16_to_f32(f32_to_bf16(v[i]));
   return r;
 }
 
-TEST_F(CudaOps, Bf16GemmAndLinearAreFp32SumsOfRoundedOperands) {
-  struct Bf16Matmul {  // on for the test's GPU calls, off again however it ends
-    Bf16Matmul() { cuda_backend().set_bf16_matmul(true); }
-    ~Bf16Matmul() { cuda_backend().set_bf16_matmul(false); }
+void expect_sums_of_rounded_operands(DType operands) {
+  struct MatmulDtype {  // on for the test's GPU calls, off again however it ends
+    explicit MatmulDtype(DType d) { cuda_backend().set_matmul_dtype(d); }
+    ~MatmulDtype() { cuda_backend().set_matmul_dtype(DType::f32); }
   };
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
@@ -129,9 +137,9 @@ TEST_F(CudaOps, Bf16GemmAndLinearAreFp32SumsOfRoundedOperands) {
       Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, DType::f32, 12, 1.0 / std::sqrt(double(K)));
       Tensor c = random_tensor({M, N}, DType::f32, 13);
       Tensor want = c.clone(), c_g = gpu(c);
-      ops::gemm(want, rounded_to_bf16(a), rounded_to_bf16(b), ta, tb, 0.5f, 0.25f);
+      ops::gemm(want, rounded_to(a, operands), rounded_to(b, operands), ta, tb, 0.5f, 0.25f);
       {
-        Bf16Matmul on;
+        MatmulDtype on(operands);
         ops::gemm(c_g, gpu(a), gpu(b), ta, tb, 0.5f, 0.25f);
       }
       EXPECT_TENSOR_NEAR(host(c_g), want, tolerance(DType::f32));
@@ -140,9 +148,9 @@ TEST_F(CudaOps, Bf16GemmAndLinearAreFp32SumsOfRoundedOperands) {
   Tensor weight = random_tensor({2304, 768}, DType::f32, 15, 1.0 / std::sqrt(768.0));
   Tensor bias = random_tensor({2304}, DType::f32, 16);
   Tensor want = Tensor::empty({64, 2304}, DType::f32), out_g = empty_gpu({64, 2304});
-  ops::linear_forward(want, rounded_to_bf16(inp), rounded_to_bf16(weight), &bias);  // the bias stays fp32
+  ops::linear_forward(want, rounded_to(inp, operands), rounded_to(weight, operands), &bias);  // the bias stays fp32
   {
-    Bf16Matmul on;
+    MatmulDtype on(operands);
     Tensor inp_g = gpu(inp), weight_g = gpu(weight), bias_g = gpu(bias);
     ops::linear_forward(out_g, inp_g, weight_g, &bias_g);
   }
@@ -151,6 +159,20 @@ TEST_F(CudaOps, Bf16GemmAndLinearAreFp32SumsOfRoundedOperands) {
   Tensor fp32 = Tensor::empty({64, 2304}, DType::f32);
   ops::linear_forward(fp32, inp, weight, &bias);
   EXPECT_GT(closeness(host(out_g), fp32, {0.0, 1e-6}), 1.0);
+}
+
+TEST_F(CudaOps, Bf16GemmAndLinearAreFp32SumsOfRoundedOperands) { expect_sums_of_rounded_operands(DType::bf16); }
+
+TEST_F(CudaOps, F16GemmAndLinearAreFp32SumsOfRoundedOperands) { expect_sums_of_rounded_operands(DType::f16); }
+
+// fp16 overflow on the GPU as on the CPU: an operand beyond 65504 is inf, so is the product.
+TEST_F(CudaOps, F16GemmOverflowsToInfLikeTheCpuEmulation) {
+  Tensor a = Tensor::from<float>({70000.0f, 1.0f}, {1, 2}), b = Tensor::from<float>({1e-3f, 1.0f}, {2, 1});
+  Tensor c_g = empty_gpu({1, 1});
+  cuda_backend().set_matmul_dtype(DType::f16);
+  ops::gemm(c_g, gpu(a), gpu(b), false, false, 1.0f, 0.0f);
+  cuda_backend().set_matmul_dtype(DType::f32);
+  EXPECT_TRUE(std::isinf(host(c_g).data<float>()[0]));
 }
 
 }  // namespace

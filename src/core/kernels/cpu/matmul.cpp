@@ -4,14 +4,18 @@
 
 #include <algorithm>
 #include <climits>
+#include <string>
 #include <type_traits>
 
 #include "core/error.h"
 #include "core/kernels/cpu/matmul_bf16.h"
+#include "core/kernels/cpu/matmul_f16.h"
 
 namespace lattice::cpu {
 
 namespace {
+
+DType g_matmul_dtype = DType::f32;
 
 void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha, const float* a,
                blasint lda, const float* b, blasint ldb, float beta, float* c, blasint ldc) {
@@ -28,6 +32,17 @@ constexpr int64_t kColBlock = 64;
 
 }  // namespace
 
+void set_matmul_dtype(DType operands) {
+  LATTICE_CHECK(operands == DType::f32 || operands == DType::bf16 || operands == DType::f16,
+                "cpu matmul operands must be f32, bf16 or f16, not {}", dtype_name(operands));
+  std::string why;
+  LATTICE_CHECK(operands != DType::bf16 || bf16_matmul_available(&why), "bf16 matmuls on the CPU are not available: {}",
+                why);
+  g_matmul_dtype = operands;
+}
+
+DType matmul_dtype() { return g_matmul_dtype; }
+
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
           int64_t ldb, T beta, T* c, int64_t ldc) {
@@ -40,9 +55,10 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    // runtime.precision bf16: every float matmul in bf16 (matmul_bf16.h),
+    // runtime.precision bf16 or fp16: every float matmul with 16-bit operands,
     // attention's per-head products inside its parallel region included.
-    if (bf16_matmul()) return gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (g_matmul_dtype == DType::bf16) return gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (g_matmul_dtype == DType::f16) return gemm_f16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
   blas_gemm(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blasint(m), blasint(n),
             blasint(k), alpha, a, blasint(lda), b, blasint(ldb), beta, c, blasint(ldc));
@@ -93,7 +109,7 @@ template <typename T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int64_t C,
                      int64_t OC) {
   if constexpr (std::is_same_v<T, float>) {
-    if (bf16_matmul() && N > 0 && C > 0 && OC > 0 && (dinp || dweight)) {
+    if (g_matmul_dtype == DType::bf16 && N > 0 && C > 0 && OC > 0 && (dinp || dweight)) {
       linear_backward_bf16(dinp, dweight, dout, inp, weight, N, C, OC);  // dout rounded once for both products
       if (dbias) bias_backward(dbias, dout, N, OC);
       return;

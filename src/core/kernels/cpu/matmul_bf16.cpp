@@ -16,8 +16,6 @@ namespace lattice::cpu {
 
 namespace {
 
-bool g_bf16 = false;
-
 // src (rows, cols) with row stride ld -> dst packed (rows * cols), as bf16.
 void pack_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
@@ -58,14 +56,6 @@ bool bf16_matmul_available(std::string* why) {
   return true;
 #endif
 }
-
-void set_bf16_matmul(bool on) {
-  std::string why;
-  LATTICE_CHECK(!on || bf16_matmul_available(&why), "bf16 matmuls on the CPU are not available: {}", why);
-  g_bf16 = on;
-}
-
-bool bf16_matmul() { return g_bf16; }
 
 namespace {
 

@@ -10,9 +10,7 @@
 // autocast does on CPUs (its bmm included). Norms, softmax, losses and the
 // optimizer stay fp32.
 //
-// The mode is process-wide (the plugin sets it from the config before
-// training); f64 gemms are never affected, so the finite-difference tests
-// still check the math in f64.
+// The mode is process-wide: cpu::set_matmul_dtype (matmul.h).
 #pragma once
 
 #include <cstdint>
@@ -23,11 +21,6 @@ namespace lattice::cpu {
 // True when this build has oneDNN and this CPU has AVX512-BF16; otherwise
 // false with the reason in `why` (for a one-line error).
 bool bf16_matmul_available(std::string* why = nullptr);
-
-// Routes cpu::gemm<float> through gemm_bf16 (true) or OpenBLAS sgemm (false,
-// the default). Enabling it where bf16_matmul_available() is false throws.
-void set_bf16_matmul(bool on);
-bool bf16_matmul();
 
 // c (m, n) = alpha * op(a) op(b) + beta * c as cpu::gemm (row-major, strides
 // lda/ldb/ldc), with a and b rounded to bf16 and fp32 accumulation.
