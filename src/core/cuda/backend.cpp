@@ -14,7 +14,8 @@
 // down after the CUDA runtime has shut down at exit would crash). Likewise one
 // grow-only scratch buffer per device for the calls that need workspace
 // (embedding backward, the reductions, cuBLASLt); the calls that use it run
-// in stream order, so one suffices.
+// in stream order, so one suffices. Attention under bf16 goes through cuDNN's
+// fused attention where it can (sdpa_cudnn.h), with its own scratch buffer.
 #include "core/backend.h"
 
 #include <cublasLt.h>
@@ -30,6 +31,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/lt_linear.h"
+#include "core/cuda/sdpa_cudnn.h"
 
 namespace lattice::cuda {
 
@@ -335,6 +337,13 @@ class Backend final : public CudaBackend {
 
   void attention_forward(int dev, float* out, float* att, const float* qkv, const CudaAttentionArgs& a) override {
     check_attention(a);
+    if (fused_attention(dev, a)) {
+      std::lock_guard<std::mutex> lock(sdpa_mu_);
+      const size_t bytes = sdpa_.scratch_bytes(dev, a, SdpaDType::bf16, SdpaPass::forward);
+      sdpa_.forward(dev, kStream, out, att, qkv, a, SdpaDType::bf16, grown(sdpa_scratch_, dev, bytes));
+      finish();
+      return;
+    }
     cublasHandle_t h = blas(dev);
     cuda::attention_forward(h, kStream, out, att, dropped(dev, a), qkv, a);
     finish();
@@ -343,9 +352,24 @@ class Backend final : public CudaBackend {
   void attention_backward(int dev, float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
                           const CudaAttentionArgs& a) override {
     check_attention(a);
+    if (fused_attention(dev, a)) {
+      std::lock_guard<std::mutex> lock(sdpa_mu_);
+      const size_t bytes = sdpa_.scratch_bytes(dev, a, SdpaDType::bf16, SdpaPass::backward);
+      sdpa_.backward(dev, kStream, dqkv, dout, qkv, att, a, SdpaDType::bf16, grown(sdpa_scratch_, dev, bytes));
+      finish();
+      return;
+    }
     cublasHandle_t h = blas(dev);
     cuda::attention_backward(h, kStream, dqkv, scratch, dropped(dev, a), dout, qkv, att, a);
     finish();
+  }
+
+  std::string attention_plain_reason(int dev, const CudaAttentionArgs& a) override {
+    check_attention(a);
+    if (!bf16_matmul_) return "runtime.precision is not bf16 (cuDNN's fused attention takes bf16 or fp16 only)";
+    std::string why;
+    if (!sdpa_supported(sdpa_shape(a, SdpaDType::bf16), &why)) return why;
+    return fused_attention(dev, a) ? std::string() : sdpa_.refusal();
   }
 
  private:
@@ -355,6 +379,13 @@ class Backend final : public CudaBackend {
   };
 
   static void use(int dev) { CUDA_CHECK(cudaSetDevice(dev)); }
+
+  // Attention takes cuDNN's fused path: bf16 on and the shape usable (sdpa_cudnn.h).
+  bool fused_attention(int dev, const CudaAttentionArgs& a) {
+    if (!bf16_matmul_) return false;
+    use(dev);
+    return sdpa_.usable(dev, a, SdpaDType::bf16);
+  }
 
   // The (B, NH, T, T) buffer attention's dropout needs, kept per device and
   // grown on demand (the calls that use it run in stream order, so one
@@ -446,6 +477,9 @@ class Backend final : public CudaBackend {
   std::mutex bf16_mu_;
   std::vector<Workspace> bf16_operands_;  // indexed by device: bf16 copies of a gemm's operands; bf16_mu_
   bool bf16_matmul_ = false;              // runtime.precision: bf16 (set_bf16_matmul)
+  CudnnSdpa sdpa_;                        // cuDNN fused attention: handles and built graphs
+  std::mutex sdpa_mu_;
+  std::vector<Workspace> sdpa_scratch_;  // indexed by device: its io copies and workspace; sdpa_mu_
 };
 
 }  // namespace

@@ -53,6 +53,8 @@ void launch_add(cudaStream_t stream, float* out, const float* a, const float* b,
 void launch_scale(cudaStream_t stream, float* x, float s, int64_t n);
 // out[i] = bf16 of in[i], round to nearest even (dtype.h's f32_to_bf16).
 void launch_to_bf16(cudaStream_t stream, uint16_t* out, const float* in, int64_t n);
+// out[i] = f32 of bf16 in[i] (exact).
+void launch_from_bf16(cudaStream_t stream, float* out, const uint16_t* in, int64_t n);
 
 // Inverted dropout on (B, S): element s of row b is kept when
 // rng_keep(key, sample0 + b, s, p) and scaled by 1 / (1 - p), else 0; the
