@@ -143,13 +143,27 @@ class CudaBackend {
   virtual void sgd(int dev, float* param, const float* grad, float* momentum, int64_t n, float lr, float mu,
                    float weight_decay, float grad_scale) = 0;
 
-  // ---- attention (the plain path of core/cuda/attention.h) ----
-  // out (B, T, C); att (B, NH, T, T) saved: probabilities before dropout;
-  // qkv (B, T, 3C).
+  // ---- attention ----
+  // Two paths behind one pair of calls. The plain one (core/cuda/attention.h)
+  // always exists. With 16-bit matmuls on (set_matmul_dtype bf16 or f16), a
+  // call the plan of core/cuda/sdpa_plan.h supports (no dropout, no key mask,
+  // head size a multiple of 8 up to 128, T long enough) runs cuDNN's fused
+  // attention on 16-bit copies of that type instead (core/cuda/sdpa_cudnn.h);
+  // a shape cuDNN refuses takes
+  // the plain path, with one line on stderr. The two paths leave different
+  // state in `att`, so forward and backward of one call must see the same
+  // arguments and the same matmul type; callers need not know which ran.
+  // out (B, T, C); att (B, NH, T, T) saved: plain, the probabilities before
+  // dropout; fused, Stats and the 16-bit output (sdpa_plan.h); qkv (B, T, 3C).
   virtual void attention_forward(int dev, float* out, float* att, const float* qkv, const CudaAttentionArgs& a) = 0;
-  // dqkv (B, T, 3C) overwritten; scratch (B, NH, T, T) holds dS on return.
+  // dqkv (B, T, 3C) overwritten; scratch (B, NH, T, T): plain, holds dS on
+  // return; fused, unused.
   virtual void attention_backward(int dev, float* dqkv, float* scratch, const float* dout, const float* qkv,
                                   const float* att, const CudaAttentionArgs& a) = 0;
+  // "" when attention with these arguments takes the fused path on `dev`,
+  // else why it takes the plain one (bf16 off, the plan's reason, or cuDNN's
+  // refusal). Builds the fused graphs on first use, as the calls above do.
+  virtual std::string attention_plain_reason(int dev, const CudaAttentionArgs& a) = 0;
 };
 
 // The loaded backend; throws lattice::Error with a clear reason when the

@@ -14,7 +14,8 @@
 // down after the CUDA runtime has shut down at exit would crash). Likewise one
 // grow-only scratch buffer per device for the calls that need workspace
 // (embedding backward, the reductions, cuBLASLt); the calls that use it run
-// in stream order, so one suffices.
+// in stream order, so one suffices. Attention under bf16 goes through cuDNN's
+// fused attention where it can (sdpa_cudnn.h), with its own scratch buffer.
 #include "core/backend.h"
 
 #include <cublasLt.h>
@@ -33,6 +34,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/lt_linear.h"
+#include "core/cuda/sdpa_cudnn.h"
 
 namespace lattice::cuda {
 
@@ -360,6 +362,13 @@ class Backend final : public CudaBackend {
 
   void attention_forward(int dev, float* out, float* att, const float* qkv, const CudaAttentionArgs& a) override {
     check_attention(a);
+    if (fused_attention(dev, a)) {
+      std::lock_guard<std::mutex> lock(sdpa_mu_);
+      const size_t bytes = sdpa_.scratch_bytes(dev, a, sdpa_dtype(), SdpaPass::forward);
+      sdpa_.forward(dev, kStream, out, att, qkv, a, sdpa_dtype(), grown(sdpa_scratch_, dev, bytes));
+      finish();
+      return;
+    }
     cublasHandle_t h = blas(dev);
     cuda::attention_forward(h, kStream, out, att, dropped(dev, a), qkv, a);
     finish();
@@ -368,9 +377,25 @@ class Backend final : public CudaBackend {
   void attention_backward(int dev, float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
                           const CudaAttentionArgs& a) override {
     check_attention(a);
+    if (fused_attention(dev, a)) {
+      std::lock_guard<std::mutex> lock(sdpa_mu_);
+      const size_t bytes = sdpa_.scratch_bytes(dev, a, sdpa_dtype(), SdpaPass::backward);
+      sdpa_.backward(dev, kStream, dqkv, dout, qkv, att, a, sdpa_dtype(), grown(sdpa_scratch_, dev, bytes));
+      finish();
+      return;
+    }
     cublasHandle_t h = blas(dev);
     cuda::attention_backward(h, kStream, dqkv, scratch, dropped(dev, a), dout, qkv, att, a);
     finish();
+  }
+
+  std::string attention_plain_reason(int dev, const CudaAttentionArgs& a) override {
+    check_attention(a);
+    if (matmul_dtype_ == DType::f32)
+      return "runtime.precision is fp32 (cuDNN's fused attention takes bf16 or fp16 only)";
+    std::string why;
+    if (!sdpa_supported(sdpa_shape(a, sdpa_dtype()), &why)) return why;
+    return fused_attention(dev, a) ? std::string() : sdpa_.refusal();
   }
 
  private:
@@ -380,6 +405,16 @@ class Backend final : public CudaBackend {
   };
 
   static void use(int dev) { CUDA_CHECK(cudaSetDevice(dev)); }
+
+  // The io type of the fused attention: the matmuls' 16-bit type.
+  SdpaDType sdpa_dtype() const { return matmul_dtype_ == DType::f16 ? SdpaDType::fp16 : SdpaDType::bf16; }
+
+  // Attention takes cuDNN's fused path: bf16 or fp16 matmuls and the shape usable (sdpa_cudnn.h).
+  bool fused_attention(int dev, const CudaAttentionArgs& a) {
+    if (matmul_dtype_ == DType::f32) return false;
+    use(dev);
+    return sdpa_.usable(dev, a, sdpa_dtype());
+  }
 
   // The (B, NH, T, T) buffer attention's dropout needs, kept per device and
   // grown on demand (the calls that use it run in stream order, so one
@@ -539,6 +574,9 @@ class Backend final : public CudaBackend {
   DType matmul_dtype_ = DType::f32;       // runtime.precision (set_matmul_dtype)
   std::mutex gelu_mu_;
   std::vector<int> gelu_epilogue_;  // indexed by device: 0 unknown, 1 cuBLASLt's GELU is ours, -1 it is not
+  CudnnSdpa sdpa_;                  // cuDNN fused attention: handles and built graphs
+  std::mutex sdpa_mu_;
+  std::vector<Workspace> sdpa_scratch_;  // indexed by device: its io copies and workspace; sdpa_mu_
 };
 
 }  // namespace

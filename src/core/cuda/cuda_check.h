@@ -1,4 +1,5 @@
-// CUDA_CHECK and CUBLAS_CHECK: turn a failed CUDA runtime or cuBLAS call into
+// CUDA_CHECK, CUBLAS_CHECK and CUDNN_CHECK: turn a failed CUDA runtime, cuBLAS
+// or cuDNN call into
 // a lattice::Error carrying the expression, file:line and the library's own
 // message (error name and description); host and rank are added by
 // Error::describe() where the error is reported.
@@ -13,6 +14,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cudnn_graph.h>
 
 #include "core/error.h"
 
@@ -25,6 +27,15 @@ namespace lattice::cuda {
 
 [[noreturn]] inline void throw_cublas_error(cublasStatus_t s, const char* expr, const char* file, int line) {
   throw_error(fmt::format("cuBLAS error {}: {}", cublasGetStatusName(s), cublasGetStatusString(s)), expr, file, line);
+}
+
+// cuDNN's last error text says which attribute or engine refused, where the
+// status name alone does not.
+[[noreturn]] inline void throw_cudnn_error(cudnnStatus_t s, const char* expr, const char* file, int line) {
+  char detail[512] = {};
+  cudnnGetLastErrorString(detail, sizeof(detail));
+  throw_error(fmt::format("cuDNN error {}{}{}", cudnnGetErrorString(s), detail[0] ? ": " : "", detail), expr, file,
+              line);
 }
 
 }  // namespace lattice::cuda
@@ -41,4 +52,11 @@ namespace lattice::cuda {
     cublasStatus_t lattice_cublas_st_ = (expr);                                           \
     if (lattice_cublas_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                         \
       ::lattice::cuda::throw_cublas_error(lattice_cublas_st_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+#define CUDNN_CHECK(expr)                                                               \
+  do {                                                                                  \
+    cudnnStatus_t lattice_cudnn_st_ = (expr);                                           \
+    if (lattice_cudnn_st_ != CUDNN_STATUS_SUCCESS) [[unlikely]]                         \
+      ::lattice::cuda::throw_cudnn_error(lattice_cudnn_st_, #expr, __FILE__, __LINE__); \
   } while (0)

@@ -77,6 +77,14 @@ __global__ void to_f16_kernel(uint16_t* out, const float* in, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = lattice::f32_to_f16(in[i]);
 }
 
+__global__ void from_bf16_kernel(float* out, const uint16_t* in, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = lattice::bf16_to_f32(in[i]);
+}
+
+__global__ void from_f16_kernel(float* out, const uint16_t* in, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = lattice::f16_to_f32(in[i]);
+}
+
 // One thread per aligned group of four logical elements of a row: one Philox
 // call gives the four uniforms (core/rng.h), as on the CPU path.
 __global__ void dropout_kernel(float* out, const float* inp, RngKey key, int64_t sample0, float p, int64_t B,
@@ -207,6 +215,16 @@ void launch_to_bf16(cudaStream_t stream, uint16_t* out, const float* in, int64_t
 void launch_to_f16(cudaStream_t stream, uint16_t* out, const float* in, int64_t n) {
   if (n == 0) return;
   to_f16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
+}
+
+void launch_from_bf16(cudaStream_t stream, float* out, const uint16_t* in, int64_t n) {
+  if (n == 0) return;
+  from_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
+}
+
+void launch_from_f16(cudaStream_t stream, float* out, const uint16_t* in, int64_t n) {
+  if (n == 0) return;
+  from_f16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
 }
 
 void launch_dropout(cudaStream_t stream, float* out, const float* inp, const RngKey& key, int64_t sample0, float p,

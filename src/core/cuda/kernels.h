@@ -55,6 +55,10 @@ void launch_scale(cudaStream_t stream, float* x, float s, int64_t n);
 void launch_to_bf16(cudaStream_t stream, uint16_t* out, const float* in, int64_t n);
 // out[i] = IEEE fp16 bits of in[i], round to nearest even, beyond 65504 inf (dtype.h's f32_to_f16).
 void launch_to_f16(cudaStream_t stream, uint16_t* out, const float* in, int64_t n);
+// out[i] = f32 of bf16 in[i] (exact).
+void launch_from_bf16(cudaStream_t stream, float* out, const uint16_t* in, int64_t n);
+// out[i] = f32 of fp16 in[i] (exact).
+void launch_from_f16(cudaStream_t stream, float* out, const uint16_t* in, int64_t n);
 
 // Inverted dropout on (B, S): element s of row b is kept when
 // rng_keep(key, sample0 + b, s, p) and scaled by 1 / (1 - p), else 0; the

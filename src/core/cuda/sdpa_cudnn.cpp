@@ -1,0 +1,438 @@
+// cuDNN fused attention (sdpa_cudnn.h): the plan of sdpa_plan.h as cuDNN
+// backend descriptors, built once per shape and run through variant packs.
+#include "core/cuda/sdpa_cudnn.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/kernels.h"
+
+namespace lattice::cuda {
+
+namespace {
+
+// A status other than success while building a graph: cuDNN refuses it.
+struct Refused {
+  std::string what;
+};
+
+void ok(cudnnStatus_t st, const char* what) {
+  if (st == CUDNN_STATUS_SUCCESS) return;
+  char detail[256] = {};
+  cudnnGetLastErrorString(detail, sizeof(detail));
+  throw Refused{fmt::format("{}: {}{}{}", what, cudnnGetErrorString(st), detail[0] ? ": " : "", detail)};
+}
+
+// One backend descriptor, destroyed with its owner.
+class Desc {
+ public:
+  explicit Desc(cudnnBackendDescriptorType_t type) { ok(cudnnBackendCreateDescriptor(type, &d_), "create"); }
+  ~Desc() {
+    if (d_) cudnnBackendDestroyDescriptor(d_);
+  }
+  Desc(Desc&& o) noexcept : d_(std::exchange(o.d_, nullptr)) {}
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  Desc& operator=(Desc&&) = delete;
+
+  cudnnBackendDescriptor_t get() const { return d_; }
+  template <typename T>
+  Desc& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, const T* values, int64_t n,
+            const char* what) {
+    ok(cudnnBackendSetAttribute(d_, name, type, n, values), what);
+    return *this;
+  }
+  template <typename T>
+  Desc& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, T value, const char* what) {
+    return set(name, type, &value, 1, what);
+  }
+  Desc& set(cudnnBackendAttributeName_t name, const Desc& d, const char* what) {
+    return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, d.get(), what);
+  }
+  void finalize(const char* what) { ok(cudnnBackendFinalize(d_), what); }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+cudnnDataType_t data_type(SdpaElem e, SdpaDType io) {
+  switch (e) {
+    case SdpaElem::io:
+      return io == SdpaDType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+    case SdpaElem::f32:
+      return CUDNN_DATA_FLOAT;
+    case SdpaElem::i32:
+      return CUDNN_DATA_INT32;
+    case SdpaElem::boolean:
+      return CUDNN_DATA_BOOLEAN;
+  }
+  return CUDNN_DATA_FLOAT;
+}
+
+size_t elem_bytes(SdpaElem e) { return e == SdpaElem::io ? 2 : e == SdpaElem::boolean ? 1 : 4; }
+
+cudnnPointwiseMode_t pointwise_mode(SdpaPw m) {
+  switch (m) {
+    case SdpaPw::add:
+      return CUDNN_POINTWISE_ADD;
+    case SdpaPw::sub:
+      return CUDNN_POINTWISE_SUB;
+    case SdpaPw::mul:
+      return CUDNN_POINTWISE_MUL;
+    case SdpaPw::div:
+      return CUDNN_POINTWISE_DIV;
+    case SdpaPw::exp:
+      return CUDNN_POINTWISE_EXP;
+    case SdpaPw::log:
+      return CUDNN_POINTWISE_LOG;
+    case SdpaPw::cmp_ge:
+      return CUDNN_POINTWISE_CMP_GE;
+    case SdpaPw::binary_select:
+      return CUDNN_POINTWISE_BINARY_SELECT;
+    case SdpaPw::gen_index:
+      return CUDNN_POINTWISE_GEN_INDEX;
+  }
+  return CUDNN_POINTWISE_ADD;
+}
+
+Desc tensor_desc(const SdpaTensor& t, SdpaDType io) {
+  Desc d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  // Buffers in memory are placed at kSdpaIoAlign (io) and kSdpaStatsAlign (Stats) bytes.
+  const int64_t align = t.by_value() ? 4 : t.elem == SdpaElem::io ? 16 : t.is_virtual() ? 16 : 4;
+  d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, data_type(t.elem, io), "tensor data type")
+      .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, t.dims.data(), 4, "tensor dims")
+      .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, t.strides.data(), 4, "tensor strides")
+      .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, t.uid, "tensor uid")
+      .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, align, "tensor alignment")
+      .set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, t.is_virtual(), "tensor is_virtual")
+      .set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, t.by_value(), "tensor is_by_value");
+  d.finalize(t.name);
+  return d;
+}
+
+// One graph, finalized into an execution plan; the descriptors stay alive with it.
+struct Built {
+  std::deque<Desc> keep;  // a deque: references to its elements stay valid as it grows
+  Desc* plan = nullptr;
+  int64_t workspace = 0;
+  SdpaGraph graph;
+};
+
+// Appends the descriptors of op `o` to `keep`; `tensors` indexed by uid - 1.
+void op_desc(std::deque<Desc>& keep, std::vector<cudnnBackendDescriptor_t>& ops, const SdpaOp& o,
+             const std::vector<Desc>& tensors) {
+  auto t = [&](int64_t uid) -> const Desc& { return tensors.at(size_t(uid - 1)); };
+  const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+  switch (o.kind) {
+    case SdpaOpKind::matmul: {
+      Desc& mm = keep.emplace_back(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+      mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, f32, "matmul compute type").finalize("matmul");
+      Desc& op = keep.emplace_back(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+      op.set(CUDNN_ATTR_OPERATION_MATMUL_ADESC, t(o.x), "matmul A")
+          .set(CUDNN_ATTR_OPERATION_MATMUL_BDESC, t(o.b), "matmul B")
+          .set(CUDNN_ATTR_OPERATION_MATMUL_CDESC, t(o.y), "matmul C")
+          .set(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm, "matmul desc")
+          .finalize("matmul op");
+      ops.push_back(op.get());
+      return;
+    }
+    case SdpaOpKind::pointwise: {
+      Desc& pw = keep.emplace_back(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+      pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, pointwise_mode(o.pw), "pointwise mode")
+          .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, f32, "pointwise precision");
+      if (o.pw == SdpaPw::gen_index) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, o.axis, "gen_index axis");
+      pw.finalize("pointwise");
+      Desc& op = keep.emplace_back(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+      op.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw, "pointwise desc")
+          .set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, t(o.x), "pointwise x");
+      if (o.b) op.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, t(o.b), "pointwise b");
+      if (o.t) op.set(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t(o.t), "pointwise t");
+      op.set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, t(o.y), "pointwise y").finalize("pointwise op");
+      ops.push_back(op.get());
+      return;
+    }
+    case SdpaOpKind::reduction: {
+      Desc& red = keep.emplace_back(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+      const cudnnReduceTensorOp_t mode =
+          o.reduce == SdpaReduce::max ? CUDNN_REDUCE_TENSOR_MAX : CUDNN_REDUCE_TENSOR_ADD;
+      red.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, mode, "reduction mode")
+          .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, f32, "reduction compute type")
+          .finalize("reduction");
+      Desc& op = keep.emplace_back(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+      op.set(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, t(o.x), "reduction x")
+          .set(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, t(o.y), "reduction y")
+          .set(CUDNN_ATTR_OPERATION_REDUCTION_DESC, red, "reduction desc")
+          .finalize("reduction op");
+      ops.push_back(op.get());
+      return;
+    }
+    case SdpaOpKind::reshape: {
+      Desc& op = keep.emplace_back(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+      op.set(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, t(o.x), "reshape x")
+          .set(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, t(o.y), "reshape y")
+          .finalize("reshape op");
+      ops.push_back(op.get());
+      return;
+    }
+  }
+}
+
+// The operation graph of `g`, heuristics mode A, and the first engine
+// config cuDNN finalizes into an execution plan. Throws Refused.
+std::unique_ptr<Built> build(cudnnHandle_t handle, const SdpaGraph& g, SdpaDType io) {
+  auto b = std::make_unique<Built>();
+  b->graph = g;
+  std::vector<Desc> tensors;
+  tensors.reserve(g.tensors.size());
+  for (const SdpaTensor& t : g.tensors) tensors.push_back(tensor_desc(t, io));
+  std::vector<cudnnBackendDescriptor_t> ops;
+  for (const SdpaOp& o : g.ops) op_desc(b->keep, ops, o, tensors);
+  Desc& graph = b->keep.emplace_back(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, handle, "graph handle")
+      .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ops.data(), int64_t(ops.size()), "graph ops")
+      .finalize("operation graph");
+  Desc& heur = b->keep.emplace_back(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph, "heuristics graph")
+      .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, CUDNN_HEUR_MODE_A, "heuristics mode")
+      .finalize("heuristics");
+  int64_t count = 0;
+  ok(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                              nullptr),
+     "heuristics result count");
+  if (count <= 0) throw Refused{"heuristics offer no engine config"};
+  std::vector<Desc> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) raw.push_back(configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR).get());
+  ok(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &count,
+                              raw.data()),
+     "heuristics results");
+  std::string last;
+  for (int64_t i = 0; i < count; ++i) {
+    try {
+      Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, handle, "plan handle")
+          .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[size_t(i)], "plan engine config")
+          .finalize("execution plan");
+      int64_t n = 0;
+      ok(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+                                  &b->workspace),
+         "plan workspace size");
+      b->keep.push_back(std::move(configs[size_t(i)]));
+      b->plan = &b->keep.emplace_back(std::move(plan));
+      return b;
+    } catch (const Refused& r) {
+      last = r.what;
+    }
+  }
+  throw Refused{fmt::format("none of {} engine configs finalizes ({})", count, last)};
+}
+
+uint64_t align_up(uint64_t v) { return (v + kSdpaIoAlign - 1) / kSdpaIoAlign * kSdpaIoAlign; }
+
+// The scratch of a pass: io copies of qkv (both), dout and dqkv (backward), then the workspace.
+struct ScratchLayout {
+  uint64_t qkv = 0, dout = 0, dqkv = 0, workspace = 0, end = 0;
+};
+ScratchLayout scratch_layout(const SdpaShape& s, SdpaPass pass, int64_t workspace) {
+  const uint64_t qkv = align_up(uint64_t(sdpa_qkv_elems(s)) * 2), out = align_up(uint64_t(sdpa_out_elems(s)) * 2);
+  ScratchLayout l;
+  l.dout = qkv;
+  l.dqkv = pass == SdpaPass::backward ? l.dout + out : l.dout;
+  l.workspace = pass == SdpaPass::backward ? l.dqkv + qkv : l.dqkv;
+  l.end = l.workspace + uint64_t(workspace);
+  return l;
+}
+
+}  // namespace
+
+struct CudnnSdpa::Impl {
+  struct Graphs {
+    std::unique_ptr<Built> fwd, bwd;  // both null: refused
+  };
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, int>;
+
+  std::mutex mu;
+  std::vector<cudnnHandle_t> handles;  // by device; never destroyed (as the cuBLAS handles)
+  std::map<Key, Graphs> cache;
+  std::string refusal;
+  std::atomic<bool> logged{false};
+
+  static Key key(int dev, const AttentionArgs& a, SdpaDType dt) {
+    return {dev, a.B, a.T, a.NH, a.HS, a.causal, int(dt)};
+  }
+
+  cudnnHandle_t handle(int dev) {
+    if (size_t(dev) >= handles.size()) handles.resize(size_t(dev) + 1, nullptr);
+    if (!handles[size_t(dev)]) {
+      CUDNN_CHECK(cudnnCreate(&handles[size_t(dev)]));
+      CUDNN_CHECK(cudnnSetStream(handles[size_t(dev)], nullptr));  // the backend's one stream
+    }
+    return handles[size_t(dev)];
+  }
+
+  // The built graphs of a usable shape; the caller holds mu.
+  Graphs& graphs(int dev, const AttentionArgs& a, SdpaDType dt) {
+    auto [it, fresh] = cache.try_emplace(key(dev, a, dt));
+    if (!fresh) return it->second;
+    const SdpaShape s = sdpa_shape(a, dt);
+    try {
+      cudnnHandle_t h = handle(dev);
+      it->second.fwd = build(h, sdpa_graph(s, SdpaPass::forward), dt);
+      it->second.bwd = build(h, sdpa_graph(s, SdpaPass::backward), dt);
+    } catch (const Refused& r) {
+      refuse(it->second, a, r.what);
+    } catch (const Error& e) {  // cudnnCreate failed: the library cannot run here
+      refuse(it->second, a, e.message());
+    }
+    return it->second;
+  }
+
+  void refuse(Graphs& g, const AttentionArgs& a, const std::string& what) {
+    g = Graphs{};
+    refusal = fmt::format("cuDNN refused the fused attention graph for B {} T {} NH {} HS {}: {}", a.B, a.T, a.NH, a.HS,
+                          what);
+    if (!logged.exchange(true))  // one line per process: the shape takes the plain path
+      std::fprintf(stderr, "lattice: cuda attention: %s; such shapes take the plain fp32 path\n", refusal.c_str());
+  }
+
+  void run(int dev, const Built& b, const SdpaShape& s, char* qkv, char* out, char* dout, char* dqkv, char* stats,
+           void* workspace) {
+    const float scale = 1.0f / std::sqrt(float(s.HS)), mask_value = std::numeric_limits<float>::lowest();
+    std::vector<int64_t> uids;
+    std::vector<void*> ptrs;
+    for (const SdpaTensor& t : b.graph.tensors) {
+      if (t.is_virtual()) continue;
+      char* base = nullptr;
+      switch (t.buffer) {
+        case SdpaBuffer::qkv:
+          base = qkv;
+          break;
+        case SdpaBuffer::out:
+          base = out;
+          break;
+        case SdpaBuffer::dout:
+          base = dout;
+          break;
+        case SdpaBuffer::dqkv:
+          base = dqkv;
+          break;
+        case SdpaBuffer::stats:
+          base = stats;
+          break;
+        case SdpaBuffer::scale:
+          base = reinterpret_cast<char*>(const_cast<float*>(&scale));
+          break;
+        case SdpaBuffer::mask_value:
+          base = reinterpret_cast<char*>(const_cast<float*>(&mask_value));
+          break;
+        case SdpaBuffer::none:
+          break;
+      }
+      uids.push_back(t.uid);
+      ptrs.push_back(base + t.offset * int64_t(elem_bytes(t.elem)));
+    }
+    cudnnBackendDescriptor_t pack = nullptr;
+    CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
+    auto execute = [&] {
+      CUDNN_CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                                           int64_t(uids.size()), uids.data()));
+      CUDNN_CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+                                           int64_t(ptrs.size()), ptrs.data()));
+      CUDNN_CHECK(
+          cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace));
+      CUDNN_CHECK(cudnnBackendFinalize(pack));
+      CUDNN_CHECK(cudnnBackendExecute(handle(dev), b.plan->get(), pack));
+    };
+    try {
+      execute();
+    } catch (...) {
+      cudnnBackendDestroyDescriptor(pack);
+      throw;
+    }
+    cudnnBackendDestroyDescriptor(pack);
+  }
+};
+
+CudnnSdpa::CudnnSdpa() : impl_(std::make_unique<Impl>()) {}
+CudnnSdpa::~CudnnSdpa() = default;
+
+bool CudnnSdpa::usable(int dev, const AttentionArgs& a, SdpaDType dtype) {
+  if (!sdpa_supported(sdpa_shape(a, dtype), nullptr)) return false;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->graphs(dev, a, dtype).fwd != nullptr;
+}
+
+std::string CudnnSdpa::refusal() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->refusal;
+}
+
+size_t CudnnSdpa::scratch_bytes(int dev, const AttentionArgs& a, SdpaDType dtype, SdpaPass pass) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const Impl::Graphs& g = impl_->graphs(dev, a, dtype);
+  LATTICE_CHECK(g.fwd != nullptr, "cuda attention: the fused path was asked for a shape cuDNN refused");
+  const Built& b = pass == SdpaPass::forward ? *g.fwd : *g.bwd;
+  return scratch_layout(sdpa_shape(a, dtype), pass, b.workspace).end;
+}
+
+namespace {
+
+void to_io(cudaStream_t stream, SdpaDType dtype, void* out, const float* in, int64_t n) {
+  if (dtype == SdpaDType::bf16)
+    launch_to_bf16(stream, static_cast<uint16_t*>(out), in, n);
+  else
+    launch_to_f16(stream, static_cast<uint16_t*>(out), in, n);
+}
+
+void from_io(cudaStream_t stream, SdpaDType dtype, float* out, const void* in, int64_t n) {
+  if (dtype == SdpaDType::bf16)
+    launch_from_bf16(stream, out, static_cast<const uint16_t*>(in), n);
+  else
+    launch_from_f16(stream, out, static_cast<const uint16_t*>(in), n);
+}
+
+}  // namespace
+
+void CudnnSdpa::forward(int dev, cudaStream_t stream, float* out, float* att, const float* qkv, const AttentionArgs& a,
+                        SdpaDType dtype, void* scratch) {
+  const SdpaShape s = sdpa_shape(a, dtype);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const Impl::Graphs& g = impl_->graphs(dev, a, dtype);
+  LATTICE_CHECK(g.fwd != nullptr, "cuda attention: the fused path was asked for a shape cuDNN refused");
+  const ScratchLayout l = scratch_layout(s, SdpaPass::forward, g.fwd->workspace);
+  const SdpaSavedLayout saved = sdpa_saved_layout(s, reinterpret_cast<uintptr_t>(att));
+  char* base = static_cast<char*>(scratch);
+  char* att_bytes = reinterpret_cast<char*>(att);
+  to_io(stream, dtype, base + l.qkv, qkv, sdpa_qkv_elems(s));
+  impl_->run(dev, *g.fwd, s, base + l.qkv, att_bytes + saved.out, nullptr, nullptr, att_bytes + saved.stats,
+             base + l.workspace);
+  from_io(stream, dtype, out, att_bytes + saved.out, sdpa_out_elems(s));
+}
+
+void CudnnSdpa::backward(int dev, cudaStream_t stream, float* dqkv, const float* dout, const float* qkv,
+                         const float* att, const AttentionArgs& a, SdpaDType dtype, void* scratch) {
+  const SdpaShape s = sdpa_shape(a, dtype);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const Impl::Graphs& g = impl_->graphs(dev, a, dtype);
+  LATTICE_CHECK(g.bwd != nullptr, "cuda attention: the fused path was asked for a shape cuDNN refused");
+  const ScratchLayout l = scratch_layout(s, SdpaPass::backward, g.bwd->workspace);
+  const SdpaSavedLayout saved = sdpa_saved_layout(s, reinterpret_cast<uintptr_t>(att));
+  char* base = static_cast<char*>(scratch);
+  char* att_bytes = const_cast<char*>(reinterpret_cast<const char*>(att));  // read only: O and Stats are inputs
+  to_io(stream, dtype, base + l.qkv, qkv, sdpa_qkv_elems(s));
+  to_io(stream, dtype, base + l.dout, dout, sdpa_out_elems(s));
+  impl_->run(dev, *g.bwd, s, base + l.qkv, att_bytes + saved.out, base + l.dout, base + l.dqkv, att_bytes + saved.stats,
+             base + l.workspace);
+  from_io(stream, dtype, dqkv, base + l.dqkv, sdpa_qkv_elems(s));
+}
+
+}  // namespace lattice::cuda

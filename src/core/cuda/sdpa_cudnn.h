@@ -1,0 +1,74 @@
+// Attention through cuDNN's fused scaled dot-product attention (the graph
+// API's flash-attention patterns), for the backend's bf16 precision. The
+// graphs, tensor layouts, saved state and the rules for when this path runs
+// are the plain C++ plan of core/cuda/sdpa_plan.h; this file turns a plan
+// into cuDNN backend descriptors (one per tensor and op, the operation
+// graph, heuristics mode A, the first engine config cuDNN finalizes into an
+// execution plan) and runs it.
+//
+// Both graphs of a shape are built together on its first use and cached by
+// (device, shape, dtype), so a shape whose forward ran fused also has its
+// backward. When the plan says no, nothing is logged: the call takes the
+// plain path (core/cuda/attention.h). When cuDNN refuses a graph the plan
+// allows (a descriptor that does not finalize, no engine), one line goes to
+// stderr, once per process, and the shape is remembered as refused and takes
+// the plain path from then on.
+//
+// Data: forward converts the fp32 qkv to an io-typed copy, runs the fused
+// forward (O into the saved buffer, Stats f32 next to it) and writes O back
+// to `out` as fp32; backward converts qkv and dout, runs the fused backward
+// and writes dqkv as fp32 (overwritten). `scratch` holds the io copies and
+// cuDNN's workspace (scratch_bytes). Enqueues on `stream` only.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "core/cuda/attention.h"
+#include "core/cuda/sdpa_plan.h"
+
+namespace lattice::cuda {
+
+class CudnnSdpa {
+ public:
+  CudnnSdpa();
+  ~CudnnSdpa();
+  CudnnSdpa(const CudnnSdpa&) = delete;
+  CudnnSdpa& operator=(const CudnnSdpa&) = delete;
+
+  // True when the call takes the fused path on the current device `dev`:
+  // the plan supports it and cuDNN built both graphs (built here on first use).
+  bool usable(int dev, const AttentionArgs& a, SdpaDType dtype);
+  // Why the last refused shape was refused (empty when none was).
+  std::string refusal() const;
+
+  // Bytes of scratch a pass needs; the shape must be usable.
+  size_t scratch_bytes(int dev, const AttentionArgs& a, SdpaDType dtype, SdpaPass pass);
+  // out (B, T, C); att (B, NH, T, T) f32 buffer that receives Stats and O.
+  void forward(int dev, cudaStream_t stream, float* out, float* att, const float* qkv, const AttentionArgs& a,
+               SdpaDType dtype, void* scratch);
+  // dqkv (B, T, 3C) overwritten; att as forward left it.
+  void backward(int dev, cudaStream_t stream, float* dqkv, const float* dout, const float* qkv, const float* att,
+                const AttentionArgs& a, SdpaDType dtype, void* scratch);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The plan's view of an attention call.
+inline SdpaShape sdpa_shape(const AttentionArgs& a, SdpaDType dtype) {
+  return SdpaShape{.B = a.B,
+                   .T = a.T,
+                   .NH = a.NH,
+                   .HS = a.HS,
+                   .causal = a.causal,
+                   .key_mask = a.key_mask != nullptr,
+                   .p = a.p,
+                   .dtype = dtype};
+}
+
+}  // namespace lattice::cuda

@@ -1,0 +1,276 @@
+// Tests src/core/cuda/sdpa_plan.h, the host-side description of cuDNN's
+// fused attention, on the CPU: every tensor's dims and strides against an
+// independent index computation over the interleaved buffers (element by
+// element, for several shapes), that the views cover their buffers exactly
+// once, the ops of both graphs and their shapes, when the fused path is
+// supported and why not, and where Stats and O sit in the saved buffer. Runs
+// without a device. That the graphs compute attention is checked on a GPU by
+// test_cuda_sdpa.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/cuda/sdpa_plan.h"
+
+namespace lattice::cuda {
+namespace {
+
+struct Case {
+  int64_t B, T, NH, HS;
+};
+const std::vector<Case> kShapes = {{1, 1, 1, 8}, {2, 5, 3, 16}, {3, 7, 2, 24}, {2, 33, 4, 8}};
+
+SdpaShape shape(const Case& c, bool causal = true) {
+  return SdpaShape{.B = c.B, .T = c.T, .NH = c.NH, .HS = c.HS, .causal = causal};
+}
+
+// The element of `buffer` that cuDNN's (i0, i1, i2, i3) of tensor `name`
+// means, computed from the layouts directly: qkv and dqkv (B, T, 3C) with
+// q | k | v, out and dout (B, T, C), Stats (B, NH, T).
+int64_t expected_index(const std::string& name, const Case& c, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+  const int64_t C = c.NH * c.HS;
+  auto qkv = [&](int64_t part, int64_t b, int64_t h, int64_t t, int64_t e) {
+    return (b * c.T + t) * 3 * C + part * C + h * c.HS + e;
+  };
+  if (name == "Q" || name == "dQ") return qkv(0, i0, i1, i2, i3);
+  if (name == "K" || name == "dK") return qkv(1, i0, i1, i2, i3);
+  if (name == "V" || name == "dV") return qkv(2, i0, i1, i2, i3);
+  if (name == "K^T") return qkv(1, i0, i1, i3, i2);  // (b, h, e, t)
+  if (name == "V^T") return qkv(2, i0, i1, i3, i2);
+  if (name == "O" || name == "dO") return (i0 * c.T + i2) * C + i1 * c.HS + i3;
+  if (name == "Stats") return (i0 * c.NH + i1) * c.T + i2;
+  ADD_FAILURE() << "no layout for " << name;
+  return -1;
+}
+
+std::array<int64_t, 4> expected_dims(const std::string& name, const Case& c) {
+  if (name == "K^T" || name == "V^T") return {c.B, c.NH, c.HS, c.T};
+  if (name == "Stats") return {c.B, c.NH, c.T, 1};
+  return {c.B, c.NH, c.T, c.HS};
+}
+
+int64_t buffer_elems(SdpaBuffer b, const SdpaShape& s) {
+  switch (b) {
+    case SdpaBuffer::qkv:
+    case SdpaBuffer::dqkv:
+      return sdpa_qkv_elems(s);
+    case SdpaBuffer::out:
+    case SdpaBuffer::dout:
+      return sdpa_out_elems(s);
+    case SdpaBuffer::stats:
+      return s.B * s.NH * s.T;
+    default:
+      return 1;
+  }
+}
+
+// Calls f(i0, i1, i2, i3, element) for every index of `t`, with the buffer
+// element its offset and strides give.
+template <typename F>
+void for_each_element(const SdpaTensor& t, F f) {
+  for (int64_t i0 = 0; i0 < t.dims[0]; ++i0)
+    for (int64_t i1 = 0; i1 < t.dims[1]; ++i1)
+      for (int64_t i2 = 0; i2 < t.dims[2]; ++i2)
+        for (int64_t i3 = 0; i3 < t.dims[3]; ++i3)
+          f(i0, i1, i2, i3, t.offset + i0 * t.strides[0] + i1 * t.strides[1] + i2 * t.strides[2] + i3 * t.strides[3]);
+}
+
+TEST(SdpaPlan, EveryTensorIndexesItsBufferAsTheLayoutSays) {
+  for (const Case& c : kShapes)
+    for (SdpaPass pass : {SdpaPass::forward, SdpaPass::backward}) {
+      const SdpaShape s = shape(c);
+      const SdpaGraph g = sdpa_graph(s, pass);
+      for (const SdpaTensor& t : g.tensors) {
+        if (t.is_virtual() || t.by_value()) continue;
+        SCOPED_TRACE(testing::Message() << "B " << c.B << " T " << c.T << " NH " << c.NH << " HS " << c.HS << " "
+                                        << t.name << (pass == SdpaPass::forward ? " fwd" : " bwd"));
+        EXPECT_EQ(t.dims, expected_dims(t.name, c));
+        int64_t wrong = 0;
+        for_each_element(t, [&](int64_t i0, int64_t i1, int64_t i2, int64_t i3, int64_t at) {
+          wrong += at != expected_index(t.name, c, i0, i1, i2, i3);
+        });
+        EXPECT_EQ(wrong, 0);
+      }
+    }
+}
+
+// Q, K, V cover qkv exactly once (forward as Q, K^T, V; backward as Q, K,
+// V^T, leaving out its second view K^T); dQ, dK, dV cover dqkv; O, dO and
+// Stats cover theirs.
+TEST(SdpaPlan, ViewsCoverTheirBuffersOnce) {
+  for (const Case& c : kShapes)
+    for (SdpaPass pass : {SdpaPass::forward, SdpaPass::backward}) {
+      const SdpaShape s = shape(c);
+      std::map<SdpaBuffer, std::vector<int>> hits;
+      for (const SdpaTensor& t : sdpa_graph(s, pass).tensors) {
+        const bool second_k = pass == SdpaPass::backward && t.name == std::string("K^T");  // backward reads K twice
+        if (t.is_virtual() || t.by_value() || second_k) continue;
+        std::vector<int>& h = hits[t.buffer];
+        h.resize(size_t(buffer_elems(t.buffer, s)));
+        for_each_element(t, [&](int64_t, int64_t, int64_t, int64_t, int64_t at) {
+          if (at >= 0 && at < int64_t(h.size()))
+            ++h[size_t(at)];
+          else
+            ADD_FAILURE() << t.name << " reaches element " << at << " outside its buffer";
+        });
+      }
+      for (const auto& [buffer, h] : hits)
+        for (size_t i = 0; i < h.size(); ++i) ASSERT_EQ(h[i], 1) << "buffer " << int(buffer) << " element " << i;
+    }
+}
+
+std::vector<SdpaPw> pointwise_modes(const SdpaGraph& g) {
+  std::vector<SdpaPw> m;
+  for (const SdpaOp& o : g.ops)
+    if (o.kind == SdpaOpKind::pointwise) m.push_back(o.pw);
+  return m;
+}
+
+TEST(SdpaPlan, ForwardIsScaledMaskedSoftmaxWithStats) {
+  const SdpaShape s = shape({2, 5, 3, 16});
+  const SdpaGraph g = sdpa_graph(s, SdpaPass::forward);
+  using P = SdpaPw;
+  EXPECT_EQ(pointwise_modes(g), (std::vector<SdpaPw>{P::mul, P::gen_index, P::gen_index, P::cmp_ge, P::binary_select,
+                                                     P::sub, P::exp, P::log, P::add, P::div}));
+  ASSERT_EQ(g.ops.front().kind, SdpaOpKind::matmul);
+  EXPECT_EQ(g.tensor(g.ops.front().x).name, std::string("Q"));
+  EXPECT_EQ(g.tensor(g.ops.front().b).name, std::string("K^T"));
+  EXPECT_EQ(g.tensor(g.ops.back().y).name, std::string("O"));
+  // gen_index: row index (axis 2) >= column index (axis 3) keeps the score.
+  EXPECT_EQ(g.ops[2].axis, 2);
+  EXPECT_EQ(g.ops[3].axis, 3);
+  EXPECT_EQ(g.ops[4].x, g.ops[2].y);
+  EXPECT_EQ(g.ops[4].b, g.ops[3].y);
+  // Without the causal mask the four mask ops go.
+  EXPECT_EQ(sdpa_graph(shape({2, 5, 3, 16}, false), SdpaPass::forward).ops.size(), g.ops.size() - 4);
+}
+
+TEST(SdpaPlan, BackwardRecomputesPFromStats) {
+  const SdpaGraph g = sdpa_graph(shape({2, 5, 3, 16}), SdpaPass::backward);
+  std::map<std::string, int> made;  // non-virtual outputs
+  int matmuls = 0, reshapes = 0;
+  for (const SdpaOp& o : g.ops) {
+    matmuls += o.kind == SdpaOpKind::matmul;
+    reshapes += o.kind == SdpaOpKind::reshape;
+    if (!g.tensor(o.y).is_virtual()) ++made[g.tensor(o.y).name];
+  }
+  EXPECT_EQ(matmuls, 5);   // S, dV, dP, dQ, dK
+  EXPECT_EQ(reshapes, 2);  // P^T, dS^T
+  EXPECT_EQ(made, (std::map<std::string, int>{{"dK", 1}, {"dQ", 1}, {"dV", 1}}));
+}
+
+// Every op reads tensors that exist by then, every virtual tensor is written
+// once before it is read, and the shapes agree: matmul (m, k) (k, n) -> (m, n),
+// reductions keep dims but the last, pointwise inputs broadcast to the output.
+TEST(SdpaPlan, GraphsAreWellFormed) {
+  for (const Case& c : kShapes)
+    for (bool causal : {true, false})
+      for (SdpaPass pass : {SdpaPass::forward, SdpaPass::backward}) {
+        const SdpaGraph g = sdpa_graph(shape(c, causal), pass);
+        for (size_t i = 0; i < g.tensors.size(); ++i) ASSERT_EQ(g.tensors[i].uid, int64_t(i + 1));
+        std::set<int64_t> ready;
+        for (const SdpaTensor& t : g.tensors)
+          if (!t.is_virtual() && t.buffer != SdpaBuffer::out && t.buffer != SdpaBuffer::dqkv &&
+              !(t.buffer == SdpaBuffer::stats && pass == SdpaPass::forward))
+            ready.insert(t.uid);
+        if (pass == SdpaPass::backward)
+          for (const SdpaTensor& t : g.tensors)
+            if (t.buffer == SdpaBuffer::out) ready.insert(t.uid);  // O is an input of backward
+        for (const SdpaOp& o : g.ops) {
+          for (int64_t in : {o.x, o.b, o.t})
+            if (in) {
+              ASSERT_TRUE(ready.count(in)) << g.tensor(in).name << " read before it is written";
+            }
+          ASSERT_FALSE(ready.count(o.y)) << g.tensor(o.y).name << " written twice";
+          ready.insert(o.y);
+          const auto &x = g.tensor(o.x).dims, &y = g.tensor(o.y).dims;
+          switch (o.kind) {
+            case SdpaOpKind::matmul: {
+              const auto& b = g.tensor(o.b).dims;
+              EXPECT_EQ(x[3], b[2]);
+              EXPECT_EQ(y, (std::array<int64_t, 4>{x[0], x[1], x[2], b[3]}));
+              break;
+            }
+            case SdpaOpKind::reduction:
+              EXPECT_EQ(y, (std::array<int64_t, 4>{x[0], x[1], x[2], 1}));
+              break;
+            case SdpaOpKind::reshape:
+              EXPECT_EQ(y, (std::array<int64_t, 4>{x[0], x[1], x[3], x[2]}));
+              break;
+            case SdpaOpKind::pointwise:
+              EXPECT_EQ(x, y);
+              for (int64_t in : {o.b, o.t}) {
+                if (!in) continue;
+                for (int d = 0; d < 4; ++d) {
+                  EXPECT_TRUE(g.tensor(in).dims[d] == y[d] || g.tensor(in).dims[d] == 1);
+                }
+              }
+              break;
+          }
+        }
+        for (const SdpaTensor& t : g.tensors) EXPECT_TRUE(ready.count(t.uid) || t.by_value()) << t.name << " unused";
+      }
+}
+
+TEST(SdpaPlan, SupportedShapesAndWhyNot) {
+  std::string why;
+  SdpaShape s{.B = 2, .T = 64, .NH = 4, .HS = 64};
+  EXPECT_TRUE(sdpa_supported(s, &why)) << why;
+  EXPECT_TRUE(why.empty());
+  s.dtype = SdpaDType::fp16;
+  EXPECT_TRUE(sdpa_supported(s, &why)) << why;
+  auto refused = [&](SdpaShape bad, const std::string& text) {
+    EXPECT_FALSE(sdpa_supported(bad, &why));
+    EXPECT_NE(why.find(text), std::string::npos) << why;
+  };
+  SdpaShape d = s;
+  d.p = 0.1f;
+  refused(d, "Philox");
+  SdpaShape m = s;
+  m.causal = false, m.key_mask = true;
+  refused(m, "per-sample sequence lengths");
+  for (int64_t hs : {4, 12, 136, 256}) {
+    SdpaShape h = s;
+    h.HS = hs;
+    refused(h, "head size " + std::to_string(hs));
+  }
+  SdpaShape t = s;
+  t.T = 16;  // (B, NH, 16, 16) f32 cannot hold Stats and a bf16 O of head size 64
+  refused(t, "too short");
+  refused(SdpaShape{.B = 0, .T = 4, .NH = 1, .HS = 8}, "empty");
+  SdpaShape bidirectional = s;
+  bidirectional.causal = false;  // no key mask: every key, which the graph takes without the mask ops
+  EXPECT_TRUE(sdpa_supported(bidirectional, &why)) << why;
+}
+
+// Stats and O stay inside the (B, NH, T, T) f32 buffer at any 4-byte aligned
+// address whenever the shape is supported, aligned as the descriptors say,
+// without overlapping; and the fit test is tight within the padding.
+TEST(SdpaPlan, SavedStateFitsThePlainPathsBuffer) {
+  for (int64_t HS : {8, 64, 128})
+    for (int64_t T = 1; T <= 160; ++T) {
+      const SdpaShape s{.B = 2, .T = T, .NH = 3, .HS = HS};
+      const uint64_t capacity = uint64_t(s.B * s.NH * T * T) * 4, stats_bytes = uint64_t(s.B * s.NH * T) * 4;
+      const uint64_t o_bytes = uint64_t(sdpa_out_elems(s)) * 2;
+      if (!sdpa_supported(s, nullptr)) {
+        EXPECT_GT((kSdpaStatsAlign - 4) + stats_bytes + (kSdpaIoAlign - 4) + o_bytes, capacity) << "T " << T;
+        continue;
+      }
+      for (uint64_t att = 4096; att < 4096 + 512; att += 4) {
+        const SdpaSavedLayout l = sdpa_saved_layout(s, att);
+        ASSERT_EQ((att + l.stats) % kSdpaStatsAlign, 0u);
+        ASSERT_EQ((att + l.out) % kSdpaIoAlign, 0u);
+        ASSERT_GE(l.out, l.stats + stats_bytes);
+        ASSERT_EQ(l.end, l.out + o_bytes);
+        ASSERT_LE(l.end, capacity) << "T " << T << " HS " << HS << " att " << att;
+      }
+    }
+}
+
+}  // namespace
+}  // namespace lattice::cuda
