@@ -125,6 +125,9 @@ Tensor rounded_to(const Tensor& t, DType operands) {
 }
 
 void expect_sums_of_rounded_operands(DType operands) {
+  const auto gpu = [](const Tensor& t) { return t.to(Device::cuda(0)); };
+  const auto host = [](const Tensor& t) { return t.to(Device::cpu()); };
+  const auto empty_gpu = [](const Shape& s) { return Tensor::empty(s, DType::f32, Device::cuda(0)); };
   struct MatmulDtype {  // on for the test's GPU calls, off again however it ends
     explicit MatmulDtype(DType d) { cuda_backend().set_matmul_dtype(d); }
     ~MatmulDtype() { cuda_backend().set_matmul_dtype(DType::f32); }

@@ -1,6 +1,11 @@
 #include "core/kernels/cpu/matmul_f16.h"
 
 #include <cblas.h>
+// GCC 12's own _mm512_cvtps_ph / _mm512_cvtph_ps use the `__m256i __Y = __Y`
+// idiom for an undefined value, which -Wmaybe-uninitialized reports once they
+// are inlined here; nothing of ours is uninitialised.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <vector>
@@ -30,6 +35,7 @@ void round_row(float* dst, const float* src, int64_t n) {
 #endif
   for (; i < n; ++i) dst[i] = f16_to_f32(f32_to_f16(src[i]));
 }
+#pragma GCC diagnostic pop
 
 // A thread's rounding buffer `i`, at least n elements.
 float* round_buffer(int i, int64_t n) {
