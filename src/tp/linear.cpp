@@ -54,8 +54,21 @@ void ColumnParallelLinear::backward(Tensor* dinp, Tensor* dweight, Tensor* dbias
     dlocal = with_last_dim(dout, weight.dim(0));
     gather_from_tp_region_backward(dlocal, dout, tp_, opts_.n_fused);
   }
-  ops::linear_backward(dinp, dweight, dbias, dlocal, inp, weight);
-  if (dinp) copy_to_tp_region_backward(*dinp, tp_);
+  if (!dinp || tp_.size() == 1 || (!dweight && !dbias)) {
+    ops::linear_backward(dinp, dweight, dbias, dlocal, inp, weight);
+    if (dinp) copy_to_tp_region_backward(*dinp, tp_);
+    return;
+  }
+  // The input gradient first, its all-reduce (copy_to_tp_region_backward,
+  // non-blocking here) in flight while this rank computes the weight and bias
+  // gradients, which do not depend on it (Megatron's asynchronous
+  // tensor-parallel all-reduce). MPI advances it inside MPI calls, or from
+  // the progress thread when one runs (comm/mpi_progress.h); NCCL on its own
+  // stream.
+  ops::linear_backward(dinp, nullptr, nullptr, dlocal, inp, weight);
+  comm::WorkPtr sum = tp_.all_reduce(*dinp, {.op = comm::ReduceOp::sum});
+  ops::linear_backward(nullptr, dweight, dbias, dlocal, inp, weight);
+  sum->wait();
 }
 
 // ---- RowParallelLinear ----------------------------------------------------

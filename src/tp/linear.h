@@ -44,7 +44,7 @@ class ColumnParallelLinear {
   void forward_gelu(Tensor& act, Tensor& pre, const Tensor& inp, const Tensor& weight, const Tensor* bias);
   // dout like out. dinp (N, C) = all-reduce over tp of dout_local @ weight
   // (overwrite; skipped with its all-reduce when null); dweight (OC/p, C) +=;
-  // dbias (OC/p) +=.
+  // dbias (OC/p) +=. The all-reduce runs while dweight and dbias are computed.
   void backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
                 const Tensor& weight);
 
