@@ -17,6 +17,7 @@
 #include "comm/communicator.h"
 #include "comm/describe.h"
 #include "comm/device_placement.h"
+#include "comm/id_bootstrap.h"
 #include "comm/nccl/nccl_check.h"
 #include "comm/poll.h"
 #include "comm/stream_order.h"
@@ -123,10 +124,11 @@ class NcclCommunicator final : public Communicator {
     world_ranks_ = world_ranks_of(mpi_, size_);
     device_ = placed_device(local_rank_, local_size_);
     CUDA_CHECK(cudaSetDevice(device_));
-    ncclUniqueId id;
-    if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-    LATTICE_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_) == MPI_SUCCESS,
-                  "NCCL communicator '{}': broadcasting the NCCL id over MPI failed", name_);
+    const ncclUniqueId id = bootstrap_id<ncclUniqueId>(mpi_, fmt::format("NCCL communicator '{}'", name_), [] {
+      ncclUniqueId made;
+      NCCL_CHECK(ncclGetUniqueId(&made));
+      return made;
+    });
     NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
     // Non-blocking: no implicit synchronisation with the compute stream, only events (stream_order.h).
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
