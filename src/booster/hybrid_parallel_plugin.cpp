@@ -268,9 +268,11 @@ UpdateStats HybridParallelPlugin::optimizer_step(int64_t step, double lr) {
   u.loss_scale = scaler_.enabled() ? scaler_.scale() : 0.0;
   const float inv_scale = scaler_.inv_scale();
   u.grad_norm = std::sqrt(sum_over(zero_ ? mesh_.world() : mesh_.tp_pp(), local_sq)) / double(scaler_.scale());
-  // A non-finite gradient anywhere (an fp16 overflow, or a diverging run at
-  // any precision) skips the step on every rank; the scaler backs off (fp16).
-  const bool found_inf = optim::any_rank_found_inf(mesh_.world().comm(), !std::isfinite(local_sq));
+  // The norm is the joint verdict: a non-finite square anywhere (an fp16
+  // overflow, or a diverging run at any precision) makes every rank's sum
+  // non-finite (dp replicas outside the tp x pp sum hold the same synced
+  // gradients), so every rank skips the step; the scaler backs off (fp16).
+  const bool found_inf = !std::isfinite(u.grad_norm);
   u.skipped = scaler_.update(found_inf) || found_inf;
   if (u.skipped) return u;
   ++updates_;

@@ -88,10 +88,4 @@ LossScaler make_loss_scaler(DType compute, const LossScalerOptions& o) {
   return compute == DType::f16 ? LossScaler(o) : LossScaler();
 }
 
-bool any_rank_found_inf(comm::Communicator& group, bool local_found_inf) {
-  Tensor flag = Tensor::from<int32_t>({local_found_inf ? 1 : 0}, {1});
-  group.all_reduce(flag, {.op = comm::ReduceOp::max})->wait();
-  return flag.data<int32_t>()[0] != 0;
-}
-
 }  // namespace lattice::optim

@@ -1,9 +1,10 @@
-// Dynamic loss scaling for fp16 training, and the joint overflow decision.
+// Dynamic loss scaling for fp16 training.
 //
 // fp16 gradients underflow unless the loss is multiplied by a large scale
 // before backward; the optimizer then reads the gradients times 1/scale. The
-// scale follows a small state machine, advanced once per step with the
-// verdict of every rank (any_rank_found_inf):
+// scale follows a small state machine, advanced once per step with a verdict
+// that must be the same on every rank (the trainer uses the global gradient
+// norm, a sum over the ranks: booster/hybrid_parallel_plugin.cpp):
 //   - overflow (any rank saw inf/nan): the step is skipped (no update), the
 //     scale is multiplied by backoff_factor (clamped at min_scale) and the
 //     good-step counter restarts at 0;
@@ -24,15 +25,14 @@
 // skips on its own; the trainer's non-finite gradient-norm check still skips
 // a step whose gradients are inf/nan (booster/hybrid_parallel_plugin.cpp).
 //
-// Use in a step: loss *= scale(); backward; found = any_rank_found_inf(group,
-// local non-finite); if (update(found)) skip; else the optimizer's grad_scale
-// is inv_scale() times the clip factor of the unscaled norm.
+// Use in a step: loss *= scale(); backward; found = the global norm is not
+// finite; if (update(found)) skip; else the optimizer's grad_scale is
+// inv_scale() times the clip factor of the unscaled norm.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 
-#include "comm/communicator.h"
 #include "core/dtype.h"
 
 namespace lattice::optim {
@@ -75,7 +75,7 @@ class LossScaler {
   const LossScalerState& state() const { return state_; }
   const LossScalerOptions& options() const { return opts_; }
 
-  // Advances one step with the verdict of every rank (any_rank_found_inf);
+  // Advances one step with the verdict shared by every rank;
   // true: skip this step's update. Disabled: never skips, never changes.
   bool update(bool found_inf);
 
@@ -92,14 +92,5 @@ class LossScaler {
 
 // Dynamic scaling for f16 compute, disabled for every other dtype.
 LossScaler make_loss_scaler(DType compute, const LossScalerOptions& o = {});
-
-// Whether any rank of `group` found a non-finite gradient: one all_reduce
-// (max) of a single i32 in host memory, so `group` must move host memory (an
-// MpiCommunicator or the self communicator; a GPU rank copies its flag to the
-// host, where the skip is decided anyway). Collective over `group`: every
-// rank calls it once per step, and every rank gets the same answer. Training
-// passes the world: tp shards, pp stages and ZeRO dp shards hold different
-// gradients, yet every rank must skip the same steps.
-bool any_rank_found_inf(comm::Communicator& group, bool local_found_inf);
 
 }  // namespace lattice::optim
