@@ -5,7 +5,8 @@
 # gradients), one global batch of 8 sequences of 128 tokens per step:
 #   single_t2      1 rank x 2 threads, micro_batch 8             (the baseline)
 #   dp2_bucket4    2 ranks x 1 thread, dp 2, micro_batch 4, parallel.dp_bucket_mb=4
-#   dp2_bucket25   the same with the default 25 MiB buckets
+#   dp2_bucket25   the shipped default: 25 MiB buckets, no progress thread
+#   dp2_bucket25_progress  the same with the progress thread every 50 us
 #   dp2_nobucket   the same with dp_bucket_mb=0: one all-reduce after backward (no overlap)
 #   dp2_bucket4_noprogress  dp2_bucket4 without the MPI progress thread (LATTICE_MPI_PROGRESS_US=0,
 #                  the default): the open buckets advance only inside this rank's own MPI calls.
@@ -79,8 +80,10 @@ run() {  # run [--env VAR=VALUE] NAME RANKS THREADS OVERRIDES...
 
 run single_t2 1 2
 run --env LATTICE_MPI_PROGRESS_US=50 dp2_bucket4 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=4
-run --env LATTICE_MPI_PROGRESS_US=50 dp2_bucket25 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=25
-run dp2_nobucket 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=0
+run --env LATTICE_MPI_PROGRESS_US=0 dp2_bucket25 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=25
+run --env LATTICE_MPI_PROGRESS_US=50 dp2_bucket25_progress 2 1 parallel.dp=2 train.micro_batch=4 \
+    parallel.dp_bucket_mb=25
+run --env LATTICE_MPI_PROGRESS_US=0 dp2_nobucket 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=0
 run --env LATTICE_MPI_PROGRESS_US=0 dp2_bucket4_noprogress 2 1 parallel.dp=2 train.micro_batch=4 \
     parallel.dp_bucket_mb=4
 
@@ -95,7 +98,8 @@ print("\n| run | ranks x threads | dp_bucket_mb | progress thread | tokens/s | s
       "exposed grad sync ms | exposed / step | vs single_t2 |")
 print("|---|---|---|---|---|---|---|---|---|")
 for name, rt, bucket, prog in [("single_t2", "1 x 2", "-", "-"), ("dp2_bucket4", "2 x 1", "4", "on"),
-                               ("dp2_bucket25", "2 x 1", "25", "on"), ("dp2_nobucket", "2 x 1", "0", "-"),
+                               ("dp2_bucket25", "2 x 1", "25", "off"),
+                               ("dp2_bucket25_progress", "2 x 1", "25", "on"), ("dp2_nobucket", "2 x 1", "0", "-"),
                                ("dp2_bucket4_noprogress", "2 x 1", "4", "off")]:
     tps, ms, sync = med(name, "tokens_per_s"), med(name, "step_ms"), med(name, "grad_sync_ms")
     print(f"| {name} | {rt} | {bucket} | {prog} | {tps:.0f} | {ms:.0f} | {sync:.1f} | {sync / ms:.1%} | "

@@ -209,12 +209,13 @@ void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerSta
   }
   checkpoint::NamedTensors optim;
   for (auto& [name, buf] : r.optimizer.state()) {
-    Tensor local = on_host(*buf);
+    Tensor local;
     if (r.zero) {  // every dp rank holds one shard: the whole local buffer first (collective over dp)
       local = Tensor::zeros({r.params.padded_numel()}, buf->dtype());
       mesh.dp().all_gather(local, on_host(*buf))->wait();
     }
     if (!gathers) continue;
+    if (!r.zero) local = on_host(*buf);
     checkpoint::NamedTensors part = gather_stage(r.params, local, name + ".", mesh.tp(), writer);
     for (auto& t : part) optim.push_back(std::move(t));
   }

@@ -273,7 +273,8 @@ UpdateStats HybridParallelPlugin::optimizer_step(int64_t step, double lr) {
   // non-finite (dp replicas outside the tp x pp sum hold the same synced
   // gradients), so every rank skips the step; the scaler backs off (fp16).
   const bool found_inf = !std::isfinite(u.grad_norm);
-  u.skipped = scaler_.update(found_inf) || found_inf;
+  scaler_.update(found_inf);  // fp16: backs off or grows; disabled: no change
+  u.skipped = found_inf;
   if (u.skipped) return u;
   ++updates_;
   optimizer_->step(params_, lr, updates_, optim::clip_factor(u.grad_norm, cfg_.optimizer.grad_clip) * inv_scale);

@@ -62,9 +62,9 @@ void ColumnParallelLinear::backward(Tensor* dinp, Tensor* dweight, Tensor* dbias
   // The input gradient first, its all-reduce (copy_to_tp_region_backward,
   // non-blocking here) in flight while this rank computes the weight and bias
   // gradients, which do not depend on it (Megatron's asynchronous
-  // tensor-parallel all-reduce). MPI advances it inside MPI calls, or from
-  // the progress thread when one runs (comm/mpi_progress.h); NCCL on its own
-  // stream.
+  // tensor-parallel all-reduce). NCCL runs it on its own stream; MPI
+  // advances it only inside MPI calls (the progress thread of
+  // comm/mpi_progress.h lives only while dp buckets are open, not here).
   ops::linear_backward(dinp, nullptr, nullptr, dlocal, inp, weight);
   comm::WorkPtr sum = tp_.all_reduce(*dinp, {.op = comm::ReduceOp::sum});
   ops::linear_backward(nullptr, dweight, dbias, dlocal, inp, weight);

@@ -152,11 +152,13 @@ class Backend final : public CudaBackend {
       finish();
       return;
     }
-    // 16-bit copies of both operands (stream-ordered scratch), fp32 accumulation and output.
+    // 16-bit copies of both operands (stream-ordered scratch), rounded on every
+    // call (weights included; no cached 16-bit weights yet), fp32 accumulation
+    // and output. b16 starts 256 bytes aligned, as cuBLAS's vectorised kernels want.
     std::lock_guard<std::mutex> lock(half_mu_);
-    const int64_t na = m * k, nb = k * n;
-    uint16_t* a16 = static_cast<uint16_t*>(grown(half_operands_, dev, size_t(na + nb) * sizeof(uint16_t)));
-    uint16_t* b16 = a16 + na;
+    const int64_t na = m * k, nb = k * n, na_padded = (na + 127) / 128 * 128;
+    uint16_t* a16 = static_cast<uint16_t*>(grown(half_operands_, dev, size_t(na_padded + nb) * sizeof(uint16_t)));
+    uint16_t* b16 = a16 + na_padded;
     const bool bf16 = matmul_dtype_ == DType::bf16;
     auto round = bf16 ? launch_to_bf16 : launch_to_f16;
     round(kStream, a16, a, na);
@@ -404,7 +406,21 @@ class Backend final : public CudaBackend {
     size_t bytes = 0;
   };
 
-  static void use(int dev) { CUDA_CHECK(cudaSetDevice(dev)); }
+  // Makes `dev` current. The first time for a device, its default memory pool
+  // (what cudaMallocAsync serves every tensor from) is told to keep freed
+  // memory: with the default release threshold of 0 it hands it back to the
+  // driver at every synchronisation, and the next step allocates it again.
+  static void use(int dev) {
+    CUDA_CHECK(cudaSetDevice(dev));
+    static std::once_flag kept[64];
+    if (dev >= 0 && dev < 64)
+      std::call_once(kept[dev], [dev] {
+        cudaMemPool_t pool = nullptr;
+        CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+        uint64_t keep_all = UINT64_MAX;
+        CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+      });
+  }
 
   // The io type of the fused attention: the matmuls' 16-bit type.
   SdpaDType sdpa_dtype() const { return matmul_dtype_ == DType::f16 ? SdpaDType::fp16 : SdpaDType::bf16; }
@@ -458,7 +474,7 @@ class Backend final : public CudaBackend {
   // Whether cuBLASLt's GELU epilogue computes Lattice's GELU (the tanh form of
   // math::gelu) on `dev`. Its documentation does not say which GELU it is, so
   // the first linear_gelu_forward on a device runs a probe both ways: inp =
-  // I (8, 8), so pre = weight^T + bias covers [-6.25, 6.5] exactly, through
+  // I (8, 8), so pre = weight^T + bias covers [-6.25, 6.125] exactly, through
   // the fused epilogue and through the plain linear and the GELU kernel. The
   // fused path is used only when the two agree within 1e-5 (relative, plus
   // 1e-6); otherwise one line on stderr says so and every call takes the

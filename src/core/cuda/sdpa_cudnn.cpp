@@ -106,8 +106,16 @@ cudnnPointwiseMode_t pointwise_mode(SdpaPw m) {
 
 Desc tensor_desc(const SdpaTensor& t, SdpaDType io) {
   Desc d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  // Buffers in memory are placed at kSdpaIoAlign (io) and kSdpaStatsAlign (Stats) bytes.
-  const int64_t align = t.by_value() ? 4 : t.elem == SdpaElem::io ? 16 : t.is_virtual() ? 16 : 4;
+  // The alignment every such tensor is guaranteed, not its buffer's: io
+  // tensors start at a multiple of 8 elements into a 256-byte aligned buffer
+  // (K and V sit C elements into each qkv row, C a multiple of 8), so 16
+  // bytes; the one f32 tensor in memory, Stats, at kSdpaStatsAlign; fp32
+  // by-value scalars 4.
+  const int64_t align = t.by_value()              ? 4
+                        : t.elem == SdpaElem::io  ? 16
+                        : t.is_virtual()          ? 16
+                        : t.elem == SdpaElem::f32 ? int64_t(kSdpaStatsAlign)
+                                                  : 4;
   d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, data_type(t.elem, io), "tensor data type")
       .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, t.dims.data(), 4, "tensor dims")
       .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, t.strides.data(), 4, "tensor strides")
@@ -236,7 +244,7 @@ std::unique_ptr<Built> build(cudnnHandle_t handle, const SdpaGraph& g, SdpaDType
   throw Refused{fmt::format("none of {} engine configs finalizes ({})", count, last)};
 }
 
-uint64_t align_up(uint64_t v) { return (v + kSdpaIoAlign - 1) / kSdpaIoAlign * kSdpaIoAlign; }
+uint64_t align_up(uint64_t v) { return sdpa_detail::align_up(v, kSdpaIoAlign); }
 
 // The scratch of a pass: io copies of qkv (both), dout and dqkv (backward), then the workspace.
 struct ScratchLayout {

@@ -103,7 +103,6 @@ struct SdpaOp {
 };
 
 struct SdpaGraph {
-  SdpaPass pass = SdpaPass::forward;
   std::vector<SdpaTensor> tensors;  // uids 1, 2, ... in order
   std::vector<SdpaOp> ops;
   const SdpaTensor& tensor(int64_t uid) const { return tensors.at(size_t(uid - 1)); }
@@ -237,7 +236,6 @@ inline SdpaGraph sdpa_graph(const SdpaShape& s, SdpaPass pass) {
   const sdpa_detail::Dims row{s.B, s.NH, T, 1}, row_strides{s.NH * T, T, 1, 1};
   const SdpaElem io = SdpaElem::io;
   sdpa_detail::Builder g;
-  g.g.pass = pass;
   const int64_t q = g.tensor("Q", bhsd, in3, io, B::qkv, 0);
   const int64_t kt = g.tensor("K^T", bhds, in3_t, io, B::qkv, C);
   if (pass == SdpaPass::forward) {

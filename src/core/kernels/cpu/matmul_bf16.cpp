@@ -28,14 +28,17 @@ void pack_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int6
 }
 
 #ifdef LATTICE_HAVE_DNNL
-// One engine and stream for the process; oneDNN caches the primitives it
-// builds (its primitive cache), so a matmul of a seen shape costs a lookup.
+// One engine and stream per thread: attention calls these gemms from inside
+// its OpenMP loop over heads, and a oneDNN stream is not to be shared by
+// threads executing at once. oneDNN caches the primitives it builds (its
+// primitive cache, shared by the threads), so a matmul of a seen shape costs
+// a lookup.
 struct Dnnl {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{eng};
 };
 Dnnl& dnnl_ctx() {
-  static Dnnl d;
+  thread_local Dnnl d;
   return d;
 }
 #endif
