@@ -17,9 +17,18 @@
 // The sequence is written once, over an API of four calls, so the CUDA
 // version (comm/nccl/) and a CPU model of streams and events in the tests
 // (tests/comm/test_stream_order.cpp) run the same code.
+//
+// A step that throws leaves an operation that will never complete; what may
+// still touch its buffers depends on how far it got (EnqueueFailure), which
+// the caller's `on_failure` is told before the error propagates unchanged.
 #pragma once
 
 namespace lattice::comm {
+
+enum class EnqueueFailure {
+  before_issue,  // recording or waiting on `ready` failed: nothing was issued on `comm`
+  after_issue,   // `enqueue` began (or recording `done` failed): work issued on `comm` may use the buffers
+};
 
 // Api provides: using Stream, using Event;
 //   void record(Event, Stream)       — cudaEventRecord
@@ -32,6 +41,22 @@ void enqueue_after_compute(Api& api, typename Api::Stream compute, typename Api:
   api.wait(comm, ready);
   enqueue();
   api.record(done, comm);
+}
+
+// The same, calling on_failure(EnqueueFailure) when a step throws, then rethrowing.
+template <typename Api, typename Enqueue, typename OnFailure>
+void enqueue_after_compute(Api& api, typename Api::Stream compute, typename Api::Stream comm, typename Api::Event ready,
+                           typename Api::Event done, Enqueue&& enqueue, OnFailure&& on_failure) {
+  EnqueueFailure stage = EnqueueFailure::before_issue;
+  try {
+    enqueue_after_compute(api, compute, comm, ready, done, [&] {
+      stage = EnqueueFailure::after_issue;
+      enqueue();
+    });
+  } catch (...) {
+    on_failure(stage);
+    throw;
+  }
 }
 
 }  // namespace lattice::comm

@@ -8,6 +8,8 @@
 
 #include <map>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "comm/stream_order.h"
@@ -80,4 +82,67 @@ TEST(StreamOrder, TheModelSeesAMissingWait) {
   m.record(kReady, kCompute);
   const int reduce = m.launch(kComm);
   EXPECT_FALSE(m.after(reduce, grads));
+}
+
+namespace {
+
+// Streams and events whose `record` on a chosen stream fails, as cudaEventRecord can.
+struct FailingApi {
+  using Stream = int;
+  using Event = int;
+  int fail_record_on = -1;
+  void record(Event, Stream s) {
+    if (s == fail_record_on) throw std::runtime_error("record failed on stream " + std::to_string(s));
+  }
+  void wait(Stream, Event) {}
+};
+
+// One enqueue: whether it ran, the failures reported, and the error that propagated ("" when none).
+struct Outcome {
+  std::string error;
+  std::vector<lattice::comm::EnqueueFailure> reported;
+  bool enqueued = false;
+};
+Outcome run(FailingApi api, bool enqueue_fails) {
+  Outcome o;
+  try {
+    lattice::comm::enqueue_after_compute(
+        api, kCompute, kComm, kReady, kDone,
+        [&] {
+          o.enqueued = true;
+          if (enqueue_fails) throw std::runtime_error("ncclAllReduce failed: unhandled cuda error");
+        },
+        [&](lattice::comm::EnqueueFailure f) { o.reported.push_back(f); });
+  } catch (const std::runtime_error& e) {
+    o.error = e.what();
+  }
+  return o;
+}
+
+}  // namespace
+
+// NCCL's enqueue failure path (comm/nccl/nccl_communicator.cpp releases the
+// kept buffers at once before_issue, and hands them to the aborted
+// communicator after_issue): each failing step is reported once, with how far
+// the operation got, and its own error propagates unchanged.
+TEST(StreamOrder, AFailedEnqueueSaysHowFarItGotAndKeepsTheError) {
+  using lattice::comm::EnqueueFailure;
+  const Outcome ok = run(FailingApi{}, false);
+  EXPECT_TRUE(ok.enqueued);
+  EXPECT_TRUE(ok.reported.empty());
+  EXPECT_EQ(ok.error, "");
+
+  const Outcome ready = run(FailingApi{.fail_record_on = kCompute}, false);
+  EXPECT_FALSE(ready.enqueued) << "NCCL calls issued after the ready event failed";
+  EXPECT_EQ(ready.reported, std::vector<EnqueueFailure>{EnqueueFailure::before_issue});
+  EXPECT_EQ(ready.error, "record failed on stream 0");
+
+  const Outcome nccl = run(FailingApi{}, true);
+  EXPECT_EQ(nccl.reported, std::vector<EnqueueFailure>{EnqueueFailure::after_issue});
+  EXPECT_EQ(nccl.error, "ncclAllReduce failed: unhandled cuda error");
+
+  const Outcome done = run(FailingApi{.fail_record_on = kComm}, false);
+  EXPECT_TRUE(done.enqueued);
+  EXPECT_EQ(done.reported, std::vector<EnqueueFailure>{EnqueueFailure::after_issue});
+  EXPECT_EQ(done.error, "record failed on stream 1");
 }

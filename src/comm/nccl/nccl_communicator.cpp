@@ -4,6 +4,14 @@
 // enqueued on the communicator's own non-blocking stream (comm/stream_order.h),
 // then records a CUDA event; Work polls the event (and NCCL's async error)
 // until the deadline.
+//
+// Buffers: a Work keeps its tensors alive until the operation completes. When
+// the operation cannot complete (the enqueue failed once NCCL calls had been
+// issued, or wait() timed out) the communicator is marked broken and takes
+// the tensors over; it releases them when it goes, after ncclCommAbort has
+// ended whatever NCCL had launched on them. An enqueue that fails before any
+// NCCL call (the event record or wait) releases them at once. Either way the
+// failure's own error propagates unchanged.
 #include "comm/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -13,6 +21,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "comm/communicator.h"
 #include "comm/describe.h"
@@ -101,6 +110,9 @@ class NcclWork final : public Work {
   NcclWork(NcclCommunicator& comm, std::string what, double timeout_s, std::vector<Tensor> keep);
   ~NcclWork() override;
   cudaEvent_t event() const { return event_; }
+  // The kept tensors, handed over by an operation that never completes, so
+  // that the destructor does not keep them for good.
+  std::vector<Tensor> take_buffers() { return std::exchange(keep_, {}); }
   bool test() override;
   void wait() override;
 
@@ -144,6 +156,7 @@ class NcclCommunicator final : public Communicator {
       cudaStreamSynchronize(stream_);
       ncclCommDestroy(nccl_);
     }
+    abandoned_.clear();  // NCCL is done with them: completed, or aborted above
     cudaFree(barrier_buf_);
     cudaEventDestroy(ready_);
     cudaStreamDestroy(stream_);
@@ -159,6 +172,11 @@ class NcclCommunicator final : public Communicator {
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   void mark_broken() { broken_ = true; }
+  // An operation that never completes hands its buffers over (see the header comment).
+  void abandon(std::vector<Tensor> buffers) {
+    mark_broken();
+    for (Tensor& t : buffers) abandoned_.push_back(std::move(t));
+  }
   void check_async_error() {
     ncclResult_t async = ncclSuccess;
     NCCL_CHECK(ncclCommGetAsyncError(nccl_, &async));
@@ -268,13 +286,17 @@ class NcclCommunicator final : public Communicator {
   }
 
   // Enqueues the NCCL calls after the compute stream's work (stream_order.h)
-  // and returns the Work that polls their completion.
+  // and returns the Work that polls their completion. On a failure the
+  // buffers go as the header comment says and the error propagates.
   template <typename Enqueue>
   WorkPtr started(std::string what, double timeout_s, std::vector<Tensor> keep, Enqueue&& enqueue) {
     auto work =
         std::make_unique<NcclWork>(*this, std::move(what), timeout_s > 0 ? timeout_s : timeout_s_, std::move(keep));
     CudaEvents events;
-    enqueue_after_compute(events, kComputeStream, stream_, ready_, work->event(), enqueue);
+    enqueue_after_compute(events, kComputeStream, stream_, ready_, work->event(), enqueue, [&](EnqueueFailure f) {
+      std::vector<Tensor> buffers = work->take_buffers();
+      if (f == EnqueueFailure::after_issue) abandon(std::move(buffers));
+    });
     return work;
   }
 
@@ -289,6 +311,7 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t ready_ = nullptr;  // recorded on the compute stream before each operation
   void* barrier_buf_ = nullptr;
   bool broken_ = false;
+  std::vector<Tensor> abandoned_;  // buffers of operations that never complete; released when this goes
 };
 
 NcclWork::NcclWork(NcclCommunicator& comm, std::string what, double timeout_s, std::vector<Tensor> keep)
@@ -298,7 +321,7 @@ NcclWork::NcclWork(NcclCommunicator& comm, std::string what, double timeout_s, s
 
 NcclWork::~NcclWork() {
   // An unfinished operation still owns its buffers: keep them alive for good.
-  if (!done_ && error_.empty()) new std::vector<Tensor>(std::move(keep_));
+  if (!done_ && error_.empty() && !keep_.empty()) new std::vector<Tensor>(std::move(keep_));
   cudaEventDestroy(event_);
 }
 
@@ -322,8 +345,7 @@ void NcclWork::wait() {
   if (poll_until([&] { return test(); }, deadline_after(timeout_s_))) return;
   const bool p2p = what_.rfind("send", 0) == 0 || what_.rfind("recv", 0) == 0;
   error_ = fmt::format("{} {} {} timed out after {} s", what_, p2p ? "of" : "on", comm_->group(), timeout_s_);
-  comm_->mark_broken();  // the communicator is aborted, not destroyed, when it goes
-  new std::vector<Tensor>(std::move(keep_));
+  comm_->abandon(std::move(keep_));  // the communicator is aborted, not destroyed, when it goes
   LATTICE_FAIL("{}", error_);
 }
 
