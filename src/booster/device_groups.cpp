@@ -5,6 +5,7 @@
 #include "comm/device_placement.h"
 #include "comm/gather_strings.h"
 #include "comm/nccl_communicator.h"
+#include "comm/self_communicator.h"
 #include "core/backend.h"
 
 namespace lattice {
@@ -19,6 +20,12 @@ NodeLocal node_local_rank(const std::vector<std::string>& hosts, int world_rank)
     ++n.size;
   }
   return n;
+}
+
+DeviceComm device_comm_for(Device device, int group_size) {
+  LATTICE_CHECK(group_size >= 1, "device_comm_for: a group of {} ranks", group_size);
+  if (device.is_cpu()) return DeviceComm::mesh;
+  return group_size == 1 ? DeviceComm::self : DeviceComm::nccl;
 }
 
 RankPlacement place_rank(const Config& cfg, mesh::ProcessGroupMesh& mesh) {
@@ -44,15 +51,22 @@ RankPlacement place_rank(const Config& cfg, mesh::ProcessGroupMesh& mesh) {
 
 DeviceGroups::DeviceGroups(mesh::ProcessGroupMesh& mesh, const RankPlacement& placement, double timeout_s)
     : mesh_(mesh), device_(placement.device) {
-  if (device_.is_cpu()) return;
   const NodeLocal& local = placement.local;
-  auto nccl_over = [&](comm::Group& g) {
-    return comm::Group(comm::make_nccl_communicator(g.comm(), local.rank, local.size, timeout_s));
+  auto over = [&](comm::Group& g) {
+    switch (device_comm_for(device_, g.size())) {
+      case DeviceComm::mesh:
+        return comm::Group();
+      case DeviceComm::self:
+        return comm::Group(comm::make_self_communicator(g.name(), g.world_ranks().front()));
+      case DeviceComm::nccl:
+        return comm::Group(comm::make_nccl_communicator(g.comm(), local.rank, local.size, timeout_s));
+    }
+    LATTICE_FAIL("DeviceGroups: unknown DeviceComm");
   };
-  tp_ = nccl_over(mesh.tp());
-  pp_ = nccl_over(mesh.pp());
-  dp_ = nccl_over(mesh.dp());
-  tie_ = nccl_over(mesh.tie());
+  tp_ = over(mesh.tp());
+  pp_ = over(mesh.pp());
+  dp_ = over(mesh.dp());
+  tie_ = over(mesh.tie());
 }
 
 }  // namespace lattice

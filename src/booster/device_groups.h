@@ -5,9 +5,13 @@
 // (comm::choose_cuda_device: one rank per GPU from the node-local rank, or
 // device 0 when CUDA_VISIBLE_DEVICES exposes one), the parameters,
 // activations and gradients live on it, and each mesh group the device
-// tensors cross (tp, pp, dp, tie) gets an NCCL communicator over the same
-// ranks, bootstrapped over that group's MPI communicator. Host scalars (loss
-// sums, token counts, norms) keep using the mesh's MPI groups either way.
+// tensors cross (tp, pp, dp, tie) gets a device communicator over the same
+// ranks (device_comm_for): an NCCL communicator, bootstrapped over that
+// group's MPI communicator, when the group has several ranks; the self
+// communicator (comm/self_communicator.h: copies on the compute stream, no
+// NCCL) when it has one, as every group of verify-layout's one-rank
+// reference mesh has. Host scalars (loss sums, token counts, norms) keep
+// using the mesh's MPI groups either way.
 //
 // The node-local rank comes from the world's host names (node_local_rank),
 // the same numbering MpiRuntime gives, so the placement is a pure function
@@ -40,6 +44,14 @@ struct RankPlacement {
   NodeLocal local;
 };
 
+// Which communicator moves a rank's tensors over one of its mesh groups.
+enum class DeviceComm {
+  mesh,  // host tensors: the mesh's own group
+  self,  // device tensors, a group of one rank: comm::make_self_communicator
+  nccl,  // device tensors, a group of several ranks: comm::make_nccl_communicator
+};
+DeviceComm device_comm_for(Device device, int group_size);
+
 // The device runtime.device asks for, placed for this rank (on cuda
 // collective over the mesh's world: gathers the host names). Throws
 // ConfigError (one line) when cuda is asked for and this rank has no device.
@@ -48,8 +60,9 @@ RankPlacement place_rank(const Config& cfg, mesh::ProcessGroupMesh& mesh);
 class DeviceGroups {
  public:
   // Collective over the mesh (on cuda every rank builds its NCCL groups in the
-  // same order). The placement may come from another mesh (verify-layout's
-  // one-rank reference runs on the job's placement).
+  // same order; a group of one needs no peer). The placement may come from
+  // another mesh (verify-layout's one-rank reference runs on the job's
+  // placement).
   DeviceGroups(mesh::ProcessGroupMesh& mesh, const RankPlacement& placement, double timeout_s);
 
   Device device() const { return device_; }
@@ -63,7 +76,7 @@ class DeviceGroups {
 
   mesh::ProcessGroupMesh& mesh_;
   Device device_;
-  comm::Group tp_, pp_, dp_, tie_;  // NCCL over the mesh's groups on cuda; invalid (the mesh's) on cpu
+  comm::Group tp_, pp_, dp_, tie_;  // device_comm_for's over the mesh's groups on cuda; invalid (the mesh's) on cpu
 };
 
 }  // namespace lattice

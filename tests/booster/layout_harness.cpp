@@ -87,8 +87,8 @@ runtime: { seed: 42, threads: 1 }
                       "layout-test", overrides);
 }
 
-Trace train(const Config& cfg, mesh::ProcessGroupMesh& mesh) {
-  HybridParallelPlugin plugin(cfg, mesh);
+Trace train(const Config& cfg, mesh::ProcessGroupMesh& mesh, std::optional<RankPlacement> placement) {
+  HybridParallelPlugin plugin(cfg, mesh, placement);
   Trace t;
   for (int64_t step = 1; step <= kSteps; ++step) {
     StepStats s = plugin.execute_pipeline(step);

@@ -5,6 +5,7 @@
 // relative L2 distance of a gradient from the one-rank reference's slice.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,9 @@ struct Trace {
 // Trains cfg for kSteps on `mesh`. The gradients and values are read back to
 // the host, so the run may live on any device. Checks on the way that every dp
 // bucket started during backward and that the tied replicas stay bit-identical.
-Trace train(const Config& cfg, mesh::ProcessGroupMesh& mesh);
+// `placement`: where the tensors live, when not runtime.device placed on
+// `mesh` (verify-layout's one-rank reference runs on the job's placement).
+Trace train(const Config& cfg, mesh::ProcessGroupMesh& mesh, std::optional<RankPlacement> placement = std::nullopt);
 
 // Relative L2 distance between this rank's gradient of `e` and the slice of the reference's.
 double relative_l2(const FlatParams& got, const ParamEntry& e, const FlatParams& ref);

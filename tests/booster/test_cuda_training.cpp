@@ -7,7 +7,10 @@
 // skipped. Nothing here runs on a CPU pretending to be a GPU.
 //
 // Layouts: 1 rank (1,1,1); 2 ranks (2,1,1), (1,2,1), (1,1,2); 8 ranks
-// (2,2,2) with 1F1B, and interleaved with ZeRO-1. Models: GPT-2 (tied
+// (2,2,2) with 1F1B, and interleaved with ZeRO-1. Every launch also runs
+// verify-layout's one-rank reference on cuda: a mesh over a self
+// communicator on this rank's GPU, whose groups get self communicators (a
+// group of one never gets NCCL). Models: GPT-2 (tied
 // embeddings across pp, dropout), LLaMA with grouped k/v heads, BERT (key
 // padding mask, masked-LM batches). The reference is the CPU, so the bounds
 // are those of f32 summed in another order: step-1 loss within relative 1e-5,
@@ -74,11 +77,7 @@ TEST(CudaTraining, EveryLayoutOnGpusMatchesOneCpuRank) {
     SCOPED_TRACE(model.name);
     auto ref_mesh = mesh::ProcessGroupMesh::create(comm::self_group("world"), {1, 1, 1});
     Trace ref = train(config(glob, {1, 1, 1}, model), ref_mesh);
-    for (const LayoutCase& l : gpu_layouts(world)) {
-      SCOPED_TRACE(testing::Message() << "cuda tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp << " " << l.schedule
-                                      << " zero " << l.zero);
-      auto m = mesh::ProcessGroupMesh::create(comm::Group(comm::make_world_communicator(60)), {l.tp, l.pp, l.dp});
-      Trace got = train(config(glob, l, model, {"runtime.device=cuda"}), m);
+    auto expect_close_to_ref = [&](const Trace& got) {
       EXPECT_NEAR(got.loss[0], ref.loss[0], 1e-5 * ref.loss[0]);
       for (int s = 0; s < kSteps; ++s) {
         EXPECT_NEAR(got.loss[size_t(s)], ref.loss[size_t(s)], 1e-4 * ref.loss[size_t(s)]) << "step " << s + 1;
@@ -86,6 +85,21 @@ TEST(CudaTraining, EveryLayoutOnGpusMatchesOneCpuRank) {
       }
       for (const ParamEntry& e : got.grads_step1.entries())
         EXPECT_LT(relative_l2(got.grads_step1, e, ref.grads_step1), 1e-4) << e.spec.name;
+    };
+    {
+      SCOPED_TRACE("verify-layout's one-rank reference on cuda");
+      const Config cuda_one = config(glob, {1, 1, 1}, model, {"runtime.device=cuda"});
+      auto job = mesh::ProcessGroupMesh::create(comm::Group(comm::make_world_communicator(60)), {1, 1, world});
+      const RankPlacement placed = place_rank(cuda_one, job);  // each rank its own GPU, as verify-layout places
+      auto self_mesh = mesh::ProcessGroupMesh::create(comm::self_group("world"), {1, 1, 1});
+      expect_close_to_ref(train(cuda_one, self_mesh, placed));
+      if (HasFailure()) return;
+    }
+    for (const LayoutCase& l : gpu_layouts(world)) {
+      SCOPED_TRACE(testing::Message() << "cuda tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp << " " << l.schedule
+                                      << " zero " << l.zero);
+      auto m = mesh::ProcessGroupMesh::create(comm::Group(comm::make_world_communicator(60)), {l.tp, l.pp, l.dp});
+      expect_close_to_ref(train(config(glob, l, model, {"runtime.device=cuda"}), m));
       if (HasFailure()) return;
     }
   }

@@ -1,8 +1,13 @@
 // RankPlacement of a rank on its device (booster/device_groups.h): the node-local
 // numbering from host names, the CPU path (the mesh's own groups, no
-// collective), and the one-line refusal of runtime.device: cuda on a host
-// without a GPU. The GPU path itself runs in test_cuda_training.
+// collective), which communicator a group gets on each device and size, the
+// groups of a one-rank mesh on cuda (self communicators, so no NCCL and no
+// device is touched: verify-layout's reference), and the one-line refusal of
+// runtime.device: cuda on a host without a GPU. The GPU path itself runs in
+// test_cuda_training.
 #include <gtest/gtest.h>
+
+#include <utility>
 
 #include "booster/device_groups.h"
 #include "comm/self_communicator.h"
@@ -47,6 +52,37 @@ TEST(DeviceGroups, OnTheCpuTensorsUseTheMeshGroups) {
   EXPECT_EQ(&g.pp(), &mesh.pp());
   EXPECT_EQ(&g.dp(), &mesh.dp());
   EXPECT_EQ(&g.tie(), &mesh.tie());
+}
+
+TEST(DeviceGroups, AGroupOfOneOnADeviceNeedsNoNccl) {
+  EXPECT_EQ(device_comm_for(Device::cpu(), 1), DeviceComm::mesh);
+  EXPECT_EQ(device_comm_for(Device::cpu(), 4), DeviceComm::mesh);
+  EXPECT_EQ(device_comm_for(Device::cuda(0), 1), DeviceComm::self);
+  EXPECT_EQ(device_comm_for(Device::cuda(3), 1), DeviceComm::self);
+  EXPECT_EQ(device_comm_for(Device::cuda(0), 2), DeviceComm::nccl);
+  EXPECT_EQ(device_comm_for(Device::cuda(1), 8), DeviceComm::nccl);
+  EXPECT_THROW(device_comm_for(Device::cuda(0), 0), Error);
+}
+
+// verify-layout's one-rank reference on cuda: every group of a mesh over a
+// self communicator has one rank, so each gets a self communicator of its
+// own, named and numbered like the mesh's group (no NCCL: none could be
+// bootstrapped over a self communicator). Building them touches no device,
+// so this runs on any host.
+TEST(DeviceGroups, AOneRankMeshOnCudaGetsSelfCommunicators) {
+  auto mesh = mesh::ProcessGroupMesh::create(comm::Group(comm::make_self_communicator("world", 5)), {1, 1, 1});
+  DeviceGroups g(mesh, RankPlacement{.device = Device::cuda(0)}, 10);
+  EXPECT_TRUE(g.device().is_cuda());
+  for (auto [mine, theirs] : {std::pair{&g.tp(), &mesh.tp()}, std::pair{&g.pp(), &mesh.pp()},
+                              std::pair{&g.dp(), &mesh.dp()}, std::pair{&g.tie(), &mesh.tie()}}) {
+    SCOPED_TRACE(theirs->name());
+    EXPECT_NE(mine, theirs) << "device tensors would travel through the mesh's own group";
+    EXPECT_EQ(mine->size(), 1);
+    EXPECT_EQ(mine->name(), theirs->name());
+    EXPECT_EQ(mine->world_ranks(), theirs->world_ranks());
+    EXPECT_FALSE(mine->comm().progresses_in_calls());
+  }
+  EXPECT_EQ(g.tp().world_ranks(), std::vector<int>{5});
 }
 
 TEST(DeviceGroups, CudaWithoutAGpuIsOneLineNamingTheKey) {
