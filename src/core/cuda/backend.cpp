@@ -397,7 +397,7 @@ class Backend final : public CudaBackend {
       return "runtime.precision is fp32 (cuDNN's fused attention takes bf16 or fp16 only)";
     std::string why;
     if (!sdpa_supported(sdpa_shape(a, sdpa_dtype()), &why)) return why;
-    return fused_attention(dev, a) ? std::string() : sdpa_.refusal();
+    return fused_attention(dev, a) ? std::string() : sdpa_.refusal(dev, a, sdpa_dtype());
   }
 
  private:

@@ -2,14 +2,12 @@
 // backend descriptors, built once per shape and run through variant packs.
 #include "core/cuda/sdpa_cudnn.h"
 
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <deque>
 #include <limits>
 #include <map>
 #include <mutex>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -266,54 +264,63 @@ struct CudnnSdpa::Impl {
   struct Graphs {
     std::unique_ptr<Built> fwd, bwd;  // both null: refused
   };
-  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, int>;
 
   std::mutex mu;
   std::vector<cudnnHandle_t> handles;  // by device; never destroyed (as the cuBLAS handles)
-  std::map<Key, Graphs> cache;
-  std::string refusal;
-  std::atomic<bool> logged{false};
-
-  static Key key(int dev, const AttentionArgs& a, SdpaDType dt) {
-    return {dev, a.B, a.T, a.NH, a.HS, a.causal, int(dt)};
-  }
+  std::vector<cudaStream_t> streams;   // by device: the stream its handle was last set to
+  std::map<SdpaKey, Graphs> cache;
+  SdpaRefusals refusals;
 
   cudnnHandle_t handle(int dev) {
-    if (size_t(dev) >= handles.size()) handles.resize(size_t(dev) + 1, nullptr);
+    if (size_t(dev) >= handles.size()) {
+      handles.resize(size_t(dev) + 1, nullptr);
+      streams.resize(size_t(dev) + 1, nullptr);
+    }
     if (!handles[size_t(dev)]) {
       CUDNN_CHECK(cudnnCreate(&handles[size_t(dev)]));
-      CUDNN_CHECK(cudnnSetStream(handles[size_t(dev)], nullptr));  // the backend's one stream
+      CUDNN_CHECK(cudnnSetStream(handles[size_t(dev)], nullptr));
+      streams[size_t(dev)] = nullptr;
     }
     return handles[size_t(dev)];
   }
 
+  // The handle of `dev`, set to enqueue on `stream` (cudnnSetStream when the
+  // stream differs from the last call's).
+  cudnnHandle_t handle_on(int dev, cudaStream_t stream) {
+    cudnnHandle_t h = handle(dev);
+    if (streams[size_t(dev)] != stream) {
+      CUDNN_CHECK(cudnnSetStream(h, stream));
+      streams[size_t(dev)] = stream;
+    }
+    return h;
+  }
+
   // The built graphs of a usable shape; the caller holds mu.
   Graphs& graphs(int dev, const AttentionArgs& a, SdpaDType dt) {
-    auto [it, fresh] = cache.try_emplace(key(dev, a, dt));
-    if (!fresh) return it->second;
     const SdpaShape s = sdpa_shape(a, dt);
+    const SdpaKey key = sdpa_key(dev, s);
+    auto [it, fresh] = cache.try_emplace(key);
+    if (!fresh) return it->second;
     try {
       cudnnHandle_t h = handle(dev);
       it->second.fwd = build(h, sdpa_graph(s, SdpaPass::forward), dt);
       it->second.bwd = build(h, sdpa_graph(s, SdpaPass::backward), dt);
     } catch (const Refused& r) {
-      refuse(it->second, a, r.what);
+      refuse(it->second, key, r.what);
     } catch (const Error& e) {  // cudnnCreate failed: the library cannot run here
-      refuse(it->second, a, e.message());
+      refuse(it->second, key, e.message());
     }
     return it->second;
   }
 
-  void refuse(Graphs& g, const AttentionArgs& a, const std::string& what) {
+  void refuse(Graphs& g, const SdpaKey& key, const std::string& what) {
     g = Graphs{};
-    refusal = fmt::format("cuDNN refused the fused attention graph for B {} T {} NH {} HS {}: {}", a.B, a.T, a.NH, a.HS,
-                          what);
-    if (!logged.exchange(true))  // one line per process: the shape takes the plain path
-      std::fprintf(stderr, "lattice: cuda attention: %s; such shapes take the plain fp32 path\n", refusal.c_str());
+    const std::string line = refusals.record(key, what);
+    if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());  // once per process
   }
 
-  void run(int dev, const Built& b, const SdpaShape& s, char* qkv, char* out, char* dout, char* dqkv, char* stats,
-           void* workspace) {
+  void run(int dev, cudaStream_t stream, const Built& b, const SdpaShape& s, char* qkv, char* out, char* dout,
+           char* dqkv, char* stats, void* workspace) {
     const float scale = 1.0f / std::sqrt(float(s.HS)), mask_value = std::numeric_limits<float>::lowest();
     std::vector<int64_t> uids;
     std::vector<void*> ptrs;
@@ -358,7 +365,7 @@ struct CudnnSdpa::Impl {
       CUDNN_CHECK(
           cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace));
       CUDNN_CHECK(cudnnBackendFinalize(pack));
-      CUDNN_CHECK(cudnnBackendExecute(handle(dev), b.plan->get(), pack));
+      CUDNN_CHECK(cudnnBackendExecute(handle_on(dev, stream), b.plan->get(), pack));
     };
     try {
       execute();
@@ -379,9 +386,9 @@ bool CudnnSdpa::usable(int dev, const AttentionArgs& a, SdpaDType dtype) {
   return impl_->graphs(dev, a, dtype).fwd != nullptr;
 }
 
-std::string CudnnSdpa::refusal() const {
+std::string CudnnSdpa::refusal(int dev, const AttentionArgs& a, SdpaDType dtype) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->refusal;
+  return impl_->refusals.reason(sdpa_key(dev, sdpa_shape(a, dtype)));
 }
 
 size_t CudnnSdpa::scratch_bytes(int dev, const AttentionArgs& a, SdpaDType dtype, SdpaPass pass) {
@@ -421,7 +428,7 @@ void CudnnSdpa::forward(int dev, cudaStream_t stream, float* out, float* att, co
   char* base = static_cast<char*>(scratch);
   char* att_bytes = reinterpret_cast<char*>(att);
   to_io(stream, dtype, base + l.qkv, qkv, sdpa_qkv_elems(s));
-  impl_->run(dev, *g.fwd, s, base + l.qkv, att_bytes + saved.out, nullptr, nullptr, att_bytes + saved.stats,
+  impl_->run(dev, stream, *g.fwd, s, base + l.qkv, att_bytes + saved.out, nullptr, nullptr, att_bytes + saved.stats,
              base + l.workspace);
   from_io(stream, dtype, out, att_bytes + saved.out, sdpa_out_elems(s));
 }
@@ -438,8 +445,8 @@ void CudnnSdpa::backward(int dev, cudaStream_t stream, float* dqkv, const float*
   char* att_bytes = const_cast<char*>(reinterpret_cast<const char*>(att));  // read only: O and Stats are inputs
   to_io(stream, dtype, base + l.qkv, qkv, sdpa_qkv_elems(s));
   to_io(stream, dtype, base + l.dout, dout, sdpa_out_elems(s));
-  impl_->run(dev, *g.bwd, s, base + l.qkv, att_bytes + saved.out, base + l.dout, base + l.dqkv, att_bytes + saved.stats,
-             base + l.workspace);
+  impl_->run(dev, stream, *g.bwd, s, base + l.qkv, att_bytes + saved.out, base + l.dout, base + l.dqkv,
+             att_bytes + saved.stats, base + l.workspace);
   from_io(stream, dtype, dqkv, base + l.dqkv, sdpa_qkv_elems(s));
 }
 

@@ -18,7 +18,9 @@
 // forward (O into the saved buffer, Stats f32 next to it) and writes O back
 // to `out` as fp32; backward converts qkv and dout, runs the fused backward
 // and writes dqkv as fp32 (overwritten). `scratch` holds the io copies and
-// cuDNN's workspace (scratch_bytes). Enqueues on `stream` only.
+// cuDNN's workspace (scratch_bytes). Enqueues on `stream` only: the device's
+// cuDNN handle is set to it (cudnnSetStream) whenever a call brings another
+// stream than the last one.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -42,8 +44,8 @@ class CudnnSdpa {
   // True when the call takes the fused path on the current device `dev`:
   // the plan supports it and cuDNN built both graphs (built here on first use).
   bool usable(int dev, const AttentionArgs& a, SdpaDType dtype);
-  // Why the last refused shape was refused (empty when none was).
-  std::string refusal() const;
+  // Why cuDNN refused this shape on `dev` (empty when it did not, or was never asked).
+  std::string refusal(int dev, const AttentionArgs& a, SdpaDType dtype) const;
 
   // Bytes of scratch a pass needs; the shape must be usable.
   size_t scratch_bytes(int dev, const AttentionArgs& a, SdpaDType dtype, SdpaPass pass);

@@ -35,7 +35,9 @@
 #pragma once
 
 #include <array>
+#include <compare>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -120,6 +122,45 @@ inline SdpaSavedLayout sdpa_saved_layout(const SdpaShape& s, uint64_t att);
 // Elements of the io copies: qkv and dqkv (B, T, 3C), out and dout (B, T, C).
 inline int64_t sdpa_qkv_elems(const SdpaShape& s) { return s.B * s.T * 3 * s.NH * s.HS; }
 inline int64_t sdpa_out_elems(const SdpaShape& s) { return s.B * s.T * s.NH * s.HS; }
+
+// What the built graphs of a call depend on: the device and the shape (a
+// supported shape has no dropout and no key mask), the key of the backend's
+// graph cache and of its refusals.
+struct SdpaKey {
+  int dev = 0;
+  int64_t B = 0, T = 0, NH = 0, HS = 0;
+  bool causal = true;
+  SdpaDType dtype = SdpaDType::bf16;
+  auto operator<=>(const SdpaKey&) const = default;
+};
+inline SdpaKey sdpa_key(int dev, const SdpaShape& s) { return {dev, s.B, s.T, s.NH, s.HS, s.causal, s.dtype}; }
+
+// The shapes cuDNN refused, each with its own reason, so that a question
+// about one shape (CudaBackend::attention_plain_reason) is answered with that
+// shape's reason, whatever was refused since. Also whether a refusal has been
+// logged: one stderr line per process. Not thread-safe (the caller's lock).
+class SdpaRefusals {
+ public:
+  // Remembers why `key` was refused. Returns the line to print on stderr for
+  // the first refusal of the process, "" for every later one.
+  std::string record(const SdpaKey& key, const std::string& what) {
+    std::string& reason = reasons_[key];
+    reason = "cuDNN refused the fused attention graph for B " + std::to_string(key.B) + " T " + std::to_string(key.T) +
+             " NH " + std::to_string(key.NH) + " HS " + std::to_string(key.HS) + ": " + what;
+    if (logged_) return "";
+    logged_ = true;
+    return "lattice: cuda attention: " + reason + "; such shapes take the plain fp32 path";
+  }
+  // Why `key` was refused; "" when it was not (built, or never asked for).
+  std::string reason(const SdpaKey& key) const {
+    auto it = reasons_.find(key);
+    return it == reasons_.end() ? std::string() : it->second;
+  }
+
+ private:
+  std::map<SdpaKey, std::string> reasons_;
+  bool logged_ = false;
+};
 
 // ---- implementation ----------------------------------------------------
 

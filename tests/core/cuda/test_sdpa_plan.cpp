@@ -272,5 +272,45 @@ TEST(SdpaPlan, SavedStateFitsThePlainPathsBuffer) {
     }
 }
 
+// The graph cache's key: every field the graphs depend on tells shapes apart.
+TEST(SdpaPlan, KeysDifferInEveryField) {
+  const SdpaShape s{.B = 2, .T = 64, .NH = 4, .HS = 64};
+  const SdpaKey k = sdpa_key(0, s);
+  EXPECT_EQ(k, sdpa_key(0, s));
+  std::set<SdpaKey> keys{k, sdpa_key(1, s)};
+  auto with = [&](auto change) {
+    SdpaShape t = s;
+    change(t);
+    keys.insert(sdpa_key(0, t));
+  };
+  with([](SdpaShape& t) { t.B = 3; });
+  with([](SdpaShape& t) { t.T = 65; });
+  with([](SdpaShape& t) { t.NH = 8; });
+  with([](SdpaShape& t) { t.HS = 32; });
+  with([](SdpaShape& t) { t.causal = false; });
+  with([](SdpaShape& t) { t.dtype = SdpaDType::fp16; });
+  EXPECT_EQ(keys.size(), 8u);
+}
+
+// attention_plain_reason asks about one shape: the answer is that shape's
+// refusal, not the last one recorded; a shape never refused has none; only
+// the first refusal of the process is logged.
+TEST(SdpaPlan, RefusalsAreRememberedPerShape) {
+  SdpaRefusals r;
+  const SdpaKey a = sdpa_key(0, {.B = 2, .T = 64, .NH = 4, .HS = 64});
+  const SdpaKey b = sdpa_key(0, {.B = 1, .T = 96, .NH = 2, .HS = 128});
+  const SdpaKey a_on_1 = sdpa_key(1, {.B = 2, .T = 64, .NH = 4, .HS = 64});
+  EXPECT_EQ(r.reason(a), "");
+  const std::string line = r.record(a, "no engine for a");
+  EXPECT_NE(line.find("cuDNN refused the fused attention graph for B 2 T 64 NH 4 HS 64: no engine for a"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  EXPECT_EQ(r.record(b, "plan b does not finalize"), "");  // logged once per process
+  EXPECT_EQ(r.reason(a), "cuDNN refused the fused attention graph for B 2 T 64 NH 4 HS 64: no engine for a");
+  EXPECT_EQ(r.reason(b), "cuDNN refused the fused attention graph for B 1 T 96 NH 2 HS 128: plan b does not finalize");
+  EXPECT_EQ(r.reason(a_on_1), "");  // the same shape on another device was not refused
+}
+
 }  // namespace
 }  // namespace lattice::cuda
