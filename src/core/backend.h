@@ -82,6 +82,14 @@ class CudaBackend {
   // linear and the GELU kernel (and always so under bf16 matmuls).
   virtual void linear_gelu_forward(int dev, float* act, float* pre, const float* inp, const float* weight,
                                    const float* bias, int64_t N, int64_t C, int64_t OC) = 0;
+  // dinp (N, C) = dout (N, OC) @ weight (OC, C) (overwrite; skipped when null),
+  // dweight (OC, C) += dout^T @ inp and dbias (OC) += column sums of dout
+  // (each skipped when null): ops::linear_backward. Under f32 matmuls the
+  // products run through cuBLASLt with dbias in the dweight matmul's BGRADB
+  // epilogue where it can be (core/cuda/lt_plan.h); under 16-bit matmuls
+  // through gemm and the column-sum kernel.
+  virtual void linear_backward(int dev, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, int64_t N, int64_t C, int64_t OC) = 0;
   virtual void add_bias(int dev, float* out, const float* bias, int64_t rows, int64_t cols) = 0;
   virtual void bias_backward(int dev, float* dbias, const float* dout, int64_t rows, int64_t cols) = 0;  // +=
   virtual void gelu_forward(int dev, float* out, const float* inp, int64_t n) = 0;

@@ -110,12 +110,9 @@ void linear_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor&
                   d.OC);
   }
   if (cuda_f32(dout)) {
-    CudaBackend& cb = cuda_backend();
-    int dev = dout.device().index;
-    if (dinp) cb.gemm(dev, false, false, d.N, d.C, d.OC, 1.0f, fp(dout), fp(weight), 0.0f, fp(*dinp));
-    if (dweight) cb.gemm(dev, true, false, d.OC, d.C, d.N, 1.0f, fp(dout), fp(inp), 1.0f, fp(*dweight));
-    if (dbias) cb.bias_backward(dev, fp(*dbias), fp(dout), d.N, d.OC);
-    return;
+    return cuda_backend().linear_backward(dout.device().index, dinp ? fp(*dinp) : nullptr,
+                                          dweight ? fp(*dweight) : nullptr, dbias ? fp(*dbias) : nullptr, fp(dout),
+                                          fp(inp), fp(weight), d.N, d.C, d.OC);
   }
   on_cpu("linear_backward", dout, [&](auto t) {
     using T = decltype(t);

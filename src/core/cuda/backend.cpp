@@ -14,7 +14,9 @@
 // down after the CUDA runtime has shut down at exit would crash). Likewise one
 // grow-only scratch buffer per device for the calls that need workspace
 // (embedding backward, the reductions, cuBLASLt); the calls that use it run
-// in stream order, so one suffices. Attention under bf16 goes through cuDNN's
+// in stream order, so one suffices. cuBLASLt's descriptors and heuristic
+// results are built once per plan key and kept (lt_linear.h), under the same
+// lock as that buffer. Attention under bf16 goes through cuDNN's
 // fused attention where it can (sdpa_cudnn.h), with its own scratch buffer.
 #include "core/backend.h"
 
@@ -34,6 +36,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/lt_linear.h"
+#include "core/cuda/lt_plan.h"
 #include "core/cuda/sdpa_cudnn.h"
 
 namespace lattice::cuda {
@@ -178,7 +181,7 @@ class Backend final : public CudaBackend {
     }
     cublasLtHandle_t h = blas_lt(dev);
     std::lock_guard<std::mutex> lock(ws_mu_);
-    lt_linear_forward(h, kStream, out, inp, weight, bias, N, C, OC, workspace(dev, kLtWorkspaceBytes));
+    lt_linear_forward(lt_call(h, dev, workspace(dev, kLtWorkspaceBytes)), out, inp, weight, bias, N, C, OC);
     finish();
   }
 
@@ -192,8 +195,27 @@ class Backend final : public CudaBackend {
     const bool epilogue_ok = gelu_epilogue_ok(dev);
     cublasLtHandle_t h = blas_lt(dev);
     std::lock_guard<std::mutex> lock(ws_mu_);
-    lt_linear_gelu_forward(h, kStream, act, pre, inp, weight, bias, N, C, OC, workspace(dev, kLtWorkspaceBytes),
+    lt_linear_gelu_forward(lt_call(h, dev, workspace(dev, kLtWorkspaceBytes)), act, pre, inp, weight, bias, N, C, OC,
                            epilogue_ok);
+    finish();
+  }
+
+  void linear_backward(int dev, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int64_t N, int64_t C, int64_t OC) override {
+    if (matmul_dtype_ != DType::f32) {  // the 16-bit gemms, then the column sums
+      if (dinp) gemm(dev, false, false, N, C, OC, 1.0f, dout, weight, 0.0f, dinp);
+      if (dweight) gemm(dev, true, false, OC, C, N, 1.0f, dout, inp, 1.0f, dweight);
+      if (dbias) bias_backward(dev, dbias, dout, N, OC);
+      return;
+    }
+    cublasLtHandle_t h = blas_lt(dev);
+    std::lock_guard<std::mutex> lock(ws_mu_);
+    // The BGRADB epilogue's vector right after the cuBLASLt workspace: as aligned as the buffer, up to
+    // kLtBgradAlign (the plan reads its real alignment either way).
+    static_assert(kLtWorkspaceBytes % kLtBgradAlign == 0);
+    char* ws = static_cast<char*>(workspace(dev, kLtWorkspaceBytes + size_t(std::max<int64_t>(OC, 0)) * sizeof(float)));
+    lt_linear_backward(lt_call(h, dev, ws), dinp, dweight, dbias, dout, inp, weight, N, C, OC,
+                       reinterpret_cast<float*>(ws + kLtWorkspaceBytes));
     finish();
   }
 
@@ -510,9 +532,9 @@ class Backend final : public CudaBackend {
     {
       cublasLtHandle_t h = blas_lt(dev);
       std::lock_guard<std::mutex> lock(ws_mu_);
-      void* ws = workspace(dev, kLtWorkspaceBytes);
-      fused = lt_linear_gelu_forward(h, kStream, out, out + n, d, d + o_w, d + o_b, N, C, OC, ws, true);
-      lt_linear_gelu_forward(h, kStream, out + 2 * n, out + 3 * n, d, d + o_w, d + o_b, N, C, OC, ws, false);
+      const LtCall call = lt_call(h, dev, workspace(dev, kLtWorkspaceBytes));
+      fused = lt_linear_gelu_forward(call, out, out + n, d, d + o_w, d + o_b, N, C, OC, true);
+      lt_linear_gelu_forward(call, out + 2 * n, out + 3 * n, d, d + o_w, d + o_b, N, C, OC, false);
       finish();
     }
     std::vector<float> got(out_floats);
@@ -562,6 +584,12 @@ class Backend final : public CudaBackend {
     return lt_handles_[dev];
   }
 
+  // A cuBLASLt call on `dev` with this workspace, its plans cached in lt_cache_;
+  // the caller holds ws_mu_ until the call has been enqueued.
+  LtCall lt_call(cublasLtHandle_t h, int dev, void* ws) {
+    return LtCall{.handle = h, .dev = dev, .stream = kStream, .workspace = ws, .cache = &lt_cache_};
+  }
+
   // The scratch buffer of `dev`, grown to at least `bytes`; never shrunk or
   // freed (see the header comment). The caller holds ws_mu_ and has made
   // `dev` current.
@@ -585,6 +613,7 @@ class Backend final : public CudaBackend {
   std::vector<Workspace> dropped_;            // indexed by device: attention's dropout buffer
   std::mutex ws_mu_;
   std::vector<Workspace> workspaces_;  // indexed by device; guarded by ws_mu_
+  LtMatmulCache lt_cache_;             // cuBLASLt plans of every device (LtKey has the device); ws_mu_
   std::mutex half_mu_;
   std::vector<Workspace> half_operands_;  // indexed by device: bf16/f16 copies of a gemm's operands; half_mu_
   DType matmul_dtype_ = DType::f32;       // runtime.precision (set_matmul_dtype)

@@ -1,10 +1,14 @@
-// GPU linear forward through cuBLASLt (src/core/cuda/lt_linear.cpp, planned by
-// lt_plan.h) against the CPU linear: the bias in the epilogue, the bias by
-// kernel (a bias view at an odd float offset), no bias, operands at offsets
-// that lower the alignment preferences, sizes of one and ragged sizes, an
-// empty batch, and the same bits on a second run. f32 without TF32, compared
+// GPU linear forward and backward through cuBLASLt (src/core/cuda/lt_linear.cpp,
+// planned by lt_plan.h) against the CPU linear: the bias in the epilogue, the
+// bias by kernel (a bias view at an odd float offset), no bias, operands at
+// offsets that lower the alignment preferences, sizes of one and ragged
+// sizes, an empty batch, and the same bits on a second run; backward with
+// dbias through the BGRADB epilogue accumulating into a nonzero dbias and
+// dweight, each gradient alone, and the same shapes again on other buffers
+// (the cached descriptors get the new pointers). f32 without TF32, compared
 // at the f32 tolerance (the sums run in a different order); see
-// cuda_test_support.h. The plan itself is tested on the CPU (test_lt_plan).
+// cuda_test_support.h. The plans themselves are tested on the CPU
+// (test_lt_plan).
 #include <cmath>
 
 #include "core/kernels/cpu/matmul_f16.h"
@@ -106,6 +110,82 @@ TEST_F(CudaOps, LinearForwardEmptyBatchDoesNothing) {
   Tensor bias = gpu(random_tensor({3}, DType::f32, 6)), out = empty_gpu({0, 3});
   ops::linear_forward(out, inp, weight, &bias);
   EXPECT_EQ(out.numel(), 0);
+}
+
+struct Grads {
+  bool dinp = true, dweight = true, dbias = true;
+};
+
+// linear_backward on both devices; dweight and dbias start nonzero, so the
+// GPU's accumulation (beta 1, the BGRADB vector added into dbias) is checked.
+void expect_linear_backward_matches_cpu(const Case& c, Grads g = {}) {
+  SCOPED_TRACE(testing::Message() << "backward N " << c.N << " C " << c.C << " OC " << c.OC << " grads " << g.dinp
+                                  << g.dweight << g.dbias << " offsets " << c.inp_off << "/" << c.weight_off << "/"
+                                  << c.out_off << "/" << c.bias_off);
+  Tensor inp = random_tensor({c.N, c.C}, DType::f32, 1);
+  Tensor weight = random_tensor({c.OC, c.C}, DType::f32, 2, 1.0 / std::sqrt(double(c.C)));
+  Tensor dout = random_tensor({c.N, c.OC}, DType::f32, 3);
+  Tensor dinp = Tensor::empty({c.N, c.C}, DType::f32);
+  Tensor dweight = random_tensor({c.OC, c.C}, DType::f32, 4), dbias = random_tensor({c.OC}, DType::f32, 5);
+  // The GPU's copies first: the CPU call below accumulates into dweight and dbias.
+  Tensor inp_g = gpu_at(inp, c.inp_off), weight_g = gpu_at(weight, c.weight_off), dout_g = gpu_at(dout, c.out_off);
+  Tensor dinp_g = gpu_at(random_tensor({c.N, c.C}, DType::f32, 6), 1);  // overwritten
+  Tensor dweight_g = gpu_at(dweight, c.weight_off), dbias_g = gpu_at(dbias, c.bias_off);
+  ops::linear_backward(g.dinp ? &dinp : nullptr, g.dweight ? &dweight : nullptr, g.dbias ? &dbias : nullptr, dout, inp,
+                       weight);
+  ops::linear_backward(g.dinp ? &dinp_g : nullptr, g.dweight ? &dweight_g : nullptr, g.dbias ? &dbias_g : nullptr,
+                       dout_g, inp_g, weight_g);
+  if (g.dinp) EXPECT_TENSOR_NEAR(on_host(dinp_g), dinp, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(on_host(dweight_g), dweight, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(on_host(dbias_g), dbias, tolerance(DType::f32));
+}
+
+TEST_F(CudaOps, LinearBackwardMatchesCpu) {
+  expect_linear_backward_matches_cpu({64, 768, 2304, true});  // GPT-2 small's qkv projection: BGRADB
+  expect_linear_backward_matches_cpu({37, 129, 67, true});    // ragged sizes
+  expect_linear_backward_matches_cpu({1, 1, 1, true});
+  expect_linear_backward_matches_cpu({16, 32, 8, true, 1, 3, 2, 5});  // every operand at an odd float offset
+}
+
+TEST_F(CudaOps, LinearBackwardEachGradientAloneMatchesCpu) {
+  const Case c{40, 64, 48, true};
+  expect_linear_backward_matches_cpu(c, {.dinp = true, .dweight = false, .dbias = false});
+  expect_linear_backward_matches_cpu(c, {.dinp = false, .dweight = true, .dbias = false});  // no epilogue
+  expect_linear_backward_matches_cpu(c, {.dinp = false, .dweight = false, .dbias = true});  // the column-sum kernel
+  expect_linear_backward_matches_cpu(c, {.dinp = false, .dweight = true, .dbias = true});   // tp's second half
+}
+
+TEST_F(CudaOps, LinearBackwardEmptyShapesMatchCpu) {
+  expect_linear_backward_matches_cpu({0, 32, 16, true});  // nothing added
+  expect_linear_backward_matches_cpu({8, 32, 0, true});   // dinp = 0 (C == 0 cannot reach the op: no rows)
+}
+
+// The same bits twice, and a cached plan run on other buffers (same shape and
+// alignments) uses their pointers, not the first call's.
+TEST_F(CudaOps, LinearCachedPlansTakeEachCallsBuffers) {
+  const int64_t N = 32, C = 64, OC = 48;
+  for (uint64_t seed : {10, 20, 30}) {
+    SCOPED_TRACE(seed);
+    Tensor inp = random_tensor({N, C}, DType::f32, seed), weight = random_tensor({OC, C}, DType::f32, seed + 1);
+    Tensor bias = random_tensor({OC}, DType::f32, seed + 2), dout = random_tensor({N, OC}, DType::f32, seed + 3);
+    Tensor out = Tensor::empty({N, OC}, DType::f32), dinp = Tensor::empty({N, C}, DType::f32);
+    Tensor dweight = Tensor::zeros({OC, C}, DType::f32), dbias = Tensor::zeros({OC}, DType::f32);
+    ops::linear_forward(out, inp, weight, &bias);
+    ops::linear_backward(&dinp, &dweight, &dbias, dout, inp, weight);
+    Tensor inp_g = gpu(inp), weight_g = gpu(weight), bias_g = gpu(bias), dout_g = gpu(dout), out_g = empty_gpu({N, OC});
+    Tensor dinp_g = empty_gpu({N, C}), dweight_g = gpu(Tensor::zeros({OC, C}, DType::f32));
+    Tensor dbias_g = gpu(Tensor::zeros({OC}, DType::f32));
+    ops::linear_forward(out_g, inp_g, weight_g, &bias_g);
+    ops::linear_backward(&dinp_g, &dweight_g, &dbias_g, dout_g, inp_g, weight_g);
+    EXPECT_TENSOR_NEAR(host(out_g), out, tolerance(DType::f32));
+    EXPECT_TENSOR_NEAR(host(dinp_g), dinp, tolerance(DType::f32));
+    EXPECT_TENSOR_NEAR(host(dweight_g), dweight, tolerance(DType::f32));
+    EXPECT_TENSOR_NEAR(host(dbias_g), dbias, tolerance(DType::f32));
+    Tensor dweight2 = gpu(Tensor::zeros({OC, C}, DType::f32)), dbias2 = gpu(Tensor::zeros({OC}, DType::f32));
+    ops::linear_backward(nullptr, &dweight2, &dbias2, dout_g, inp_g, weight_g);
+    EXPECT_TRUE(same_bits(host(dweight2), host(dweight_g)));
+    EXPECT_TRUE(same_bits(host(dbias2), host(dbias_g)));
+  }
 }
 
 // runtime.precision: bf16 or fp16 on the GPU: both operands rounded to the
