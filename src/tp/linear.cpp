@@ -92,15 +92,17 @@ void RowParallelLinear::backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, c
   check_bias("RowParallelLinear", opts_.bias, dbias);
   Tensor d = dout;  // leaving the region backward is the identity
   reduce_from_tp_region_backward(d, tp_);
-  if (dbias) ops::add_bias_backward(*dbias, d);
   Tensor x = inp;
   if (!opts_.input_is_parallel) {
     x = with_last_dim(inp, weight.dim(-1));
     scatter_to_tp_region_forward(x, inp, tp_);  // the local input of forward, sliced again
   }
-  if (opts_.input_is_parallel || !dinp) return ops::linear_backward(dinp, dweight, nullptr, d, x, weight);
+  // The bias added after the reduce has the column sums of d as its gradient,
+  // as a bias inside the matmul would: linear_backward sums them (on the GPU
+  // in the dweight matmul's epilogue).
+  if (opts_.input_is_parallel || !dinp) return ops::linear_backward(dinp, dweight, dbias, d, x, weight);
   Tensor dlocal = with_last_dim(inp, weight.dim(-1));
-  ops::linear_backward(&dlocal, dweight, nullptr, d, x, weight);
+  ops::linear_backward(&dlocal, dweight, dbias, d, x, weight);
   scatter_to_tp_region_backward(*dinp, dlocal, tp_);
 }
 
