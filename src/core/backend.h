@@ -151,6 +151,28 @@ class CudaBackend {
   virtual void sgd(int dev, float* param, const float* grad, float* momentum, int64_t n, float lr, float mu,
                    float weight_decay, float grad_scale) = 0;
 
+  // ---- kernels on 16-bit activations ----
+  // `act` is bf16 or f16 (anything else throws): the void pointers are
+  // activations of that type (Bf16 / F16 of core/kernels/storage.h); the
+  // float pointers are parameters, parameter gradients and saved statistics,
+  // fp32. Each is its f32 twin above with loads widened to fp32, fp32 math
+  // and reductions, and stores rounded to nearest even.
+  virtual void add16(int dev, DType act, void* out, const void* a, const void* b, int64_t n) = 0;
+  virtual void scale16(int dev, DType act, void* x, float s, int64_t n) = 0;
+  virtual double sum_squares16(int dev, DType act, const void* x, int64_t n) = 0;
+  virtual bool all_finite16(int dev, DType act, const void* x, int64_t n) = 0;
+  virtual void dropout16(int dev, DType act, void* out, const void* inp, const RngKey& key, int64_t sample0, float p,
+                         int64_t B, int64_t S) = 0;
+  virtual void layernorm_forward16(int dev, DType act, void* out, float* mean, float* rstd, const void* inp,
+                                   const float* weight, const float* bias, float eps, int64_t N, int64_t C) = 0;
+  virtual void layernorm_backward16(int dev, DType act, void* dinp, float* dweight, float* dbias, const void* dout,
+                                    const void* inp, const float* weight, const float* mean, const float* rstd,
+                                    int64_t N, int64_t C) = 0;
+  virtual void rmsnorm_forward16(int dev, DType act, void* out, float* rstd, const void* inp, const float* weight,
+                                 float eps, int64_t N, int64_t C) = 0;
+  virtual void rmsnorm_backward16(int dev, DType act, void* dinp, float* dweight, const void* dout, const void* inp,
+                                  const float* weight, const float* rstd, int64_t N, int64_t C) = 0;
+
   // ---- attention ----
   // Two paths behind one pair of calls. The plain one (core/cuda/attention.h)
   // always exists. With 16-bit matmuls on (set_matmul_dtype bf16 or f16), a

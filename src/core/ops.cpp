@@ -168,61 +168,84 @@ Rows norm_dims(const char* op, const Tensor& out, const Tensor& inp, const Tenso
 
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                        const Tensor& bias, float eps) {
-  check_same("layernorm_forward", {&out, &mean, &rstd, &inp, &weight, &bias});
+  check_same("layernorm_forward", {&out, &inp});
+  check_master("layernorm_forward", inp, {&mean, &rstd, &weight, &bias});
   Rows r = norm_dims("layernorm_forward", out, inp, weight, {&mean, &rstd});
   LATTICE_CHECK(bias.numel() == r.c, "ops::layernorm_forward: bias {} for C = {}", shape_str(bias.shape()), r.c);
+  const int dev = out.device().index;
   if (cuda_f32(out))
-    return cuda_backend().layernorm_forward(out.device().index, fp(out), fp(mean), fp(rstd), fp(inp), fp(weight),
-                                            fp(bias), eps, r.n, r.c);
-  on_cpu("layernorm_forward", out, [&](auto t) {
+    return cuda_backend().layernorm_forward(dev, fp(out), fp(mean), fp(rstd), fp(inp), fp(weight), fp(bias), eps, r.n,
+                                            r.c);
+  if (cuda_16(out))
+    return cuda_backend().layernorm_forward16(dev, out.dtype(), out.raw(), fp(mean), fp(rstd), inp.raw(), fp(weight),
+                                              fp(bias), eps, r.n, r.c);
+  on_cpu_act("layernorm_forward", out, [&](auto t) {
     using T = decltype(t);
-    cpu::layernorm_forward<T>(out.data<T>(), mean.data<T>(), rstd.data<T>(), inp.data<T>(), weight.data<T>(),
-                              bias.data<T>(), T(eps), r.n, r.c);
+    using P = compute_t<T>;
+    cpu::layernorm_forward<T>(sp<T>(out), sp<P>(mean), sp<P>(rstd), sp<T>(inp), sp<P>(weight), sp<P>(bias), P(eps), r.n,
+                              r.c);
   });
 }
 
 void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
                         const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
-  check_same("layernorm_backward", {&dinp, &dweight, &dbias, &dout, &inp, &weight, &mean, &rstd});
+  check_same("layernorm_backward", {&dinp, &dout, &inp});
+  check_master("layernorm_backward", inp, {&dweight, &dbias, &weight, &mean, &rstd});
   Rows r = norm_dims("layernorm_backward", dinp, inp, weight, {&mean, &rstd});
   LATTICE_CHECK(dout.numel() == inp.numel() && dweight.numel() == r.c && dbias.numel() == r.c,
                 "ops::layernorm_backward: dout {} dweight {} dbias {} for inp {}", shape_str(dout.shape()),
                 shape_str(dweight.shape()), shape_str(dbias.shape()), shape_str(inp.shape()));
+  const int dev = dinp.device().index;
   if (cuda_f32(dinp))
-    return cuda_backend().layernorm_backward(dinp.device().index, fp(dinp), fp(dweight), fp(dbias), fp(dout), fp(inp),
-                                             fp(weight), fp(mean), fp(rstd), r.n, r.c);
-  on_cpu("layernorm_backward", dinp, [&](auto t) {
+    return cuda_backend().layernorm_backward(dev, fp(dinp), fp(dweight), fp(dbias), fp(dout), fp(inp), fp(weight),
+                                             fp(mean), fp(rstd), r.n, r.c);
+  if (cuda_16(dinp))
+    return cuda_backend().layernorm_backward16(dev, dinp.dtype(), dinp.raw(), fp(dweight), fp(dbias), dout.raw(),
+                                               inp.raw(), fp(weight), fp(mean), fp(rstd), r.n, r.c);
+  on_cpu_act("layernorm_backward", dinp, [&](auto t) {
     using T = decltype(t);
-    cpu::layernorm_backward<T>(dinp.data<T>(), dweight.data<T>(), dbias.data<T>(), dout.data<T>(), inp.data<T>(),
-                               weight.data<T>(), mean.data<T>(), rstd.data<T>(), r.n, r.c);
+    using P = compute_t<T>;
+    cpu::layernorm_backward<T>(sp<T>(dinp), sp<P>(dweight), sp<P>(dbias), sp<T>(dout), sp<T>(inp), sp<P>(weight),
+                               sp<P>(mean), sp<P>(rstd), r.n, r.c);
   });
 }
 
 void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps) {
-  check_same("rmsnorm_forward", {&out, &rstd, &inp, &weight});
+  check_same("rmsnorm_forward", {&out, &inp});
+  check_master("rmsnorm_forward", inp, {&rstd, &weight});
   Rows r = norm_dims("rmsnorm_forward", out, inp, weight, {&rstd});
-  if (cuda_f32(out))
-    return cuda_backend().rmsnorm_forward(out.device().index, fp(out), fp(rstd), fp(inp), fp(weight), eps, r.n, r.c);
-  on_cpu("rmsnorm_forward", out, [&](auto t) {
+  const int dev = out.device().index;
+  if (cuda_f32(out)) return cuda_backend().rmsnorm_forward(dev, fp(out), fp(rstd), fp(inp), fp(weight), eps, r.n, r.c);
+  if (cuda_16(out))
+    return cuda_backend().rmsnorm_forward16(dev, out.dtype(), out.raw(), fp(rstd), inp.raw(), fp(weight), eps, r.n,
+                                            r.c);
+  on_cpu_act("rmsnorm_forward", out, [&](auto t) {
     using T = decltype(t);
-    cpu::rmsnorm_forward<T>(out.data<T>(), rstd.data<T>(), inp.data<T>(), weight.data<T>(), T(eps), r.n, r.c);
+    using P = compute_t<T>;
+    cpu::rmsnorm_forward<T>(sp<T>(out), sp<P>(rstd), sp<T>(inp), sp<P>(weight), P(eps), r.n, r.c);
   });
 }
 
 void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
                       const Tensor& rstd) {
-  check_same("rmsnorm_backward", {&dinp, &dweight, &dout, &inp, &weight, &rstd});
+  check_same("rmsnorm_backward", {&dinp, &dout, &inp});
+  check_master("rmsnorm_backward", inp, {&dweight, &weight, &rstd});
   Rows r = norm_dims("rmsnorm_backward", dinp, inp, weight, {&rstd});
   LATTICE_CHECK(dout.numel() == inp.numel() && dweight.numel() == r.c,
                 "ops::rmsnorm_backward: dout {} dweight {} for inp {}", shape_str(dout.shape()),
                 shape_str(dweight.shape()), shape_str(inp.shape()));
+  const int dev = dinp.device().index;
   if (cuda_f32(dinp))
-    return cuda_backend().rmsnorm_backward(dinp.device().index, fp(dinp), fp(dweight), fp(dout), fp(inp), fp(weight),
-                                           fp(rstd), r.n, r.c);
-  on_cpu("rmsnorm_backward", dinp, [&](auto t) {
+    return cuda_backend().rmsnorm_backward(dev, fp(dinp), fp(dweight), fp(dout), fp(inp), fp(weight), fp(rstd), r.n,
+                                           r.c);
+  if (cuda_16(dinp))
+    return cuda_backend().rmsnorm_backward16(dev, dinp.dtype(), dinp.raw(), fp(dweight), dout.raw(), inp.raw(),
+                                             fp(weight), fp(rstd), r.n, r.c);
+  on_cpu_act("rmsnorm_backward", dinp, [&](auto t) {
     using T = decltype(t);
-    cpu::rmsnorm_backward<T>(dinp.data<T>(), dweight.data<T>(), dout.data<T>(), inp.data<T>(), weight.data<T>(),
-                             rstd.data<T>(), r.n, r.c);
+    using P = compute_t<T>;
+    cpu::rmsnorm_backward<T>(sp<T>(dinp), sp<P>(dweight), sp<T>(dout), sp<T>(inp), sp<P>(weight), sp<P>(rstd), r.n,
+                             r.c);
   });
 }
 
@@ -315,10 +338,12 @@ void add(Tensor& out, const Tensor& a, const Tensor& b) {
   check_same("add", {&out, &a, &b});
   LATTICE_CHECK(a.numel() == b.numel() && out.numel() == a.numel(), "ops::add: out {} = a {} + b {}",
                 shape_str(out.shape()), shape_str(a.shape()), shape_str(b.shape()));
-  if (cuda_f32(out)) return cuda_backend().add(out.device().index, fp(out), fp(a), fp(b), out.numel());
-  on_cpu("add", out, [&](auto t) {
-    using T = decltype(t);
-    cpu::add<T>(out.data<T>(), a.data<T>(), b.data<T>(), out.numel());
+  const int dev = out.device().index;
+  if (cuda_f32(out)) return cuda_backend().add(dev, fp(out), fp(a), fp(b), out.numel());
+  if (cuda_16(out)) return cuda_backend().add16(dev, out.dtype(), out.raw(), a.raw(), b.raw(), out.numel());
+  on_cpu_act("add", out, [&](auto t) {
+    using S = decltype(t);
+    cpu::add<S>(sp<S>(out), sp<S>(a), sp<S>(b), out.numel());
   });
 }
 
@@ -326,37 +351,42 @@ void add_inplace(Tensor& acc, const Tensor& x) {
   check_same("add_inplace", {&acc, &x});
   LATTICE_CHECK(acc.numel() == x.numel(), "ops::add_inplace: acc {} += x {}", shape_str(acc.shape()),
                 shape_str(x.shape()));
-  if (cuda_f32(acc)) return cuda_backend().add(acc.device().index, fp(acc), fp(acc), fp(x), acc.numel());
-  on_cpu("add_inplace", acc, [&](auto t) {
-    using T = decltype(t);
-    cpu::add_inplace<T>(acc.data<T>(), x.data<T>(), acc.numel());
+  const int dev = acc.device().index;
+  if (cuda_f32(acc)) return cuda_backend().add(dev, fp(acc), fp(acc), fp(x), acc.numel());
+  if (cuda_16(acc)) return cuda_backend().add16(dev, acc.dtype(), acc.raw(), acc.raw(), x.raw(), acc.numel());
+  on_cpu_act("add_inplace", acc, [&](auto t) {
+    using S = decltype(t);
+    cpu::add_inplace<S>(sp<S>(acc), sp<S>(x), acc.numel());
   });
 }
 
 void scale_inplace(Tensor& x, double s) {
   check_same("scale_inplace", {&x});
   if (cuda_f32(x)) return cuda_backend().scale(x.device().index, fp(x), float(s), x.numel());
-  on_cpu("scale_inplace", x, [&](auto t) {
-    using T = decltype(t);
-    cpu::scale_inplace<T>(x.data<T>(), s, x.numel());
+  if (cuda_16(x)) return cuda_backend().scale16(x.device().index, x.dtype(), x.raw(), float(s), x.numel());
+  on_cpu_act("scale_inplace", x, [&](auto t) {
+    using S = decltype(t);
+    cpu::scale_inplace<S>(sp<S>(x), s, x.numel());
   });
 }
 
 double sum_squares(const Tensor& x) {
   check_same("sum_squares", {&x});
   if (cuda_f32(x)) return cuda_backend().sum_squares(x.device().index, fp(x), x.numel());
-  return on_cpu("sum_squares", x, [&](auto t) {
-    using T = decltype(t);
-    return cpu::sum_squares<T>(x.data<T>(), x.numel());
+  if (cuda_16(x)) return cuda_backend().sum_squares16(x.device().index, x.dtype(), x.raw(), x.numel());
+  return on_cpu_act("sum_squares", x, [&](auto t) {
+    using S = decltype(t);
+    return cpu::sum_squares<S>(sp<S>(x), x.numel());
   });
 }
 
 bool all_finite(const Tensor& x) {
   check_same("all_finite", {&x});
   if (cuda_f32(x)) return cuda_backend().all_finite(x.device().index, fp(x), x.numel());
-  return on_cpu("all_finite", x, [&](auto t) {
-    using T = decltype(t);
-    return cpu::all_finite<T>(x.data<T>(), x.numel());
+  if (cuda_16(x)) return cuda_backend().all_finite16(x.device().index, x.dtype(), x.raw(), x.numel());
+  return on_cpu_act("all_finite", x, [&](auto t) {
+    using S = decltype(t);
+    return cpu::all_finite<S>(sp<S>(x), x.numel());
   });
 }
 

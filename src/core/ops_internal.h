@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/kernels/storage.h"
 #include "core/tensor.h"
 
 namespace lattice::ops::detail {
@@ -56,7 +57,53 @@ auto on_cpu(const char* op, const Tensor& t, F&& f) -> decltype(f(float{})) {
   no_kernel(op, t);
 }
 
+// Calls f(S{}) with S = float, double, Bf16 or F16 for a CPU tensor: the ops
+// whose kernels also take 16-bit activation storage (core/kernels/storage.h).
+template <typename F>
+auto on_cpu_act(const char* op, const Tensor& t, F&& f) -> decltype(f(float{})) {
+  if (t.device().is_cpu()) {
+    switch (t.dtype()) {
+      case DType::f32:
+        return f(float{});
+      case DType::f64:
+        return f(double{});
+      case DType::bf16:
+        return f(Bf16{});
+      case DType::f16:
+        return f(F16{});
+      default:
+        break;
+    }
+    LATTICE_FAIL("ops::{}: no CPU kernel for {} (activations are f32, f64, bf16 or f16)", op, dtype_name(t.dtype()));
+  }
+  no_kernel(op, t);
+}
+
+inline bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
 inline bool cuda_f32(const Tensor& t) { return t.device().is_cuda() && t.dtype() == DType::f32; }
+// A CUDA tensor of 16-bit activations (the backend's *16 kernels).
+inline bool cuda_16(const Tensor& t) { return t.device().is_cuda() && is_16bit(t.dtype()); }
+template <typename S>
+S* sp(const Tensor& t) {
+  return static_cast<S*>(t.raw());
+}
+
+// The dtype of the fp32 (f64 on the f64 path) tensors beside activations of
+// dtype `act`: parameters, parameter gradients and saved statistics.
+inline DType master_dtype(DType act) { return act == DType::f64 ? DType::f64 : DType::f32; }
+
+// Every tensor of `ts` is defined, on the device of `act`, and of
+// master_dtype(act.dtype()).
+inline void check_master(const char* op, const Tensor& act, std::initializer_list<const Tensor*> ts) {
+  const DType want = master_dtype(act.dtype());
+  for (const Tensor* t : ts) {
+    LATTICE_CHECK(t->defined(), "ops::{}: an argument tensor is undefined", op);
+    LATTICE_CHECK(t->dtype() == want && t->device() == act.device(),
+                  "ops::{}: parameters, their gradients and saved statistics must be {} on {} beside {} "
+                  "activations, got {}",
+                  op, dtype_name(want), act.device().str(), dtype_name(act.dtype()), desc(*t));
+  }
+}
 inline float* fp(const Tensor& t) { return static_cast<float*>(t.raw()); }
 // i32 ids or targets on any device (Tensor::data is host-only).
 inline const int32_t* ip(const Tensor& t) { return static_cast<const int32_t*>(t.raw()); }

@@ -27,16 +27,16 @@ void dropout_apply(const char* op, Tensor& y, const Tensor& x, const Dropout& d)
                 shape_str(x.shape()));
   LATTICE_CHECK(d.p >= 0.0f && d.p < 1.0f, "ops::{}: p = {} must lie in [0, 1)", op, d.p);
   int64_t B = x.ndim() ? x.dim(0) : 1, S = B ? x.numel() / B : 0;
-  if (cuda_f32(y)) {
-    if (d.p == 0.0f) {
-      if (y.raw() != x.raw()) y.copy_from(x);
-      return;
-    }
-    return cuda_backend().dropout(y.device().index, fp(y), fp(x), d.key, d.sample0, d.p, B, S);
+  const bool cuda = cuda_f32(y) || cuda_16(y);
+  if (cuda && d.p == 0.0f) {
+    if (y.raw() != x.raw()) y.copy_from(x);
+    return;
   }
-  on_cpu(op, y, [&](auto t) {
+  if (cuda_f32(y)) return cuda_backend().dropout(y.device().index, fp(y), fp(x), d.key, d.sample0, d.p, B, S);
+  if (cuda) return cuda_backend().dropout16(y.device().index, y.dtype(), y.raw(), x.raw(), d.key, d.sample0, d.p, B, S);
+  on_cpu_act(op, y, [&](auto t) {
     using T = decltype(t);
-    cpu::dropout_forward<T>(y.data<T>(), x.data<T>(), d.key, d.sample0, d.p, B, S);
+    cpu::dropout_forward<T>(sp<T>(y), sp<T>(x), d.key, d.sample0, d.p, B, S);
   });
 }
 }  // namespace

@@ -14,6 +14,7 @@
 #include "core/kernels/cpu/matmul.h"
 #include "core/ops.h"
 #include "core/rng.h"
+#include "support/act16.h"
 #include "support/test_support.h"
 
 namespace lattice::test {

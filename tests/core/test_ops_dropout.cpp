@@ -88,3 +88,19 @@ TEST(OpsDropout, ZeroProbabilityCopiesAndBadProbabilityThrows) {
   EXPECT_THROW(ops::dropout_forward(y, x, make(1.0f)), Error);
   EXPECT_THROW(ops::dropout_forward(y, x, make(-0.1f)), Error);
 }
+
+// bf16/f16 activations: the same mask and one float multiply per kept
+// element, rounded once: bitwise the f32 kernel's result rounded.
+TEST(OpsDropout, Act16MatchesRoundedF32Bitwise) {
+  const ops::Dropout d = make(0.3f, 5);
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = act16({3, 9001}, dt, 72, 2.0), y = zeros_like(x);
+    Tensor x32 = as_f32(x), y32 = zeros_like(x32);
+    ops::dropout_forward(y, x, d);
+    ops::dropout_forward(y32, x32, d);
+    expect_rounded_equal(y, y32);
+    ops::dropout_backward(x, x, d);  // in place
+    EXPECT_TRUE(bitwise_equal(x, y));
+  }
+}

@@ -7,6 +7,7 @@
 
 #include "core/ops.h"
 #include "ops_test_helpers.h"
+#include "support/error_text.h"
 
 using namespace lattice;
 using namespace lattice::test;
@@ -66,4 +67,57 @@ TEST(OpsElementwise, AllFiniteFindsNanAndInf) {
       z.data<double>()[7] = std::numeric_limits<double>::infinity();
     EXPECT_FALSE(ops::all_finite(z));
   }
+}
+
+// bf16/f16 activations: one float add or multiply per element, rounded once,
+// so the 16-bit kernels equal the f32 kernels on the same values bitwise. The
+// sum of squares adds the same double terms in another vector-lane order.
+TEST(OpsElementwise, Act16MatchesRoundedF32Bitwise) {
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor a = act16({3, 50001}, dt, 81, 4.0), b = act16({3, 50001}, dt, 82, 4.0), out = zeros_like(a);
+    Tensor a32 = as_f32(a), b32 = as_f32(b), out32 = zeros_like(a32);
+    ops::add(out, a, b);
+    ops::add(out32, a32, b32);
+    expect_rounded_equal(out, out32);
+    Tensor acc = a.clone();
+    ops::add_inplace(acc, b);
+    EXPECT_TRUE(bitwise_equal(acc, out));
+    ops::scale_inplace(acc, 0.37);
+    Tensor ref = as_f32(out);
+    ops::scale_inplace(ref, 0.37);
+    expect_rounded_equal(acc, ref);
+    const double ss = ops::sum_squares(a32);  // the same double terms, summed in other simd lanes
+    EXPECT_NEAR(ops::sum_squares(a), ss, 1e-13 * ss);
+    EXPECT_TRUE(ops::all_finite(a));
+  }
+}
+
+TEST(OpsElementwise, Act16NonFinite) {
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = act16({70000}, dt, 84);
+    const uint16_t nan = dt == DType::bf16 ? 0x7fc0 : 0x7e00, inf = dt == DType::bf16 ? 0x7f80 : 0x7c00;
+    Tensor y = x.clone(), z = x.clone();
+    static_cast<uint16_t*>(y.raw())[65432] = nan;
+    static_cast<uint16_t*>(z.raw())[7] = uint16_t(inf | 0x8000u);
+    EXPECT_FALSE(ops::all_finite(y));
+    EXPECT_FALSE(ops::all_finite(z));
+  }
+  // fp16 overflows to inf beyond 65504: the sum of two 40000s is not finite.
+  Tensor big = Tensor::from(std::vector<float>{40000.0f, 1.0f}, {2}).to(DType::f16), sum = zeros_like(big);
+  ops::add(sum, big, big);
+  EXPECT_FALSE(ops::all_finite(sum));
+  EXPECT_EQ(as_f32(sum).data<float>()[1], 2.0f);
+}
+
+TEST(OpsElementwise, Act16MixedDtypesAreOneError) {
+  Tensor a = Tensor::zeros({4}, DType::bf16), b = Tensor::zeros({4}, DType::f16), c = Tensor::zeros({4}, DType::f32);
+  std::string text = error_text([&] { ops::add(a, a, b); });
+  EXPECT_HAS(text, "ops::add");
+  EXPECT_HAS(text, "bf16");
+  EXPECT_HAS(text, "f16");
+  EXPECT_HAS(text, "cpu");
+  EXPECT_HAS(error_text([&] { ops::add_inplace(c, a); }), "ops::add_inplace");
+  EXPECT_HAS(error_text([&] { ops::sum_squares(Tensor::zeros({4}, DType::i32)); }), "bf16 or f16");
 }

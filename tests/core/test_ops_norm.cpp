@@ -6,6 +6,7 @@
 
 #include "core/ops.h"
 #include "ops_test_helpers.h"
+#include "support/error_text.h"
 
 using namespace lattice;
 using namespace lattice::test;
@@ -146,4 +147,59 @@ TEST(OpsNorm, RejectsBadShapes) {
   EXPECT_THROW(ops::layernorm_forward(out, mean, rstd, n.inp, n.weight, n.bias, 1e-5f), Error);
   Tensor w8 = Tensor::zeros({8}, DType::f64);
   EXPECT_THROW(ops::rmsnorm_forward(out, rstd, n.inp, w8, 1e-5f), Error);
+}
+
+// bf16/f16 activations with fp32 weights and statistics: the 16-bit kernels
+// are the f32 kernels reading widened values, so on the same (rounded) inputs
+// the statistics and parameter gradients agree to float rounding (the row
+// sums may be vectorised differently) and the activations and input
+// gradients, rounded once, within 1 ulp of the 16-bit type.
+TEST(OpsNorm, Act16MatchesRoundedF32) {
+  const Tolerance tight{1e-6, 1e-6};
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t N = 37, C = 700;
+    Tensor inp = act16({N, C}, dt, 25, 2.0), dout = act16({N, C}, dt, 26);
+    Tensor weight = random_tensor({C}, DType::f32, 27), bias = random_tensor({C}, DType::f32, 28);
+    Tensor inp32 = as_f32(inp), dout32 = as_f32(dout);
+    // LayerNorm: 16-bit, then f32 on the same values.
+    Tensor out = zeros_like(inp), mean = Tensor::zeros({N}, DType::f32), rstd = Tensor::zeros({N}, DType::f32);
+    Tensor out32 = zeros_like(inp32), mean32 = zeros_like(mean), rstd32 = zeros_like(rstd);
+    ops::layernorm_forward(out, mean, rstd, inp, weight, bias, 1e-5f);
+    ops::layernorm_forward(out32, mean32, rstd32, inp32, weight, bias, 1e-5f);
+    expect_rounded_equal(out, out32, 1);
+    EXPECT_TENSOR_NEAR(mean, mean32, tight);
+    EXPECT_TENSOR_NEAR(rstd, rstd32, tight);
+    Tensor dinp = zeros_like(inp), dinp32 = zeros_like(inp32);
+    Tensor dw = random_tensor({C}, DType::f32, 29), db = random_tensor({C}, DType::f32, 30);
+    Tensor dw32 = dw.clone(), db32 = db.clone();
+    ops::layernorm_backward(dinp, dw, db, dout, inp, weight, mean32, rstd32);
+    ops::layernorm_backward(dinp32, dw32, db32, dout32, inp32, weight, mean32, rstd32);
+    expect_rounded_equal(dinp, dinp32, 1);
+    EXPECT_TENSOR_NEAR(dw, dw32, tight);
+    EXPECT_TENSOR_NEAR(db, db32, tight);
+    // RMSNorm.
+    ops::rmsnorm_forward(out, rstd, inp, weight, 1e-6f);
+    ops::rmsnorm_forward(out32, rstd32, inp32, weight, 1e-6f);
+    expect_rounded_equal(out, out32, 1);
+    EXPECT_TENSOR_NEAR(rstd, rstd32, tight);
+    ops::rmsnorm_backward(dinp, dw, dout, inp, weight, rstd32);
+    ops::rmsnorm_backward(dinp32, dw32, dout32, inp32, weight, rstd32);
+    expect_rounded_equal(dinp, dinp32, 1);
+    EXPECT_TENSOR_NEAR(dw, dw32, tight);
+  }
+}
+
+TEST(OpsNorm, Act16NeedsF32ParametersAndStatistics) {
+  Tensor inp = Tensor::zeros({2, 4}, DType::bf16), out = zeros_like(inp), w = Tensor::zeros({4}, DType::f32);
+  Tensor rstd = Tensor::zeros({2}, DType::f32);
+  ops::rmsnorm_forward(out, rstd, inp, w, 1e-6f);  // the contract: 16-bit activations, f32 weight and rstd
+  Tensor w16 = Tensor::zeros({4}, DType::bf16), rstd16 = Tensor::zeros({2}, DType::bf16);
+  std::string text = error_text([&] { ops::rmsnorm_forward(out, rstd, inp, w16, 1e-6f); });
+  EXPECT_HAS(text, "ops::rmsnorm_forward");
+  EXPECT_HAS(text, "must be f32");
+  EXPECT_HAS(text, "bf16 activations");
+  EXPECT_HAS(error_text([&] { ops::rmsnorm_forward(out, rstd16, inp, w, 1e-6f); }), "must be f32");
+  Tensor out_f16 = Tensor::zeros({2, 4}, DType::f16);
+  EXPECT_HAS(error_text([&] { ops::rmsnorm_forward(out_f16, rstd, inp, w, 1e-6f); }), "mixed tensors");
 }

@@ -384,6 +384,75 @@ class Backend final : public CudaBackend {
     run(dev, [&] { launch_sgd(kStream, param, grad, momentum, n, SgdArgs{lr, mu, weight_decay, grad_scale}); });
   }
 
+  // ---- kernels on 16-bit activations: the launchers above instantiated for Bf16 / F16 ----
+
+  void add16(int dev, DType act, void* out, const void* a, const void* b, int64_t n) override {
+    run(dev, [&] { on_act16(act, [&](auto s) { launch_add(kStream, as(s, out), as(s, a), as(s, b), n); }); });
+  }
+
+  void scale16(int dev, DType act, void* x, float s, int64_t n) override {
+    run(dev, [&] { on_act16(act, [&](auto t) { launch_scale(kStream, as(t, x), s, n); }); });
+  }
+
+  double sum_squares16(int dev, DType act, const void* x, int64_t n) override {
+    return reduce<double>(dev, [&](double* result, void* ws) {
+      on_act16(act, [&](auto s) { launch_sum_squares(kStream, result, as(s, x), n, ws); });
+    });
+  }
+
+  bool all_finite16(int dev, DType act, const void* x, int64_t n) override {
+    return reduce<int>(dev, [&](int* result, void* ws) {
+             on_act16(act, [&](auto s) { launch_any_nonfinite(kStream, result, as(s, x), n, ws); });
+           }) == 0;
+  }
+
+  void dropout16(int dev, DType act, void* out, const void* inp, const RngKey& key, int64_t sample0, float p, int64_t B,
+                 int64_t S) override {
+    run(dev, [&] {
+      on_act16(act, [&](auto s) { launch_dropout(kStream, as(s, out), as(s, inp), key, sample0, p, B, S); });
+    });
+  }
+
+  void layernorm_forward16(int dev, DType act, void* out, float* mean, float* rstd, const void* inp,
+                           const float* weight, const float* bias, float eps, int64_t N, int64_t C) override {
+    check_rows("layernorm_forward", N);
+    run(dev, [&] {
+      on_act16(act, [&](auto s) {
+        launch_layernorm_forward(kStream, as(s, out), mean, rstd, as(s, inp), weight, bias, eps, N, C);
+      });
+    });
+  }
+
+  void layernorm_backward16(int dev, DType act, void* dinp, float* dweight, float* dbias, const void* dout,
+                            const void* inp, const float* weight, const float* mean, const float* rstd, int64_t N,
+                            int64_t C) override {
+    check_rows("layernorm_backward", N);
+    run(dev, [&] {
+      on_act16(act, [&](auto s) {
+        launch_layernorm_backward(kStream, as(s, dinp), dweight, dbias, as(s, dout), as(s, inp), weight, mean, rstd, N,
+                                  C);
+      });
+    });
+  }
+
+  void rmsnorm_forward16(int dev, DType act, void* out, float* rstd, const void* inp, const float* weight, float eps,
+                         int64_t N, int64_t C) override {
+    check_rows("rmsnorm_forward", N);
+    run(dev, [&] {
+      on_act16(act, [&](auto s) { launch_rmsnorm_forward(kStream, as(s, out), rstd, as(s, inp), weight, eps, N, C); });
+    });
+  }
+
+  void rmsnorm_backward16(int dev, DType act, void* dinp, float* dweight, const void* dout, const void* inp,
+                          const float* weight, const float* rstd, int64_t N, int64_t C) override {
+    check_rows("rmsnorm_backward", N);
+    run(dev, [&] {
+      on_act16(act, [&](auto s) {
+        launch_rmsnorm_backward(kStream, as(s, dinp), dweight, as(s, dout), as(s, inp), weight, rstd, N, C);
+      });
+    });
+  }
+
   void attention_forward(int dev, float* out, float* att, const float* qkv, const CudaAttentionArgs& a) override {
     check_attention(a);
     if (fused_attention(dev, a)) {
@@ -470,6 +539,23 @@ class Backend final : public CudaBackend {
     use(dev);
     launch();
     finish();
+  }
+
+  // Calls f(Bf16{}) or f(F16{}) for the 16-bit activation dtype `act`.
+  template <typename F>
+  static void on_act16(DType act, F&& f) {
+    if (act == DType::bf16) return f(Bf16{});
+    if (act == DType::f16) return f(F16{});
+    LATTICE_FAIL("cuda: 16-bit activation kernels take bf16 or f16, not {}", dtype_name(act));
+  }
+  // An activation pointer as the storage type of the tag s.
+  template <typename S>
+  static S* as(S, void* p) {
+    return static_cast<S*>(p);
+  }
+  template <typename S>
+  static const S* as(S, const void* p) {
+    return static_cast<const S*>(p);
   }
 
   // Reports a bad launch. The kernel itself runs on in stream order; a fault

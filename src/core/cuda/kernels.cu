@@ -7,6 +7,7 @@
 #include "core/cuda/launch.cuh"
 #include "core/dtype.h"
 #include "core/kernels/math.h"
+#include "core/kernels/storage.h"
 
 namespace lattice::cuda {
 
@@ -61,12 +62,14 @@ __global__ void swiglu_backward_kernel(float* dinp, const float* dout, const flo
   }
 }
 
-__global__ void add_kernel(float* out, const float* a, const float* b, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = a[i] + b[i];
+template <typename S>
+__global__ void add_kernel(S* out, const S* a, const S* b, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = narrow<S>(widen(a[i]) + widen(b[i]));
 }
 
-__global__ void scale_kernel(float* x, float s, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) x[i] *= s;
+template <typename S>
+__global__ void scale_kernel(S* x, float s, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) x[i] = narrow<S>(widen(x[i]) * s);
 }
 
 __global__ void to_bf16_kernel(uint16_t* out, const float* in, int64_t n) {
@@ -87,7 +90,8 @@ __global__ void from_f16_kernel(float* out, const uint16_t* in, int64_t n) {
 
 // One thread per aligned group of four logical elements of a row: one Philox
 // call gives the four uniforms (core/rng.h), as on the CPU path.
-__global__ void dropout_kernel(float* out, const float* inp, RngKey key, int64_t sample0, float p, int64_t B,
+template <typename Store>
+__global__ void dropout_kernel(Store* out, const Store* inp, RngKey key, int64_t sample0, float p, int64_t B,
                                int64_t S) {
   const int64_t groups = (S + 3) / 4;
   const float scale = 1.0f / (1.0f - p);
@@ -96,7 +100,7 @@ __global__ void dropout_kernel(float* out, const float* inp, RngKey key, int64_t
     const Philox4 bits = rng_bits(key, uint64_t(sample0 + b), uint64_t(s0));
     for (int64_t s = s0; s < s0 + 4 && s < S; ++s) {
       const int64_t i = b * S + s;
-      out[i] = rng_keep_lane(bits, uint64_t(s), p) ? inp[i] * scale : 0.0f;
+      out[i] = narrow<Store>(rng_keep_lane(bits, uint64_t(s), p) ? widen(inp[i]) * scale : 0.0f);
     }
   }
 }
@@ -105,10 +109,10 @@ __global__ void dropout_kernel(float* out, const float* inp, RngKey key, int64_t
 // combination is fixed: stage one, kReduceBlocks blocks, each combining
 // term(x[i]) over i = b * kThreads + t (mod the grid) and then over the block
 // in a fixed tree; stage two, one block over the partials in order.
-template <typename T, typename Term, typename Op>
-__global__ void reduce_partial_kernel(T* partial, const float* x, int64_t n, Term term, Op op, T init) {
+template <typename T, typename S, typename Term, typename Op>
+__global__ void reduce_partial_kernel(T* partial, const S* x, int64_t n, Term term, Op op, T init) {
   T acc = init;
-  for (int64_t i = first_index(); i < n; i += grid_stride()) acc = op(acc, term(x[i]));
+  for (int64_t i = first_index(); i < n; i += grid_stride()) acc = op(acc, term(widen(x[i])));
   acc = block_reduce(acc, op);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
@@ -121,9 +125,8 @@ __global__ void reduce_final_kernel(T* out, const T* partial, int n, Op op, T in
   if (threadIdx.x == 0) *out = acc;
 }
 
-template <typename T, typename Term, typename Op>
-void launch_reduce(cudaStream_t stream, T* result, const float* x, int64_t n, void* workspace, Term term, Op op,
-                   T init) {
+template <typename T, typename S, typename Term, typename Op>
+void launch_reduce(cudaStream_t stream, T* result, const S* x, int64_t n, void* workspace, Term term, Op op, T init) {
   T* partial = static_cast<T*>(workspace);
   reduce_partial_kernel<<<kReduceBlocks, kThreads, 0, stream>>>(partial, x, n, term, op, init);
   reduce_final_kernel<<<1, kThreads, 0, stream>>>(result, partial, kReduceBlocks, op, init);
@@ -197,12 +200,14 @@ void launch_swiglu_backward(cudaStream_t stream, float* dinp, const float* dout,
   swiglu_backward_kernel<<<blocks_for(N * F), kThreads, 0, stream>>>(dinp, dout, inp, N, F);
 }
 
-void launch_add(cudaStream_t stream, float* out, const float* a, const float* b, int64_t n) {
+template <typename S>
+void launch_add(cudaStream_t stream, S* out, const S* a, const S* b, int64_t n) {
   if (n == 0) return;
   add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, a, b, n);
 }
 
-void launch_scale(cudaStream_t stream, float* x, float s, int64_t n) {
+template <typename S>
+void launch_scale(cudaStream_t stream, S* x, float s, int64_t n) {
   if (n == 0) return;
   scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, s, n);
 }
@@ -227,7 +232,8 @@ void launch_from_f16(cudaStream_t stream, float* out, const uint16_t* in, int64_
   from_f16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
 }
 
-void launch_dropout(cudaStream_t stream, float* out, const float* inp, const RngKey& key, int64_t sample0, float p,
+template <typename Store>
+void launch_dropout(cudaStream_t stream, Store* out, const Store* inp, const RngKey& key, int64_t sample0, float p,
                     int64_t B, int64_t S) {
   const int64_t groups = B * ((S + 3) / 4);
   if (groups == 0) return;
@@ -236,13 +242,27 @@ void launch_dropout(cudaStream_t stream, float* out, const float* inp, const Rng
 
 size_t reduce_workspace_bytes() { return kReduceBlocks * sizeof(double); }
 
-void launch_sum_squares(cudaStream_t stream, double* result, const float* x, int64_t n, void* workspace) {
+template <typename S>
+void launch_sum_squares(cudaStream_t stream, double* result, const S* x, int64_t n, void* workspace) {
   launch_reduce(stream, result, x, n, workspace, SquareTerm{}, SumOp{}, 0.0);
 }
 
-void launch_any_nonfinite(cudaStream_t stream, int* result, const float* x, int64_t n, void* workspace) {
+template <typename S>
+void launch_any_nonfinite(cudaStream_t stream, int* result, const S* x, int64_t n, void* workspace) {
   launch_reduce(stream, result, x, n, workspace, NonfiniteTerm{}, MaxOp{}, 0);
 }
+
+// The activation storage types of the templated launchers (kernels.h).
+#define LATTICE_INSTANTIATE(S)                                                                                  \
+  template void launch_add<S>(cudaStream_t, S*, const S*, const S*, int64_t);                                   \
+  template void launch_scale<S>(cudaStream_t, S*, float, int64_t);                                              \
+  template void launch_dropout<S>(cudaStream_t, S*, const S*, const RngKey&, int64_t, float, int64_t, int64_t); \
+  template void launch_sum_squares<S>(cudaStream_t, double*, const S*, int64_t, void*);                         \
+  template void launch_any_nonfinite<S>(cudaStream_t, int*, const S*, int64_t, void*);
+LATTICE_INSTANTIATE(float)
+LATTICE_INSTANTIATE(Bf16)
+LATTICE_INSTANTIATE(F16)
+#undef LATTICE_INSTANTIATE
 
 void launch_adamw(cudaStream_t stream, float* param, const float* grad, float* m, float* v, int64_t n,
                   const AdamWArgs& args) {

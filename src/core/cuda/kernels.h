@@ -4,7 +4,10 @@
 // reductions and optimizer steps), softmax.cu, norm.cu, rope.cu, embedding.cu,
 // loss.cu.
 //
-// Invariants: f32 only; every pointer is a device pointer of the current
+// Invariants: f32, except the launchers templated on the activation storage
+// type S (float, Bf16 or F16 of core/kernels/storage.h: loads widened to
+// fp32, fp32 math, stores rounded to nearest even; instantiated for those
+// three in the .cu files); every pointer is a device pointer of the current
 // device; the launchers only enqueue on `stream` (empty sizes launch nothing);
 // the caller checks the launch (cudaGetLastError) and synchronizes, so the .cu
 // files need no error machinery (the one exception, the cub sort of
@@ -25,6 +28,7 @@
 #include <cstdint>
 
 #include "core/kernels/cpu/rope.h"
+#include "core/kernels/storage.h"
 #include "core/rng.h"
 
 namespace lattice::cuda {
@@ -48,9 +52,11 @@ void launch_swiglu_backward(cudaStream_t stream, float* dinp, const float* dout,
                             int64_t F);
 
 // out (n) = a + b; out may alias a or b.
-void launch_add(cudaStream_t stream, float* out, const float* a, const float* b, int64_t n);
+template <typename S>
+void launch_add(cudaStream_t stream, S* out, const S* a, const S* b, int64_t n);
 // x (n) *= s
-void launch_scale(cudaStream_t stream, float* x, float s, int64_t n);
+template <typename S>
+void launch_scale(cudaStream_t stream, S* x, float s, int64_t n);
 // out[i] = bf16 of in[i], round to nearest even (dtype.h's f32_to_bf16).
 void launch_to_bf16(cudaStream_t stream, uint16_t* out, const float* in, int64_t n);
 // out[i] = IEEE fp16 bits of in[i], round to nearest even, beyond 65504 inf (dtype.h's f32_to_f16).
@@ -63,7 +69,8 @@ void launch_from_f16(cudaStream_t stream, float* out, const uint16_t* in, int64_
 // Inverted dropout on (B, S): element s of row b is kept when
 // rng_keep(key, sample0 + b, s, p) and scaled by 1 / (1 - p), else 0; the
 // same map serves backward. out may alias inp; 0 <= p < 1.
-void launch_dropout(cudaStream_t stream, float* out, const float* inp, const RngKey& key, int64_t sample0, float p,
+template <typename Store>
+void launch_dropout(cudaStream_t stream, Store* out, const Store* inp, const RngKey& key, int64_t sample0, float p,
                     int64_t B, int64_t S);
 
 // Reductions over all of x (n) in two fixed stages: kReduceBlocks blocks of
@@ -72,9 +79,11 @@ void launch_dropout(cudaStream_t stream, float* out, const float* inp, const Rng
 constexpr int kReduceBlocks = 1024;
 size_t reduce_workspace_bytes();
 // *result = sum of x squared, accumulated in double.
-void launch_sum_squares(cudaStream_t stream, double* result, const float* x, int64_t n, void* workspace);
+template <typename S>
+void launch_sum_squares(cudaStream_t stream, double* result, const S* x, int64_t n, void* workspace);
 // *result = 1 when some element of x is NaN or infinite, else 0.
-void launch_any_nonfinite(cudaStream_t stream, int* result, const float* x, int64_t n, void* workspace);
+template <typename S>
+void launch_any_nonfinite(cudaStream_t stream, int* result, const S* x, int64_t n, void* workspace);
 
 // One AdamW step on n elements: g = grad * grad_scale, then
 // math::adamw_step(param, g, m, v, ...) with bc1 = 1 - beta1^t, bc2 = 1 - beta2^t.
@@ -100,17 +109,21 @@ void launch_softmax_backward(cudaStream_t stream, float* dinp, const float* dout
 
 // ---- normalisation (norm.cu): one block per row --------------------------
 // out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N).
-void launch_layernorm_forward(cudaStream_t stream, float* out, float* mean, float* rstd, const float* inp,
-                              const float* weight, const float* bias, float eps, int64_t N, int64_t C);
+// S is the activation storage (float, Bf16, F16); the rest is fp32.
+template <typename S>
+void launch_layernorm_forward(cudaStream_t stream, S* out, float* mean, float* rstd, const S* inp, const float* weight,
+                              const float* bias, float eps, int64_t N, int64_t C);
 // dinp (N, C) overwrite; dweight, dbias (C) +=.
-void launch_layernorm_backward(cudaStream_t stream, float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, const float* mean, const float* rstd, int64_t N,
-                               int64_t C);
+template <typename S>
+void launch_layernorm_backward(cudaStream_t stream, S* dinp, float* dweight, float* dbias, const S* dout, const S* inp,
+                               const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
 // out (N, C) = inp * rstd * weight; saves rstd (N).
-void launch_rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, const float* inp, const float* weight,
-                            float eps, int64_t N, int64_t C);
+template <typename S>
+void launch_rmsnorm_forward(cudaStream_t stream, S* out, float* rstd, const S* inp, const float* weight, float eps,
+                            int64_t N, int64_t C);
 // dinp (N, C) overwrite; dweight (C) +=.
-void launch_rmsnorm_backward(cudaStream_t stream, float* dinp, float* dweight, const float* dout, const float* inp,
+template <typename S>
+void launch_rmsnorm_backward(cudaStream_t stream, S* dinp, float* dweight, const S* dout, const S* inp,
                              const float* weight, const float* rstd, int64_t N, int64_t C);
 
 // ---- rotary embeddings and grouped k/v heads (rope.cu) --------------------

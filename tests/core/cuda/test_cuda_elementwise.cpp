@@ -3,9 +3,12 @@
 // Philox counters on both (core/rng.h), so masks and kept values are bitwise
 // equal; scaling is one float multiply on both; the sum of squares accumulates
 // in double in a different order (relative 1e-10, against float rounding at
-// 1e-7); all_finite is a yes or no, equal on both.
+// 1e-7); all_finite is a yes or no, equal on both. On bf16/f16 activations
+// (fp32 math, one rounding per store) the GPU matches the CPU's 16-bit
+// kernels bitwise, the sum of squares again to 1e-10.
 #include <cmath>
 
+#include "support/act16.h"
 #include "support/cuda_test_support.h"
 
 namespace lattice::test {
@@ -86,6 +89,34 @@ TEST_F(CudaOps, AllFiniteMatchesCpu) {
     }
   }
   EXPECT_TRUE(ops::all_finite(empty_gpu({0})));
+}
+
+TEST_F(CudaOps, Act16ElementwiseMatchesCpuBitwise) {
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Shape shape{3, 17, 59};
+    Tensor a = act16(shape, dt, 31, 4.0), b = act16(shape, dt, 32, 4.0), out = a.clone();
+    Tensor a_g = gpu(a), b_g = gpu(b), out_g = gpu(a);
+    ops::add(out, a, b);
+    ops::add(out_g, a_g, b_g);
+    expect_rounded_equal(host(out_g), out);
+    ops::add_inplace(a, b);
+    ops::add_inplace(a_g, b_g);
+    expect_rounded_equal(host(a_g), a);
+    ops::scale_inplace(a, 0.37);
+    ops::scale_inplace(a_g, 0.37);
+    expect_rounded_equal(host(a_g), a);
+    const double cpu = ops::sum_squares(b);
+    EXPECT_NEAR(ops::sum_squares(b_g), cpu, 1e-10 * cpu);
+    EXPECT_TRUE(ops::all_finite(b_g));
+    static_cast<uint16_t*>(b.raw())[100] = dt == DType::bf16 ? 0x7f80 : 0x7c00;  // +inf
+    EXPECT_FALSE(ops::all_finite(gpu(b)));
+    const ops::Dropout d = dropout_of(0.3f);
+    Tensor y = out.clone(), y_g = gpu(out);
+    ops::dropout_forward(y, out, d);
+    ops::dropout_forward(y_g, out_g, d);
+    expect_rounded_equal(host(y_g), y);
+  }
 }
 
 }  // namespace

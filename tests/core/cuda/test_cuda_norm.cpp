@@ -3,6 +3,11 @@
 // accumulate). Rows longer than one block (C = 700 > 256 threads) and a
 // partial warp (C = 37) exercise the strided loops and the block reduction.
 // Tolerance: f32 (reductions in a different order); see cuda_test_support.h.
+// On bf16/f16 activations (fp32 weights, statistics and parameter gradients)
+// the same tolerance for the fp32 results, and 1 ulp of the 16-bit type for
+// the activations and input gradients (a last-bit difference of the fp32
+// value before rounding can move the rounded one by 1 ulp).
+#include "support/act16.h"
 #include "support/cuda_test_support.h"
 
 namespace lattice::test {
@@ -68,6 +73,38 @@ TEST_F(CudaOps, LayernormBackwardIsDeterministic) {
       first = all;
     else
       EXPECT_TRUE(same_bits(all, first));
+  }
+}
+
+TEST_P(CudaNorm, Act16MatchesCpu) {
+  const int64_t N = 9, C = GetParam();
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor inp = act16({N, C}, dt, 14, 2.0), dout = act16({N, C}, dt, 15);
+    Tensor weight = random_tensor({C}, DType::f32, 16), bias = random_tensor({C}, DType::f32, 17);
+    Tensor out = Tensor::empty({N, C}, dt), mean = Tensor::empty({N}, DType::f32), rstd = mean.clone();
+    Tensor out_g = gpu(out), mean_g = gpu(mean), rstd_g = gpu(rstd), inp_g = gpu(inp), weight_g = gpu(weight);
+    ops::layernorm_forward(out, mean, rstd, inp, weight, bias, 1e-5f);
+    ops::layernorm_forward(out_g, mean_g, rstd_g, inp_g, weight_g, gpu(bias), 1e-5f);
+    expect_rounded_equal(host(out_g), out, 1);
+    EXPECT_TENSOR_NEAR(host(mean_g), mean, tolerance(DType::f32));
+    EXPECT_TENSOR_NEAR(host(rstd_g), rstd, tolerance(DType::f32));
+    Tensor dinp = Tensor::empty({N, C}, dt), dinp_g = gpu(dinp), dout_g = gpu(dout);
+    Tensor dweight = random_tensor({C}, DType::f32, 18), dbias = random_tensor({C}, DType::f32, 19);
+    Tensor dweight_g = gpu(dweight), dbias_g = gpu(dbias);
+    ops::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+    ops::layernorm_backward(dinp_g, dweight_g, dbias_g, dout_g, inp_g, weight_g, gpu(mean), gpu(rstd));
+    expect_rounded_equal(host(dinp_g), dinp, 1);
+    EXPECT_TENSOR_NEAR(host(dweight_g), dweight, tolerance(DType::f32));
+    EXPECT_TENSOR_NEAR(host(dbias_g), dbias, tolerance(DType::f32));
+    ops::rmsnorm_forward(out, rstd, inp, weight, 1e-6f);
+    ops::rmsnorm_forward(out_g, rstd_g, inp_g, weight_g, 1e-6f);
+    expect_rounded_equal(host(out_g), out, 1);
+    EXPECT_TENSOR_NEAR(host(rstd_g), rstd, tolerance(DType::f32));
+    ops::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
+    ops::rmsnorm_backward(dinp_g, dweight_g, dout_g, inp_g, weight_g, gpu(rstd));
+    expect_rounded_equal(host(dinp_g), dinp, 1);
+    EXPECT_TENSOR_NEAR(host(dweight_g), dweight, tolerance(DType::f32));
   }
 }
 

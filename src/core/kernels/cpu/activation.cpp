@@ -6,6 +6,7 @@
 
 #include "core/kernels/cpu/vec_math.h"
 #include "core/kernels/math.h"
+#include "core/kernels/storage.h"
 
 namespace lattice::cpu {
 
@@ -41,13 +42,13 @@ inline void swiglu_grad_val(double dy, double gate, double up, double& dgate, do
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = gelu_val(inp[i]);
+  for (int64_t i = 0; i < n; ++i) out[i] = narrow<T>(gelu_val(widen(inp[i])));
 }
 
 template <typename T>
 void gelu_backward(T* dinp, const T* dout, const T* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) dinp[i] = gelu_grad_val(inp[i]) * dout[i];
+  for (int64_t i = 0; i < n; ++i) dinp[i] = narrow<T>(gelu_grad_val(widen(inp[i])) * widen(dout[i]));
 }
 
 template <typename T>
@@ -58,7 +59,7 @@ void swiglu_forward(T* out, const T* inp, int64_t N, int64_t F) {
     const T* up = gate + F;
     T* y = out + r * F;
 #pragma omp simd
-    for (int64_t f = 0; f < F; ++f) y[f] = swiglu_val(gate[f], up[f]);
+    for (int64_t f = 0; f < F; ++f) y[f] = narrow<T>(swiglu_val(widen(gate[f]), widen(up[f])));
   }
 }
 
@@ -72,7 +73,12 @@ void swiglu_backward(T* dinp, const T* dout, const T* inp, int64_t N, int64_t F)
     T* dgate = dinp + r * 2 * F;
     T* dup = dgate + F;
 #pragma omp simd
-    for (int64_t f = 0; f < F; ++f) swiglu_grad_val(dy[f], gate[f], up[f], dgate[f], dup[f]);
+    for (int64_t f = 0; f < F; ++f) {
+      compute_t<T> dg, du;
+      swiglu_grad_val(widen(dy[f]), widen(gate[f]), widen(up[f]), dg, du);
+      dgate[f] = narrow<T>(dg);
+      dup[f] = narrow<T>(du);
+    }
   }
 }
 
@@ -94,15 +100,20 @@ void softmax_backward(T* dinp, const T* dout, const T* out, int64_t N, int64_t K
   for (int64_t r = 0; r < N; ++r) softmax_row_backward(dinp + r * K, dout + r * K, out + r * K, K);
 }
 
-#define LATTICE_INSTANTIATE(T)                                                \
-  template void gelu_forward<T>(T*, const T*, int64_t);                       \
-  template void gelu_backward<T>(T*, const T*, const T*, int64_t);            \
-  template void swiglu_forward<T>(T*, const T*, int64_t, int64_t);            \
-  template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t); \
-  template void softmax_forward<T>(T*, const T*, int64_t, int64_t);           \
-  template void softmax_backward<T>(T*, const T*, const T*, int64_t, int64_t);
+#define LATTICE_INSTANTIATE(T)                                     \
+  template void gelu_forward<T>(T*, const T*, int64_t);            \
+  template void gelu_backward<T>(T*, const T*, const T*, int64_t); \
+  template void swiglu_forward<T>(T*, const T*, int64_t, int64_t); \
+  template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t);
 LATTICE_INSTANTIATE(float)
 LATTICE_INSTANTIATE(double)
+LATTICE_INSTANTIATE(Bf16)
+LATTICE_INSTANTIATE(F16)
 #undef LATTICE_INSTANTIATE
+
+template void softmax_forward<float>(float*, const float*, int64_t, int64_t);
+template void softmax_forward<double>(double*, const double*, int64_t, int64_t);
+template void softmax_backward<float>(float*, const float*, const float*, int64_t, int64_t);
+template void softmax_backward<double>(double*, const double*, const double*, int64_t, int64_t);
 
 }  // namespace lattice::cpu

@@ -3,18 +3,21 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/kernels/storage.h"
+
 namespace lattice::cpu {
 
 template <typename T>
 void dropout_row(T* out, const T* inp, const RngKey& key, uint64_t sample, uint64_t e0, int64_t n, float p) {
-  const T scale = T(1) / (T(1) - T(p));
+  using P = compute_t<T>;
+  const P scale = P(1) / (P(1) - P(p));
   // One Philox call yields the uniforms of four consecutive elements (rng_bits
   // uses lane e & 3 of block e >> 2), so draw once per block, not per element.
   Philox4 bits{};
   for (int64_t i = 0; i < n; ++i) {
     uint64_t e = e0 + uint64_t(i);
     if (i == 0 || (e & 3) == 0) bits = rng_bits(key, sample, e);
-    out[i] = rng_keep_lane(bits, e, p) ? inp[i] * scale : T(0);
+    out[i] = narrow<T>(rng_keep_lane(bits, e, p) ? widen(inp[i]) * scale : P(0));
   }
 }
 
@@ -41,6 +44,8 @@ void dropout_forward(T* out, const T* inp, const RngKey& key, int64_t sample0, f
   template void dropout_forward<T>(T*, const T*, const RngKey&, int64_t, float, int64_t, int64_t);
 LATTICE_INSTANTIATE(float)
 LATTICE_INSTANTIATE(double)
+LATTICE_INSTANTIATE(Bf16)
+LATTICE_INSTANTIATE(F16)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu

@@ -6,6 +6,9 @@
 // heads over ranks or threads draws the same mask. Backward is the same map
 // applied to dout, so one kernel serves both.
 //
+// Templated on the storage type: float, double, Bf16 or F16 (float math,
+// core/kernels/storage.h).
+//
 // Shapes: B rows (samples) of S elements.
 #pragma once
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "core/kernels/storage.h"
+
 namespace lattice::cpu {
 
 namespace {
@@ -16,20 +18,20 @@ constexpr int64_t kChunk = 1 << 14;
 template <typename T>
 void add(T* out, const T* a, const T* b, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  for (int64_t i = 0; i < n; ++i) out[i] = narrow<T>(widen(a[i]) + widen(b[i]));
 }
 
 template <typename T>
 void add_inplace(T* acc, const T* x, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+  for (int64_t i = 0; i < n; ++i) acc[i] = narrow<T>(widen(acc[i]) + widen(x[i]));
 }
 
 template <typename T>
 void scale_inplace(T* x, double s, int64_t n) {
-  const T ts = T(s);
+  const compute_t<T> ts = compute_t<T>(s);
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) x[i] *= ts;
+  for (int64_t i = 0; i < n; ++i) x[i] = narrow<T>(widen(x[i]) * ts);
 }
 
 template <typename T>
@@ -42,7 +44,7 @@ double sum_squares(const T* x, int64_t n) {
     int64_t len = std::min(kChunk, n - c * kChunk);
     double s = 0;
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < len; ++i) s += double(p[i]) * double(p[i]);
+    for (int64_t i = 0; i < len; ++i) s += double(widen(p[i])) * double(widen(p[i]));
     partial[size_t(c)] = s;
   }
   double total = 0;
@@ -54,18 +56,20 @@ template <typename T>
 bool all_finite(const T* x, int64_t n) {
   int bad = 0;
 #pragma omp parallel for simd schedule(static) reduction(| : bad) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) bad |= int(!std::isfinite(x[i]));
+  for (int64_t i = 0; i < n; ++i) bad |= int(!std::isfinite(widen(x[i])));
   return bad == 0;
 }
 
-#define LATTICE_INSTANTIATE(T)                                     \
-  template void add<T>(T*, const T*, const T*, int64_t);           \
-  template void add_inplace<T>(T*, const T*, int64_t);             \
-  template void scale_inplace<T>(T*, double, int64_t);             \
-  template double sum_squares<T>(const T*, int64_t);               \
+#define LATTICE_INSTANTIATE(T)                           \
+  template void add<T>(T*, const T*, const T*, int64_t); \
+  template void add_inplace<T>(T*, const T*, int64_t);   \
+  template void scale_inplace<T>(T*, double, int64_t);   \
+  template double sum_squares<T>(const T*, int64_t);     \
   template bool all_finite<T>(const T*, int64_t);
 LATTICE_INSTANTIATE(float)
 LATTICE_INSTANTIATE(double)
+LATTICE_INSTANTIATE(Bf16)
+LATTICE_INSTANTIATE(F16)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu

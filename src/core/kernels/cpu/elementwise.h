@@ -1,4 +1,5 @@
-// CPU element-wise kernels and reductions (float and double).
+// CPU element-wise kernels and reductions (float and double; Bf16 and F16
+// activation storage with float math, core/kernels/storage.h).
 //
 // Raw-pointer kernels in llm.c style: outputs first, then inputs, then sizes.
 // `n` is the element count; every buffer is contiguous. Reductions use a fixed

@@ -2,6 +2,7 @@
 
 #include "core/kernels/cpu/vec_math.h"
 #include "core/kernels/math.h"
+#include "core/kernels/storage.h"
 
 namespace lattice::cpu {
 
@@ -22,18 +23,22 @@ inline double gelu_erf_grad_val(double x) { return math::gelu_erf_grad(x); }
 template <typename T>
 void gelu_erf_forward(T* out, const T* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = gelu_erf_val(inp[i]);
+  for (int64_t i = 0; i < n; ++i) out[i] = narrow<T>(gelu_erf_val(widen(inp[i])));
 }
 
 template <typename T>
 void gelu_erf_backward(T* dinp, const T* dout, const T* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) dinp[i] = gelu_erf_grad_val(inp[i]) * dout[i];
+  for (int64_t i = 0; i < n; ++i) dinp[i] = narrow<T>(gelu_erf_grad_val(widen(inp[i])) * widen(dout[i]));
 }
 
-template void gelu_erf_forward<float>(float*, const float*, int64_t);
-template void gelu_erf_forward<double>(double*, const double*, int64_t);
-template void gelu_erf_backward<float>(float*, const float*, const float*, int64_t);
-template void gelu_erf_backward<double>(double*, const double*, const double*, int64_t);
+#define LATTICE_INSTANTIATE(T)                                 \
+  template void gelu_erf_forward<T>(T*, const T*, int64_t); \
+  template void gelu_erf_backward<T>(T*, const T*, const T*, int64_t);
+LATTICE_INSTANTIATE(float)
+LATTICE_INSTANTIATE(double)
+LATTICE_INSTANTIATE(Bf16)
+LATTICE_INSTANTIATE(F16)
+#undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu

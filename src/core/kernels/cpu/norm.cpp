@@ -13,60 +13,64 @@ bool worth_threads(int64_t N, int64_t C) { return N * C > (1 << 14); }
 }  // namespace
 
 template <typename T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, T eps, int64_t N,
-                       int64_t C) {
+void layernorm_forward(T* out, param_t<T>* mean, param_t<T>* rstd, const T* inp, const param_t<T>* weight,
+                       const param_t<T>* bias, param_t<T> eps, int64_t N, int64_t C) {
+  using F = param_t<T>;
 #pragma omp parallel for schedule(static) if (worth_threads(N, C))
   for (int64_t r = 0; r < N; ++r) {
     const T* x = inp + r * C;
     T* y = out + r * C;
-    T s = 0;
+    F s = 0;
 #pragma omp simd reduction(+ : s)
-    for (int64_t c = 0; c < C; ++c) s += x[c];
-    T m = s / T(C);
-    T v = 0;
+    for (int64_t c = 0; c < C; ++c) s += widen(x[c]);
+    F m = s / F(C);
+    F v = 0;
 #pragma omp simd reduction(+ : v)
-    for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
-    T rs = math::rstd_of(v / T(C), eps);
+    for (int64_t c = 0; c < C; ++c) v += (widen(x[c]) - m) * (widen(x[c]) - m);
+    F rs = math::rstd_of(v / F(C), eps);
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) y[c] = math::layernorm_out(x[c], m, rs, weight[c], bias[c]);
+    for (int64_t c = 0; c < C; ++c) y[c] = narrow<T>(math::layernorm_out(widen(x[c]), m, rs, weight[c], bias[c]));
     mean[r] = m;
     rstd[r] = rs;
   }
 }
 
 template <typename T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,
-                        const T* rstd, int64_t N, int64_t C) {
+void layernorm_backward(T* dinp, param_t<T>* dweight, param_t<T>* dbias, const T* dout, const T* inp,
+                        const param_t<T>* weight, const param_t<T>* mean, const param_t<T>* rstd, int64_t N,
+                        int64_t C) {
+  using F = param_t<T>;
 #pragma omp parallel for schedule(static) if (worth_threads(N, C))
   for (int64_t r = 0; r < N; ++r) {
     const T* x = inp + r * C;
     const T* dy = dout + r * C;
     T* dx = dinp + r * C;
-    const T m = mean[r], rs = rstd[r];
-    T sum_dn = 0, sum_dn_n = 0;
+    const F m = mean[r], rs = rstd[r];
+    F sum_dn = 0, sum_dn_n = 0;
 #pragma omp simd reduction(+ : sum_dn, sum_dn_n)
     for (int64_t c = 0; c < C; ++c) {
-      T dn = weight[c] * dy[c];
+      F dn = weight[c] * widen(dy[c]);
       sum_dn += dn;
-      sum_dn_n += dn * (x[c] - m) * rs;
+      sum_dn_n += dn * (widen(x[c]) - m) * rs;
     }
-    const T mean_dn = sum_dn / T(C), mean_dn_n = sum_dn_n / T(C);
+    const F mean_dn = sum_dn / F(C), mean_dn_n = sum_dn_n / F(C);
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) dx[c] = math::layernorm_dinp(x[c], dy[c], weight[c], m, rs, mean_dn, mean_dn_n);
+    for (int64_t c = 0; c < C; ++c)
+      dx[c] = narrow<T>(math::layernorm_dinp(widen(x[c]), widen(dy[c]), weight[c], m, rs, mean_dn, mean_dn_n));
   }
   int64_t blocks = (C + kColBlock - 1) / kColBlock;
 #pragma omp parallel for schedule(static) if (worth_threads(N, C))
   for (int64_t blk = 0; blk < blocks; ++blk) {
     int64_t c0 = blk * kColBlock, width = std::min(kColBlock, C - c0);
-    T dw[kColBlock] = {}, db[kColBlock] = {};
+    F dw[kColBlock] = {}, db[kColBlock] = {};
     for (int64_t r = 0; r < N; ++r) {
       const T* x = inp + r * C + c0;
       const T* dy = dout + r * C + c0;
-      const T m = mean[r], rs = rstd[r];
+      const F m = mean[r], rs = rstd[r];
 #pragma omp simd
       for (int64_t c = 0; c < width; ++c) {
-        dw[c] += (x[c] - m) * rs * dy[c];
-        db[c] += dy[c];
+        dw[c] += (widen(x[c]) - m) * rs * widen(dy[c]);
+        db[c] += widen(dy[c]);
       }
     }
     for (int64_t c = 0; c < width; ++c) {
@@ -77,60 +81,68 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 }
 
 template <typename T>
-void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, T eps, int64_t N, int64_t C) {
+void rmsnorm_forward(T* out, param_t<T>* rstd, const T* inp, const param_t<T>* weight, param_t<T> eps, int64_t N,
+                     int64_t C) {
+  using F = param_t<T>;
 #pragma omp parallel for schedule(static) if (worth_threads(N, C))
   for (int64_t r = 0; r < N; ++r) {
     const T* x = inp + r * C;
     T* y = out + r * C;
-    T ss = 0;
+    F ss = 0;
 #pragma omp simd reduction(+ : ss)
-    for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
-    T rs = math::rstd_of(ss / T(C), eps);
+    for (int64_t c = 0; c < C; ++c) ss += widen(x[c]) * widen(x[c]);
+    F rs = math::rstd_of(ss / F(C), eps);
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) y[c] = math::rmsnorm_out(x[c], rs, weight[c]);
+    for (int64_t c = 0; c < C; ++c) y[c] = narrow<T>(math::rmsnorm_out(widen(x[c]), rs, weight[c]));
     rstd[r] = rs;
   }
 }
 
 template <typename T>
-void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N,
-                      int64_t C) {
+void rmsnorm_backward(T* dinp, param_t<T>* dweight, const T* dout, const T* inp, const param_t<T>* weight,
+                      const param_t<T>* rstd, int64_t N, int64_t C) {
+  using F = param_t<T>;
 #pragma omp parallel for schedule(static) if (worth_threads(N, C))
   for (int64_t r = 0; r < N; ++r) {
     const T* x = inp + r * C;
     const T* dy = dout + r * C;
     T* dx = dinp + r * C;
-    const T rs = rstd[r];
-    T dot = 0;
+    const F rs = rstd[r];
+    F dot = 0;
 #pragma omp simd reduction(+ : dot)
-    for (int64_t c = 0; c < C; ++c) dot += dy[c] * weight[c] * x[c];
-    const T k = math::rmsnorm_k(rs, dot, T(C));
+    for (int64_t c = 0; c < C; ++c) dot += widen(dy[c]) * weight[c] * widen(x[c]);
+    const F k = math::rmsnorm_k(rs, dot, F(C));
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) dx[c] = math::rmsnorm_dinp(x[c], dy[c], weight[c], rs, k);
+    for (int64_t c = 0; c < C; ++c) dx[c] = narrow<T>(math::rmsnorm_dinp(widen(x[c]), widen(dy[c]), weight[c], rs, k));
   }
   int64_t blocks = (C + kColBlock - 1) / kColBlock;
 #pragma omp parallel for schedule(static) if (worth_threads(N, C))
   for (int64_t blk = 0; blk < blocks; ++blk) {
     int64_t c0 = blk * kColBlock, width = std::min(kColBlock, C - c0);
-    T dw[kColBlock] = {};
+    F dw[kColBlock] = {};
     for (int64_t r = 0; r < N; ++r) {
       const T* x = inp + r * C + c0;
       const T* dy = dout + r * C + c0;
-      const T rs = rstd[r];
+      const F rs = rstd[r];
 #pragma omp simd
-      for (int64_t c = 0; c < width; ++c) dw[c] += x[c] * rs * dy[c];
+      for (int64_t c = 0; c < width; ++c) dw[c] += widen(x[c]) * rs * widen(dy[c]);
     }
     for (int64_t c = 0; c < width; ++c) dweight[c0 + c] += dw[c];
   }
 }
 
-#define LATTICE_INSTANTIATE(T)                                                                                         \
-  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, T, int64_t, int64_t);                   \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int64_t); \
-  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, T, int64_t, int64_t);                                   \
-  template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t);
+#define LATTICE_INSTANTIATE(T)                                                                                     \
+  template void layernorm_forward<T>(T*, param_t<T>*, param_t<T>*, const T*, const param_t<T>*, const param_t<T>*, \
+                                     param_t<T>, int64_t, int64_t);                                                \
+  template void layernorm_backward<T>(T*, param_t<T>*, param_t<T>*, const T*, const T*, const param_t<T>*,         \
+                                      const param_t<T>*, const param_t<T>*, int64_t, int64_t);                     \
+  template void rmsnorm_forward<T>(T*, param_t<T>*, const T*, const param_t<T>*, param_t<T>, int64_t, int64_t);    \
+  template void rmsnorm_backward<T>(T*, param_t<T>*, const T*, const T*, const param_t<T>*, const param_t<T>*,     \
+                                    int64_t, int64_t);
 LATTICE_INSTANTIATE(float)
 LATTICE_INSTANTIATE(double)
+LATTICE_INSTANTIATE(Bf16)
+LATTICE_INSTANTIATE(F16)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu
