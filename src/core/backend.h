@@ -172,6 +172,13 @@ class CudaBackend {
                                  float eps, int64_t N, int64_t C) = 0;
   virtual void rmsnorm_backward16(int dev, DType act, void* dinp, float* dweight, const void* dout, const void* inp,
                                   const float* weight, const float* rstd, int64_t N, int64_t C) = 0;
+  virtual void gelu_forward16(int dev, DType act, void* out, const void* inp, int64_t n) = 0;
+  virtual void gelu_backward16(int dev, DType act, void* dinp, const void* dout, const void* inp, int64_t n) = 0;
+  virtual void gelu_erf_forward16(int dev, DType act, void* out, const void* inp, int64_t n) = 0;
+  virtual void gelu_erf_backward16(int dev, DType act, void* dinp, const void* dout, const void* inp, int64_t n) = 0;
+  virtual void swiglu_forward16(int dev, DType act, void* out, const void* inp, int64_t N, int64_t F) = 0;
+  virtual void swiglu_backward16(int dev, DType act, void* dinp, const void* dout, const void* inp, int64_t N,
+                                 int64_t F) = 0;
 
   // ---- attention ----
   // Two paths behind one pair of calls. The plain one (core/cuda/attention.h)

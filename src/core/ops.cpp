@@ -256,9 +256,11 @@ void gelu_forward(Tensor& out, const Tensor& inp) {
   LATTICE_CHECK(out.numel() == inp.numel(), "ops::gelu_forward: out {} for inp {}", shape_str(out.shape()),
                 shape_str(inp.shape()));
   if (cuda_f32(out)) return cuda_backend().gelu_forward(out.device().index, fp(out), fp(inp), out.numel());
-  on_cpu("gelu_forward", out, [&](auto t) {
+  if (cuda_16(out))
+    return cuda_backend().gelu_forward16(out.device().index, out.dtype(), out.raw(), inp.raw(), out.numel());
+  on_cpu_act("gelu_forward", out, [&](auto t) {
     using T = decltype(t);
-    cpu::gelu_forward<T>(out.data<T>(), inp.data<T>(), out.numel());
+    cpu::gelu_forward<T>(sp<T>(out), sp<T>(inp), out.numel());
   });
 }
 
@@ -269,9 +271,12 @@ void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
                 shape_str(inp.shape()));
   if (cuda_f32(dinp))
     return cuda_backend().gelu_backward(dinp.device().index, fp(dinp), fp(dout), fp(inp), dinp.numel());
-  on_cpu("gelu_backward", dinp, [&](auto t) {
+  if (cuda_16(dinp))
+    return cuda_backend().gelu_backward16(dinp.device().index, dinp.dtype(), dinp.raw(), dout.raw(), inp.raw(),
+                                          dinp.numel());
+  on_cpu_act("gelu_backward", dinp, [&](auto t) {
     using T = decltype(t);
-    cpu::gelu_backward<T>(dinp.data<T>(), dout.data<T>(), inp.data<T>(), dinp.numel());
+    cpu::gelu_backward<T>(sp<T>(dinp), sp<T>(dout), sp<T>(inp), dinp.numel());
   });
 }
 
@@ -288,9 +293,11 @@ void swiglu_forward(Tensor& out, const Tensor& inp) {
   check_same("swiglu_forward", {&out, &inp});
   Rows r = swiglu_dims("swiglu_forward", out, inp);
   if (cuda_f32(out)) return cuda_backend().swiglu_forward(out.device().index, fp(out), fp(inp), r.n, r.c);
-  on_cpu("swiglu_forward", out, [&](auto t) {
+  if (cuda_16(out))
+    return cuda_backend().swiglu_forward16(out.device().index, out.dtype(), out.raw(), inp.raw(), r.n, r.c);
+  on_cpu_act("swiglu_forward", out, [&](auto t) {
     using T = decltype(t);
-    cpu::swiglu_forward<T>(out.data<T>(), inp.data<T>(), r.n, r.c);
+    cpu::swiglu_forward<T>(sp<T>(out), sp<T>(inp), r.n, r.c);
   });
 }
 
@@ -300,9 +307,12 @@ void swiglu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
   LATTICE_CHECK(dinp.numel() == inp.numel(), "ops::swiglu_backward: dinp {} for inp {}", shape_str(dinp.shape()),
                 shape_str(inp.shape()));
   if (cuda_f32(dinp)) return cuda_backend().swiglu_backward(dinp.device().index, fp(dinp), fp(dout), fp(inp), r.n, r.c);
-  on_cpu("swiglu_backward", dinp, [&](auto t) {
+  if (cuda_16(dinp))
+    return cuda_backend().swiglu_backward16(dinp.device().index, dinp.dtype(), dinp.raw(), dout.raw(), inp.raw(), r.n,
+                                            r.c);
+  on_cpu_act("swiglu_backward", dinp, [&](auto t) {
     using T = decltype(t);
-    cpu::swiglu_backward<T>(dinp.data<T>(), dout.data<T>(), inp.data<T>(), r.n, r.c);
+    cpu::swiglu_backward<T>(sp<T>(dinp), sp<T>(dout), sp<T>(inp), r.n, r.c);
   });
 }
 

@@ -335,9 +335,11 @@ void gelu_erf_forward(Tensor& out, const Tensor& inp) {
   LATTICE_CHECK(out.numel() == inp.numel(), "ops::gelu_erf_forward: out {} for inp {}", shape_str(out.shape()),
                 shape_str(inp.shape()));
   if (cuda_f32(out)) return cuda_backend().gelu_erf_forward(out.device().index, fp(out), fp(inp), out.numel());
-  on_cpu("gelu_erf_forward", out, [&](auto t) {
+  if (cuda_16(out))
+    return cuda_backend().gelu_erf_forward16(out.device().index, out.dtype(), out.raw(), inp.raw(), out.numel());
+  on_cpu_act("gelu_erf_forward", out, [&](auto t) {
     using T = decltype(t);
-    cpu::gelu_erf_forward<T>(out.data<T>(), inp.data<T>(), out.numel());
+    cpu::gelu_erf_forward<T>(sp<T>(out), sp<T>(inp), out.numel());
   });
 }
 
@@ -348,9 +350,12 @@ void gelu_erf_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
                 shape_str(inp.shape()));
   if (cuda_f32(dinp))
     return cuda_backend().gelu_erf_backward(dinp.device().index, fp(dinp), fp(dout), fp(inp), dinp.numel());
-  on_cpu("gelu_erf_backward", dinp, [&](auto t) {
+  if (cuda_16(dinp))
+    return cuda_backend().gelu_erf_backward16(dinp.device().index, dinp.dtype(), dinp.raw(), dout.raw(), inp.raw(),
+                                              dinp.numel());
+  on_cpu_act("gelu_erf_backward", dinp, [&](auto t) {
     using T = decltype(t);
-    cpu::gelu_erf_backward<T>(dinp.data<T>(), dout.data<T>(), inp.data<T>(), dinp.numel());
+    cpu::gelu_erf_backward<T>(sp<T>(dinp), sp<T>(dout), sp<T>(inp), dinp.numel());
   });
 }
 

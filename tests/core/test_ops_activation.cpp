@@ -144,3 +144,36 @@ TEST(OpsActivation, RejectsBadShapes) {
   Tensor z = Tensor::zeros({4, 4}, DType::f64);
   EXPECT_THROW(ops::gelu_forward(z, x), Error);
 }
+
+// bf16/f16 activations: GELU (tanh and erf) and SwiGLU are per-element fp32
+// formulas on widened inputs, rounded once on store: bitwise the f32 kernels
+// on the same values, rounded.
+TEST(OpsActivation, Act16MatchesRoundedF32Bitwise) {
+  using Fwd = void (*)(Tensor&, const Tensor&);
+  using Bwd = void (*)(Tensor&, const Tensor&, const Tensor&);
+  struct Case {
+    const char* name;
+    Fwd forward;
+    Bwd backward;
+    bool glu;  // out has half the columns
+  };
+  const Case cases[] = {{"gelu", ops::gelu_forward, ops::gelu_backward, false},
+                        {"gelu_erf", ops::gelu_erf_forward, ops::gelu_erf_backward, false},
+                        {"swiglu", ops::swiglu_forward, ops::swiglu_backward, true}};
+  const int64_t N = 67, C = 1030;  // beyond the kernels' parallel threshold
+  for (DType dt : kAct16)
+    for (const Case& c : cases) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dt) << " " << c.name);
+      const Shape out_shape{N, c.glu ? C / 2 : C};
+      Tensor x = act16({N, C}, dt, 33, 5.0), dy = act16(out_shape, dt, 34);
+      Tensor x32 = as_f32(x), dy32 = as_f32(dy);
+      Tensor y = Tensor::zeros(out_shape, dt), y32 = Tensor::zeros(out_shape, DType::f32);
+      c.forward(y, x);
+      c.forward(y32, x32);
+      expect_rounded_equal(y, y32);
+      Tensor dx = zeros_like(x), dx32 = zeros_like(x32);
+      c.backward(dx, dy, x);
+      c.backward(dx32, dy32, x32);
+      expect_rounded_equal(dx, dx32);
+    }
+}

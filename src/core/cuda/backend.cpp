@@ -453,6 +453,37 @@ class Backend final : public CudaBackend {
     });
   }
 
+  void gelu_forward16(int dev, DType act, void* out, const void* inp, int64_t n) override {
+    run(dev, [&] { on_act16(act, [&](auto s) { launch_gelu_forward(kStream, as(s, out), as(s, inp), n); }); });
+  }
+
+  void gelu_backward16(int dev, DType act, void* dinp, const void* dout, const void* inp, int64_t n) override {
+    run(dev, [&] {
+      on_act16(act, [&](auto s) { launch_gelu_backward(kStream, as(s, dinp), as(s, dout), as(s, inp), n); });
+    });
+  }
+
+  void gelu_erf_forward16(int dev, DType act, void* out, const void* inp, int64_t n) override {
+    run(dev, [&] { on_act16(act, [&](auto s) { launch_gelu_erf_forward(kStream, as(s, out), as(s, inp), n); }); });
+  }
+
+  void gelu_erf_backward16(int dev, DType act, void* dinp, const void* dout, const void* inp, int64_t n) override {
+    run(dev, [&] {
+      on_act16(act, [&](auto s) { launch_gelu_erf_backward(kStream, as(s, dinp), as(s, dout), as(s, inp), n); });
+    });
+  }
+
+  void swiglu_forward16(int dev, DType act, void* out, const void* inp, int64_t N, int64_t F) override {
+    run(dev, [&] { on_act16(act, [&](auto s) { launch_swiglu_forward(kStream, as(s, out), as(s, inp), N, F); }); });
+  }
+
+  void swiglu_backward16(int dev, DType act, void* dinp, const void* dout, const void* inp, int64_t N,
+                         int64_t F) override {
+    run(dev, [&] {
+      on_act16(act, [&](auto s) { launch_swiglu_backward(kStream, as(s, dinp), as(s, dout), as(s, inp), N, F); });
+    });
+  }
+
   void attention_forward(int dev, float* out, float* att, const float* qkv, const CudaAttentionArgs& a) override {
     check_attention(a);
     if (fused_attention(dev, a)) {
@@ -546,7 +577,7 @@ class Backend final : public CudaBackend {
   static void on_act16(DType act, F&& f) {
     if (act == DType::bf16) return f(Bf16{});
     if (act == DType::f16) return f(F16{});
-    LATTICE_FAIL("cuda: 16-bit activation kernels take bf16 or f16, not {}", dtype_name(act));
+    LATTICE_FAIL("cuda: 16-bit activation kernels take bf16 or f16, not dtype {}", int(act));
   }
   // An activation pointer as the storage type of the tag s.
   template <typename S>

@@ -28,37 +28,43 @@ struct GeluErf {
   __device__ static float df(float x) { return math::gelu_erf_grad(x); }
 };
 
-template <typename Act>
-__global__ void activation_forward_kernel(float* out, const float* inp, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = Act::f(inp[i]);
+template <typename Act, typename S>
+__global__ void activation_forward_kernel(S* out, const S* inp, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = narrow<S>(Act::f(widen(inp[i])));
 }
 
-template <typename Act>
-__global__ void activation_backward_kernel(float* dinp, const float* dout, const float* inp, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) dinp[i] = Act::df(inp[i]) * dout[i];
+template <typename Act, typename S>
+__global__ void activation_backward_kernel(S* dinp, const S* dout, const S* inp, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    dinp[i] = narrow<S>(Act::df(widen(inp[i])) * widen(dout[i]));
 }
 
-template <typename Act>
-void launch_activation(cudaStream_t stream, float* out, const float* inp, int64_t n) {
+template <typename Act, typename S>
+void launch_activation(cudaStream_t stream, S* out, const S* inp, int64_t n) {
   if (n > 0) activation_forward_kernel<Act><<<blocks_for(n), kThreads, 0, stream>>>(out, inp, n);
 }
 
-template <typename Act>
-void launch_activation_backward(cudaStream_t stream, float* dinp, const float* dout, const float* inp, int64_t n) {
+template <typename Act, typename S>
+void launch_activation_backward(cudaStream_t stream, S* dinp, const S* dout, const S* inp, int64_t n) {
   if (n > 0) activation_backward_kernel<Act><<<blocks_for(n), kThreads, 0, stream>>>(dinp, dout, inp, n);
 }
 
-__global__ void swiglu_forward_kernel(float* out, const float* inp, int64_t N, int64_t F) {
+template <typename S>
+__global__ void swiglu_forward_kernel(S* out, const S* inp, int64_t N, int64_t F) {
   for (int64_t i = first_index(); i < N * F; i += grid_stride()) {
     const int64_t r = i / F, f = i % F;
-    out[i] = math::swiglu(inp[r * 2 * F + f], inp[r * 2 * F + F + f]);
+    out[i] = narrow<S>(math::swiglu(widen(inp[r * 2 * F + f]), widen(inp[r * 2 * F + F + f])));
   }
 }
 
-__global__ void swiglu_backward_kernel(float* dinp, const float* dout, const float* inp, int64_t N, int64_t F) {
+template <typename S>
+__global__ void swiglu_backward_kernel(S* dinp, const S* dout, const S* inp, int64_t N, int64_t F) {
   for (int64_t i = first_index(); i < N * F; i += grid_stride()) {
     const int64_t r = i / F, f = i % F, g = r * 2 * F + f;
-    math::swiglu_grad(dout[i], inp[g], inp[g + F], dinp[g], dinp[g + F]);
+    float dgate, dup;
+    math::swiglu_grad(widen(dout[i]), widen(inp[g]), widen(inp[g + F]), dgate, dup);
+    dinp[g] = narrow<S>(dgate);
+    dinp[g + F] = narrow<S>(dup);
   }
 }
 
@@ -173,29 +179,34 @@ void launch_bias_backward(cudaStream_t stream, float* dbias, const float* dout, 
   launch_column_sum(stream, dbias, rows, cols, RowTerm{dout, cols});
 }
 
-void launch_gelu_forward(cudaStream_t stream, float* out, const float* inp, int64_t n) {
+template <typename S>
+void launch_gelu_forward(cudaStream_t stream, S* out, const S* inp, int64_t n) {
   launch_activation<GeluTanh>(stream, out, inp, n);
 }
 
-void launch_gelu_backward(cudaStream_t stream, float* dinp, const float* dout, const float* inp, int64_t n) {
+template <typename S>
+void launch_gelu_backward(cudaStream_t stream, S* dinp, const S* dout, const S* inp, int64_t n) {
   launch_activation_backward<GeluTanh>(stream, dinp, dout, inp, n);
 }
 
-void launch_gelu_erf_forward(cudaStream_t stream, float* out, const float* inp, int64_t n) {
+template <typename S>
+void launch_gelu_erf_forward(cudaStream_t stream, S* out, const S* inp, int64_t n) {
   launch_activation<GeluErf>(stream, out, inp, n);
 }
 
-void launch_gelu_erf_backward(cudaStream_t stream, float* dinp, const float* dout, const float* inp, int64_t n) {
+template <typename S>
+void launch_gelu_erf_backward(cudaStream_t stream, S* dinp, const S* dout, const S* inp, int64_t n) {
   launch_activation_backward<GeluErf>(stream, dinp, dout, inp, n);
 }
 
-void launch_swiglu_forward(cudaStream_t stream, float* out, const float* inp, int64_t N, int64_t F) {
+template <typename S>
+void launch_swiglu_forward(cudaStream_t stream, S* out, const S* inp, int64_t N, int64_t F) {
   if (N * F == 0) return;
   swiglu_forward_kernel<<<blocks_for(N * F), kThreads, 0, stream>>>(out, inp, N, F);
 }
 
-void launch_swiglu_backward(cudaStream_t stream, float* dinp, const float* dout, const float* inp, int64_t N,
-                            int64_t F) {
+template <typename S>
+void launch_swiglu_backward(cudaStream_t stream, S* dinp, const S* dout, const S* inp, int64_t N, int64_t F) {
   if (N * F == 0) return;
   swiglu_backward_kernel<<<blocks_for(N * F), kThreads, 0, stream>>>(dinp, dout, inp, N, F);
 }
@@ -258,7 +269,13 @@ void launch_any_nonfinite(cudaStream_t stream, int* result, const S* x, int64_t 
   template void launch_scale<S>(cudaStream_t, S*, float, int64_t);                                              \
   template void launch_dropout<S>(cudaStream_t, S*, const S*, const RngKey&, int64_t, float, int64_t, int64_t); \
   template void launch_sum_squares<S>(cudaStream_t, double*, const S*, int64_t, void*);                         \
-  template void launch_any_nonfinite<S>(cudaStream_t, int*, const S*, int64_t, void*);
+  template void launch_any_nonfinite<S>(cudaStream_t, int*, const S*, int64_t, void*);                          \
+  template void launch_gelu_forward<S>(cudaStream_t, S*, const S*, int64_t);                                    \
+  template void launch_gelu_backward<S>(cudaStream_t, S*, const S*, const S*, int64_t);                         \
+  template void launch_gelu_erf_forward<S>(cudaStream_t, S*, const S*, int64_t);                                \
+  template void launch_gelu_erf_backward<S>(cudaStream_t, S*, const S*, const S*, int64_t);                     \
+  template void launch_swiglu_forward<S>(cudaStream_t, S*, const S*, int64_t, int64_t);                         \
+  template void launch_swiglu_backward<S>(cudaStream_t, S*, const S*, const S*, int64_t, int64_t);
 LATTICE_INSTANTIATE(float)
 LATTICE_INSTANTIATE(Bf16)
 LATTICE_INSTANTIATE(F16)

@@ -40,16 +40,21 @@ void launch_add_bias(cudaStream_t stream, float* out, const float* bias, int64_t
 void launch_bias_backward(cudaStream_t stream, float* dbias, const float* dout, int64_t rows, int64_t cols);
 
 // out (n) = gelu(inp), tanh approximation; dinp (n) = dout * gelu'(inp).
-void launch_gelu_forward(cudaStream_t stream, float* out, const float* inp, int64_t n);
-void launch_gelu_backward(cudaStream_t stream, float* dinp, const float* dout, const float* inp, int64_t n);
+template <typename S>
+void launch_gelu_forward(cudaStream_t stream, S* out, const S* inp, int64_t n);
+template <typename S>
+void launch_gelu_backward(cudaStream_t stream, S* dinp, const S* dout, const S* inp, int64_t n);
 // The same with the exact erf GELU (BERT).
-void launch_gelu_erf_forward(cudaStream_t stream, float* out, const float* inp, int64_t n);
-void launch_gelu_erf_backward(cudaStream_t stream, float* dinp, const float* dout, const float* inp, int64_t n);
+template <typename S>
+void launch_gelu_erf_forward(cudaStream_t stream, S* out, const S* inp, int64_t n);
+template <typename S>
+void launch_gelu_erf_backward(cudaStream_t stream, S* dinp, const S* dout, const S* inp, int64_t n);
 
 // out (N, F) = silu(gate) * up with inp (N, 2F) = [gate | up]; dinp (N, 2F).
-void launch_swiglu_forward(cudaStream_t stream, float* out, const float* inp, int64_t N, int64_t F);
-void launch_swiglu_backward(cudaStream_t stream, float* dinp, const float* dout, const float* inp, int64_t N,
-                            int64_t F);
+template <typename S>
+void launch_swiglu_forward(cudaStream_t stream, S* out, const S* inp, int64_t N, int64_t F);
+template <typename S>
+void launch_swiglu_backward(cudaStream_t stream, S* dinp, const S* dout, const S* inp, int64_t N, int64_t F);
 
 // out (n) = a + b; out may alias a or b.
 template <typename S>

@@ -1,9 +1,13 @@
 // GPU erf GELU and SwiGLU (src/core/cuda/kernels.cu) and the row softmax
 // (softmax.cu) against the CPU kernels. Tolerance: f32 (erff/expf may differ
 // from the host's in the last ulp, and the softmax's row sums run in a fixed
-// tree instead of in sequence); see cuda_test_support.h.
+// tree instead of in sequence); see cuda_test_support.h. On bf16/f16
+// activations (GELU tanh and erf, SwiGLU) the CUDA 16-bit kernels against the
+// CPU 16-bit kernels: within 1 ulp of the 16-bit type, since the fp32 values
+// before rounding may differ in their last ulp.
 #include <cmath>
 
+#include "support/act16.h"
 #include "support/cuda_test_support.h"
 
 namespace lattice::test {
@@ -53,6 +57,34 @@ TEST_F(CudaOps, SoftmaxInPlaceAndDeterministic) {
   EXPECT_TRUE(same_bits(host(again), host(x_g)));  // fixed reduction tree: the same bits every run
   ops::softmax_backward(dy_g, dy_g, y_g);          // dinp is dout
   EXPECT_TENSOR_NEAR(host(dy_g), dx, tolerance(DType::f32));
+}
+
+TEST_F(CudaOps, Act16ActivationsMatchCpu) {
+  using Fwd = void (*)(Tensor&, const Tensor&);
+  using Bwd = void (*)(Tensor&, const Tensor&, const Tensor&);
+  struct Case {
+    const char* name;
+    Fwd forward;
+    Bwd backward;
+    bool glu;
+  };
+  const Case cases[] = {{"gelu", ops::gelu_forward, ops::gelu_backward, false},
+                        {"gelu_erf", ops::gelu_erf_forward, ops::gelu_erf_backward, false},
+                        {"swiglu", ops::swiglu_forward, ops::swiglu_backward, true}};
+  const int64_t N = 7, C = 186;
+  for (DType dt : kAct16)
+    for (const Case& c : cases) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dt) << " " << c.name);
+      const Shape out_shape{N, c.glu ? C / 2 : C};
+      Tensor x = act16({N, C}, dt, 41, 4.0), dy = act16(out_shape, dt, 42);
+      Tensor y = Tensor::zeros(out_shape, dt), y_g = gpu(y), dx = Tensor::zeros({N, C}, dt), dx_g = gpu(dx);
+      c.forward(y, x);
+      c.forward(y_g, gpu(x));
+      expect_rounded_equal(host(y_g), y, 1);
+      c.backward(dx, dy, x);
+      c.backward(dx_g, gpu(dy), gpu(x));
+      expect_rounded_equal(host(dx_g), dx, 1);
+    }
 }
 
 }  // namespace
