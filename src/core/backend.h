@@ -179,6 +179,33 @@ class CudaBackend {
   virtual void swiglu_forward16(int dev, DType act, void* out, const void* inp, int64_t N, int64_t F) = 0;
   virtual void swiglu_backward16(int dev, DType act, void* dinp, const void* dout, const void* inp, int64_t N,
                                  int64_t F) = 0;
+  virtual void rope16(int dev, DType act, void* out, const void* inp, const cpu::RopeDims& d, double sign) = 0;
+  virtual void repeat_kv_forward16(int dev, DType act, void* out, const void* inp, int64_t N, int64_t NH, int64_t KV,
+                                   int64_t HS) = 0;
+  virtual void repeat_kv_backward16(int dev, DType act, void* dinp, const void* dout, int64_t N, int64_t NH, int64_t KV,
+                                    int64_t HS) = 0;
+  // Embedding: 16-bit out / dout, fp32 table and gradient (+=, deterministic).
+  virtual void embedding_forward16(int dev, DType act, void* out, const int32_t* ids, const float* weight,
+                                   int64_t vocab_start, int64_t N, int64_t V, int64_t C) = 0;
+  virtual void embedding_backward16(int dev, DType act, float* dweight, const void* dout, const int32_t* ids,
+                                    int64_t vocab_start, int64_t N, int64_t V, int64_t C) = 0;
+  // Bias: 16-bit rows, fp32 bias and gradient (+=).
+  virtual void add_bias16(int dev, DType act, void* out, const float* bias, int64_t rows, int64_t cols) = 0;
+  virtual void bias_backward16(int dev, DType act, float* dbias, const void* dout, int64_t rows, int64_t cols) = 0;
+  virtual void softmax_forward16(int dev, DType act, void* out, const void* inp, int64_t N, int64_t K) = 0;
+  virtual void softmax_backward16(int dev, DType act, void* dinp, const void* dout, const void* out, int64_t N,
+                                  int64_t K) = 0;
+  // Cross-entropy: 16-bit logits and dlogits; losses, lse, row max and sums fp32.
+  virtual void cross_entropy_forward16(int dev, DType act, float* losses, float* lse, const void* logits,
+                                       const int32_t* targets, int ignore_index, int64_t N, int64_t V) = 0;
+  virtual void shard_row_max16(int dev, DType act, float* row_max, const void* logits, int64_t n_valid, int64_t N,
+                               int64_t K) = 0;
+  virtual void shard_softmax_partials16(int dev, DType act, float* sums, const void* logits, const float* row_max,
+                                        const int32_t* targets, int64_t col_start, int64_t n_valid, int64_t N,
+                                        int64_t K) = 0;
+  virtual void shard_cross_entropy_backward16(int dev, DType act, void* dlogits, const void* logits, const float* lse,
+                                              const int32_t* targets, float dloss, int64_t col_start, int64_t n_valid,
+                                              int ignore_index, int64_t N, int64_t K) = 0;
 
   // ---- attention ----
   // Two paths behind one pair of calls. The plain one (core/cuda/attention.h)

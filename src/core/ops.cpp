@@ -7,9 +7,11 @@
 #include <climits>
 #include <cmath>
 #include <initializer_list>
+#include <type_traits>
 
 #include "core/backend.h"
 #include "core/kernels/cpu/activation.h"
+#include "core/kernels/cpu/bias.h"
 #include "core/kernels/cpu/elementwise.h"
 #include "core/kernels/cpu/matmul.h"
 #include "core/kernels/cpu/norm.h"
@@ -122,8 +124,10 @@ void linear_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor&
 }
 
 namespace {
+// rows: activations (f32, f64, bf16, f16); the bias: f32 beside 16-bit rows.
 Rows bias_dims(const char* op, const Tensor& rows, const Tensor& bias) {
-  check_same(op, {&rows, &bias});
+  check_same(op, {&rows});
+  check_master(op, rows, {&bias});
   Rows r = rows_of(rows);
   LATTICE_CHECK(bias.numel() == r.c, "ops::{}: bias {} for rows {} (N, OC)", op, shape_str(bias.shape()),
                 shape_str(rows.shape()));
@@ -134,18 +138,27 @@ Rows bias_dims(const char* op, const Tensor& rows, const Tensor& bias) {
 void add_bias_forward(Tensor& out, const Tensor& bias) {
   Rows r = bias_dims("add_bias_forward", out, bias);
   if (cuda_f32(out)) return cuda_backend().add_bias(out.device().index, fp(out), fp(bias), r.n, r.c);
-  on_cpu("add_bias_forward", out, [&](auto t) {
+  if (cuda_16(out)) return cuda_backend().add_bias16(out.device().index, out.dtype(), out.raw(), fp(bias), r.n, r.c);
+  on_cpu_act("add_bias_forward", out, [&](auto t) {
     using T = decltype(t);
-    cpu::add_bias<T>(out.data<T>(), bias.data<T>(), r.n, r.c);
+    if constexpr (std::is_same_v<T, compute_t<T>>)
+      cpu::add_bias<T>(out.data<T>(), bias.data<T>(), r.n, r.c);
+    else
+      cpu::add_bias16<T>(sp<T>(out), fp(bias), r.n, r.c);
   });
 }
 
 void add_bias_backward(Tensor& dbias, const Tensor& dout) {
   Rows r = bias_dims("add_bias_backward", dout, dbias);
   if (cuda_f32(dout)) return cuda_backend().bias_backward(dout.device().index, fp(dbias), fp(dout), r.n, r.c);
-  on_cpu("add_bias_backward", dout, [&](auto t) {
+  if (cuda_16(dout))
+    return cuda_backend().bias_backward16(dout.device().index, dout.dtype(), fp(dbias), dout.raw(), r.n, r.c);
+  on_cpu_act("add_bias_backward", dout, [&](auto t) {
     using T = decltype(t);
-    cpu::bias_backward<T>(dbias.data<T>(), dout.data<T>(), r.n, r.c);
+    if constexpr (std::is_same_v<T, compute_t<T>>)
+      cpu::bias_backward<T>(dbias.data<T>(), dout.data<T>(), r.n, r.c);
+    else
+      cpu::bias_backward16<T>(fp(dbias), sp<T>(dout), r.n, r.c);
   });
 }
 
@@ -322,9 +335,11 @@ void softmax_forward(Tensor& out, const Tensor& inp) {
                 shape_str(inp.shape()));
   Rows r = rows_of(inp);
   if (cuda_f32(out)) return cuda_backend().softmax_forward(out.device().index, fp(out), fp(inp), r.n, r.c);
-  on_cpu("softmax_forward", out, [&](auto t) {
+  if (cuda_16(out))
+    return cuda_backend().softmax_forward16(out.device().index, out.dtype(), out.raw(), inp.raw(), r.n, r.c);
+  on_cpu_act("softmax_forward", out, [&](auto t) {
     using T = decltype(t);
-    cpu::softmax_forward<T>(out.data<T>(), inp.data<T>(), r.n, r.c);
+    cpu::softmax_forward<T>(sp<T>(out), sp<T>(inp), r.n, r.c);
   });
 }
 
@@ -336,9 +351,12 @@ void softmax_backward(Tensor& dinp, const Tensor& dout, const Tensor& out) {
   Rows r = rows_of(out);
   if (cuda_f32(dinp))
     return cuda_backend().softmax_backward(dinp.device().index, fp(dinp), fp(dout), fp(out), r.n, r.c);
-  on_cpu("softmax_backward", dinp, [&](auto t) {
+  if (cuda_16(dinp))
+    return cuda_backend().softmax_backward16(dinp.device().index, dinp.dtype(), dinp.raw(), dout.raw(), out.raw(), r.n,
+                                             r.c);
+  on_cpu_act("softmax_backward", dinp, [&](auto t) {
     using T = decltype(t);
-    cpu::softmax_backward<T>(dinp.data<T>(), dout.data<T>(), out.data<T>(), r.n, r.c);
+    cpu::softmax_backward<T>(sp<T>(dinp), sp<T>(dout), sp<T>(out), r.n, r.c);
   });
 }
 

@@ -119,28 +119,36 @@ Rows embedding_dims(const char* op, const Tensor& rows, const Tensor& ids, const
 }  // namespace
 
 void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& weight, int64_t vocab_start) {
-  check_same("embedding_forward", {&out, &weight});
+  check_same("embedding_forward", {&out});
+  check_master("embedding_forward", out, {&weight});
   Rows r = embedding_dims("embedding_forward", out, ids, weight);
   if (cuda_f32(out))
     return cuda_backend().embedding_forward(out.device().index, fp(out), ip(ids), fp(weight), vocab_start, r.n,
                                             weight.dim(0), r.c);
-  on_cpu("embedding_forward", out, [&](auto t) {
+  if (cuda_16(out))
+    return cuda_backend().embedding_forward16(out.device().index, out.dtype(), out.raw(), ip(ids), fp(weight),
+                                              vocab_start, r.n, weight.dim(0), r.c);
+  on_cpu_act("embedding_forward", out, [&](auto t) {
     using T = decltype(t);
-    cpu::embedding_forward<T>(out.data<T>(), ids.data<int32_t>(), weight.data<T>(), vocab_start, r.n, weight.dim(0),
-                              r.c);
+    cpu::embedding_forward<T>(sp<T>(out), ids.data<int32_t>(), sp<compute_t<T>>(weight), vocab_start, r.n,
+                              weight.dim(0), r.c);
   });
 }
 
 void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids, int64_t vocab_start) {
-  check_same("embedding_backward", {&dweight, &dout});
+  check_same("embedding_backward", {&dout});
+  check_master("embedding_backward", dout, {&dweight});
   Rows r = embedding_dims("embedding_backward", dout, ids, dweight);
-  if (cuda_f32(dweight))
+  if (cuda_f32(dout))
     return cuda_backend().embedding_backward(dweight.device().index, fp(dweight), fp(dout), ip(ids), vocab_start, r.n,
                                              dweight.dim(0), r.c);
-  on_cpu("embedding_backward", dweight, [&](auto t) {
+  if (cuda_16(dout))
+    return cuda_backend().embedding_backward16(dout.device().index, dout.dtype(), fp(dweight), dout.raw(), ip(ids),
+                                               vocab_start, r.n, dweight.dim(0), r.c);
+  on_cpu_act("embedding_backward", dout, [&](auto t) {
     using T = decltype(t);
-    cpu::embedding_backward<T>(dweight.data<T>(), dout.data<T>(), ids.data<int32_t>(), vocab_start, r.n, dweight.dim(0),
-                               r.c);
+    cpu::embedding_backward<T>(sp<compute_t<T>>(dweight), sp<T>(dout), ids.data<int32_t>(), vocab_start, r.n,
+                               dweight.dim(0), r.c);
   });
 }
 
@@ -167,23 +175,29 @@ Rows cross_entropy_dims(const char* op, const Tensor& logits, const Tensor& targ
 }  // namespace
 
 void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets, int ignore_index) {
-  check_same("cross_entropy_forward", {&losses, &lse, &logits});
+  check_same("cross_entropy_forward", {&logits});
+  check_master("cross_entropy_forward", logits, {&losses, &lse});
   Rows r = cross_entropy_dims("cross_entropy_forward", logits, targets, ignore_index);
   LATTICE_CHECK(losses.numel() == r.n && lse.numel() == r.n, "ops::cross_entropy_forward: losses {} lse {} for N = {}",
                 shape_str(losses.shape()), shape_str(lse.shape()), r.n);
   if (cuda_f32(logits))
     return cuda_backend().cross_entropy_forward(logits.device().index, fp(losses), fp(lse), fp(logits), ip(targets),
                                                 ignore_index, r.n, r.c);
-  on_cpu("cross_entropy_forward", logits, [&](auto t) {
+  if (cuda_16(logits))
+    return cuda_backend().cross_entropy_forward16(logits.device().index, logits.dtype(), fp(losses), fp(lse),
+                                                  logits.raw(), ip(targets), ignore_index, r.n, r.c);
+  on_cpu_act("cross_entropy_forward", logits, [&](auto t) {
     using T = decltype(t);
-    cpu::cross_entropy_forward<T>(losses.data<T>(), lse.data<T>(), logits.data<T>(), targets.data<int32_t>(),
-                                  ignore_index, r.n, r.c);
+    using F = compute_t<T>;
+    cpu::cross_entropy_forward<T>(sp<F>(losses), sp<F>(lse), sp<T>(logits), targets.data<int32_t>(), ignore_index, r.n,
+                                  r.c);
   });
 }
 
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
                             float dloss, int ignore_index) {
-  check_same("cross_entropy_backward", {&dlogits, &logits, &lse});
+  check_same("cross_entropy_backward", {&dlogits, &logits});
+  check_master("cross_entropy_backward", logits, {&lse});
   Rows r = cross_entropy_dims("cross_entropy_backward", logits, targets, ignore_index);
   LATTICE_CHECK(dlogits.numel() == logits.numel() && lse.numel() == r.n,
                 "ops::cross_entropy_backward: dlogits {} lse {} for logits {}", shape_str(dlogits.shape()),
@@ -191,10 +205,15 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
   if (cuda_f32(logits))
     return cuda_backend().shard_cross_entropy_backward(logits.device().index, fp(dlogits), fp(logits), fp(lse),
                                                        ip(targets), dloss, 0, r.c, ignore_index, r.n, r.c);
-  on_cpu("cross_entropy_backward", logits, [&](auto t) {
+  if (cuda_16(logits))
+    return cuda_backend().shard_cross_entropy_backward16(logits.device().index, logits.dtype(), dlogits.raw(),
+                                                         logits.raw(), fp(lse), ip(targets), dloss, 0, r.c,
+                                                         ignore_index, r.n, r.c);
+  on_cpu_act("cross_entropy_backward", logits, [&](auto t) {
     using T = decltype(t);
-    cpu::cross_entropy_backward<T>(dlogits.data<T>(), logits.data<T>(), lse.data<T>(), targets.data<int32_t>(),
-                                   T(dloss), ignore_index, r.n, r.c);
+    using F = compute_t<T>;
+    cpu::cross_entropy_backward<T>(sp<T>(dlogits), sp<T>(logits), sp<F>(lse), targets.data<int32_t>(), F(dloss),
+                                   ignore_index, r.n, r.c);
   });
 }
 
@@ -216,44 +235,55 @@ Rows shard_loss_dims(const char* op, const Tensor& logits, const Tensor& targets
 }  // namespace
 
 void shard_row_max(Tensor& row_max, const Tensor& logits, int64_t n_valid) {
-  check_same("shard_row_max", {&row_max, &logits});
+  check_same("shard_row_max", {&logits});
+  check_master("shard_row_max", logits, {&row_max});
   Rows r = rows_of(logits);
   LATTICE_CHECK(row_max.numel() == r.n, "ops::shard_row_max: row_max {} for logits {}", shape_str(row_max.shape()),
                 shape_str(logits.shape()));
   if (cuda_f32(logits))
     return cuda_backend().shard_row_max(logits.device().index, fp(row_max), fp(logits), n_valid, r.n, r.c);
-  on_cpu("shard_row_max", logits, [&](auto t) {
+  if (cuda_16(logits))
+    return cuda_backend().shard_row_max16(logits.device().index, logits.dtype(), fp(row_max), logits.raw(), n_valid,
+                                          r.n, r.c);
+  on_cpu_act("shard_row_max", logits, [&](auto t) {
     using T = decltype(t);
-    cpu::shard_row_max<T>(row_max.data<T>(), logits.data<T>(), n_valid, r.n, r.c);
+    cpu::shard_row_max<T>(sp<compute_t<T>>(row_max), sp<T>(logits), n_valid, r.n, r.c);
   });
 }
 
 void shard_softmax_partials(Tensor& sums, const Tensor& logits, const Tensor& row_max, const Tensor& targets,
                             int64_t col_start, int64_t n_valid) {
-  check_same("shard_softmax_partials", {&sums, &logits, &row_max});
+  check_same("shard_softmax_partials", {&logits});
+  check_master("shard_softmax_partials", logits, {&sums, &row_max});
   Rows r = shard_loss_dims("shard_softmax_partials", logits, targets, {{&sums, 2}, {&row_max, 1}});
   if (cuda_f32(logits))
     return cuda_backend().shard_softmax_partials(logits.device().index, fp(sums), fp(logits), fp(row_max), ip(targets),
                                                  col_start, n_valid, r.n, r.c);
-  on_cpu("shard_softmax_partials", logits, [&](auto t) {
+  if (cuda_16(logits))
+    return cuda_backend().shard_softmax_partials16(logits.device().index, logits.dtype(), fp(sums), logits.raw(),
+                                                   fp(row_max), ip(targets), col_start, n_valid, r.n, r.c);
+  on_cpu_act("shard_softmax_partials", logits, [&](auto t) {
     using T = decltype(t);
-    cpu::shard_softmax_partials<T>(sums.data<T>(), logits.data<T>(), row_max.data<T>(), targets.data<int32_t>(),
-                                   col_start, n_valid, r.n, r.c);
+    using F = compute_t<T>;
+    cpu::shard_softmax_partials<T>(sp<F>(sums), sp<T>(logits), sp<F>(row_max), targets.data<int32_t>(), col_start,
+                                   n_valid, r.n, r.c);
   });
 }
 
 void shard_softmax_stats(Tensor& row_max, Tensor& sums, const Tensor& logits, const Tensor& targets, int64_t col_start,
                          int64_t n_valid) {
-  check_same("shard_softmax_stats", {&row_max, &sums, &logits});
+  check_same("shard_softmax_stats", {&logits});
+  check_master("shard_softmax_stats", logits, {&row_max, &sums});
   Rows r = shard_loss_dims("shard_softmax_stats", logits, targets, {{&sums, 2}, {&row_max, 1}});
-  if (cuda_f32(logits)) {  // the two kernels back to back
+  if (logits.device().is_cuda()) {  // the two kernels back to back
     shard_row_max(row_max, logits, n_valid);
     return shard_softmax_partials(sums, logits, row_max, targets, col_start, n_valid);
   }
-  on_cpu("shard_softmax_stats", logits, [&](auto t) {
+  on_cpu_act("shard_softmax_stats", logits, [&](auto t) {
     using T = decltype(t);
-    cpu::shard_softmax_stats<T>(row_max.data<T>(), sums.data<T>(), logits.data<T>(), targets.data<int32_t>(), col_start,
-                                n_valid, r.n, r.c);
+    using F = compute_t<T>;
+    cpu::shard_softmax_stats<T>(sp<F>(row_max), sp<F>(sums), sp<T>(logits), targets.data<int32_t>(), col_start, n_valid,
+                                r.n, r.c);
   });
 }
 
@@ -278,17 +308,23 @@ void cross_entropy_from_partials(Tensor& losses, Tensor& lse, const Tensor& row_
 
 void shard_cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
                                   float dloss, int64_t col_start, int64_t n_valid, int ignore_index) {
-  check_same("shard_cross_entropy_backward", {&dlogits, &logits, &lse});
+  check_same("shard_cross_entropy_backward", {&dlogits, &logits});
+  check_master("shard_cross_entropy_backward", logits, {&lse});
   Rows r = shard_loss_dims("shard_cross_entropy_backward", logits, targets, {{&lse, 1}});
   LATTICE_CHECK(dlogits.numel() == logits.numel(), "ops::shard_cross_entropy_backward: dlogits {} for logits {}",
                 shape_str(dlogits.shape()), shape_str(logits.shape()));
   if (cuda_f32(logits))
     return cuda_backend().shard_cross_entropy_backward(logits.device().index, fp(dlogits), fp(logits), fp(lse),
                                                        ip(targets), dloss, col_start, n_valid, ignore_index, r.n, r.c);
-  on_cpu("shard_cross_entropy_backward", logits, [&](auto t) {
+  if (cuda_16(logits))
+    return cuda_backend().shard_cross_entropy_backward16(logits.device().index, logits.dtype(), dlogits.raw(),
+                                                         logits.raw(), fp(lse), ip(targets), dloss, col_start, n_valid,
+                                                         ignore_index, r.n, r.c);
+  on_cpu_act("shard_cross_entropy_backward", logits, [&](auto t) {
     using T = decltype(t);
-    cpu::shard_cross_entropy_backward<T>(dlogits.data<T>(), logits.data<T>(), lse.data<T>(), targets.data<int32_t>(),
-                                         T(dloss), col_start, n_valid, ignore_index, r.n, r.c);
+    using F = compute_t<T>;
+    cpu::shard_cross_entropy_backward<T>(sp<T>(dlogits), sp<T>(logits), sp<F>(lse), targets.data<int32_t>(), F(dloss),
+                                         col_start, n_valid, ignore_index, r.n, r.c);
   });
 }
 
@@ -390,9 +426,10 @@ void rope_forward(Tensor& out, const Tensor& inp, int n_rot, int64_t head_size, 
   check_same("rope_forward", {&out, &inp});
   cpu::RopeDims d = rope_dims("rope_forward", out, inp, n_rot, head_size, theta);
   if (cuda_f32(out)) return cuda_backend().rope(out.device().index, fp(out), fp(inp), d, 1.0);
-  on_cpu("rope_forward", out, [&](auto t) {
+  if (cuda_16(out)) return cuda_backend().rope16(out.device().index, out.dtype(), out.raw(), inp.raw(), d, 1.0);
+  on_cpu_act("rope_forward", out, [&](auto t) {
     using T = decltype(t);
-    cpu::rope_forward<T>(out.data<T>(), inp.data<T>(), d);
+    cpu::rope_forward<T>(sp<T>(out), sp<T>(inp), d);
   });
 }
 
@@ -400,9 +437,10 @@ void rope_backward(Tensor& dinp, const Tensor& dout, int n_rot, int64_t head_siz
   check_same("rope_backward", {&dinp, &dout});
   cpu::RopeDims d = rope_dims("rope_backward", dinp, dout, n_rot, head_size, theta);
   if (cuda_f32(dinp)) return cuda_backend().rope(dinp.device().index, fp(dinp), fp(dout), d, -1.0);
-  on_cpu("rope_backward", dinp, [&](auto t) {
+  if (cuda_16(dinp)) return cuda_backend().rope16(dinp.device().index, dinp.dtype(), dinp.raw(), dout.raw(), d, -1.0);
+  on_cpu_act("rope_backward", dinp, [&](auto t) {
     using T = decltype(t);
-    cpu::rope_backward<T>(dinp.data<T>(), dout.data<T>(), d);
+    cpu::rope_backward<T>(sp<T>(dinp), sp<T>(dout), d);
   });
 }
 
@@ -411,9 +449,12 @@ void repeat_kv_forward(Tensor& out, const Tensor& inp, int n_head, int n_kv_head
   KvDims d = kv_dims("repeat_kv_forward", inp, out, n_head, n_kv_head);
   if (cuda_f32(out))
     return cuda_backend().repeat_kv_forward(out.device().index, fp(out), fp(inp), d.N, d.NH, d.KV, d.HS);
-  on_cpu("repeat_kv_forward", out, [&](auto t) {
+  if (cuda_16(out))
+    return cuda_backend().repeat_kv_forward16(out.device().index, out.dtype(), out.raw(), inp.raw(), d.N, d.NH, d.KV,
+                                              d.HS);
+  on_cpu_act("repeat_kv_forward", out, [&](auto t) {
     using T = decltype(t);
-    cpu::repeat_kv_forward<T>(out.data<T>(), inp.data<T>(), d.N, d.NH, d.KV, d.HS);
+    cpu::repeat_kv_forward<T>(sp<T>(out), sp<T>(inp), d.N, d.NH, d.KV, d.HS);
   });
 }
 
@@ -422,9 +463,12 @@ void repeat_kv_backward(Tensor& dinp, const Tensor& dout, int n_head, int n_kv_h
   KvDims d = kv_dims("repeat_kv_backward", dinp, dout, n_head, n_kv_head);
   if (cuda_f32(dinp))
     return cuda_backend().repeat_kv_backward(dinp.device().index, fp(dinp), fp(dout), d.N, d.NH, d.KV, d.HS);
-  on_cpu("repeat_kv_backward", dinp, [&](auto t) {
+  if (cuda_16(dinp))
+    return cuda_backend().repeat_kv_backward16(dinp.device().index, dinp.dtype(), dinp.raw(), dout.raw(), d.N, d.NH,
+                                               d.KV, d.HS);
+  on_cpu_act("repeat_kv_backward", dinp, [&](auto t) {
     using T = decltype(t);
-    cpu::repeat_kv_backward<T>(dinp.data<T>(), dout.data<T>(), d.N, d.NH, d.KV, d.HS);
+    cpu::repeat_kv_backward<T>(sp<T>(dinp), sp<T>(dout), d.N, d.NH, d.KV, d.HS);
   });
 }
 

@@ -149,20 +149,9 @@ TEST(OpsActivation, RejectsBadShapes) {
 // formulas on widened inputs, rounded once on store: bitwise the f32 kernels
 // on the same values, rounded.
 TEST(OpsActivation, Act16MatchesRoundedF32Bitwise) {
-  using Fwd = void (*)(Tensor&, const Tensor&);
-  using Bwd = void (*)(Tensor&, const Tensor&, const Tensor&);
-  struct Case {
-    const char* name;
-    Fwd forward;
-    Bwd backward;
-    bool glu;  // out has half the columns
-  };
-  const Case cases[] = {{"gelu", ops::gelu_forward, ops::gelu_backward, false},
-                        {"gelu_erf", ops::gelu_erf_forward, ops::gelu_erf_backward, false},
-                        {"swiglu", ops::swiglu_forward, ops::swiglu_backward, true}};
   const int64_t N = 67, C = 1030;  // beyond the kernels' parallel threshold
   for (DType dt : kAct16)
-    for (const Case& c : cases) {
+    for (const Act16Activation& c : kAct16Activations) {
       SCOPED_TRACE(testing::Message() << dtype_name(dt) << " " << c.name);
       const Shape out_shape{N, c.glu ? C / 2 : C};
       Tensor x = act16({N, C}, dt, 33, 5.0), dy = act16(out_shape, dt, 34);
@@ -176,4 +165,27 @@ TEST(OpsActivation, Act16MatchesRoundedF32Bitwise) {
       c.backward(dx32, dy32, x32);
       expect_rounded_equal(dx, dx32);
     }
+}
+
+// Row softmax on bf16/f16: the same exps (exp_f32 of the widened values) and
+// fp32 sums, but the 16-bit kernel sums in its own loop (its vector lanes may
+// add in another order) and scales recomputed exps: within 1 ulp of the
+// rounded f32 result. Backward: the fp32 dot product likewise, 1 ulp.
+TEST(OpsActivation, SoftmaxAct16WithinOneUlpOfRoundedF32) {
+  const int64_t N = 37, K = 1030;
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = act16({N, K}, dt, 35, 6.0), dy = act16({N, K}, dt, 36);
+    Tensor y = zeros_like(x), y32 = zeros_like(as_f32(x));
+    ops::softmax_forward(y, x);
+    ops::softmax_forward(y32, as_f32(x));
+    expect_rounded_equal(y, y32, 1);
+    Tensor dx = zeros_like(x), dx32 = zeros_like(y32);
+    ops::softmax_backward(dx, dy, y);
+    ops::softmax_backward(dx32, as_f32(dy), as_f32(y));
+    expect_rounded_equal(dx, dx32, 1);
+    Tensor z = x.clone();  // in place
+    ops::softmax_forward(z, z);
+    EXPECT_TRUE(bitwise_equal(z, y));
+  }
 }

@@ -57,3 +57,23 @@ TEST(OpsBias, RejectsMismatchedShapes) {
   Tensor b64 = Tensor::zeros({5}, DType::f64);
   EXPECT_THROW(ops::add_bias_forward(out, b64), Error);
 }
+
+// bf16/f16 rows beside an fp32 bias: one fp32 add per element rounded once,
+// and column sums in fp32 in row order, as the f32 kernels: bitwise.
+TEST(OpsBias, Act16MatchesF32Bitwise) {
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Shape shape{3, 97, 300};  // more than one column block and the threading threshold
+    Tensor out = act16(shape, dt, 11, 3.0), bias = random_tensor({300}, DType::f32, 12);
+    Tensor out32 = as_f32(out);
+    ops::add_bias_forward(out, bias);
+    ops::add_bias_forward(out32, bias);
+    expect_rounded_equal(out, out32);
+    Tensor db = random_tensor({300}, DType::f32, 13), db32 = db.clone();
+    ops::add_bias_backward(db, out);
+    ops::add_bias_backward(db32, as_f32(out));
+    EXPECT_TRUE(bitwise_equal(db, db32));
+    EXPECT_THROW(ops::add_bias_forward(out, bias.to(dt)), Error);
+    EXPECT_THROW(ops::add_bias_backward(out, out), Error);
+  }
+}

@@ -76,3 +76,26 @@ TEST(OpsEmbedding, RejectsBadArguments) {
   Tensor ids = Tensor::from<int32_t>(kIds, {8}), small = Tensor::zeros({7, kC}, DType::f64);
   EXPECT_THROW(ops::embedding_forward(small, ids, w), Error);
 }
+
+// bf16/f16 activations beside an fp32 table: forward rounds each looked-up
+// value once (bitwise the f32 lookup rounded); backward adds the widened dout
+// rows in fp32 in the f32 kernel's order (bitwise the f32 kernel on them).
+TEST(OpsEmbedding, Act16MatchesF32Bitwise) {
+  Tensor ids = Tensor::from<int32_t>(kIds, {2, 4});
+  const int64_t C = 300;  // more than one column block
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor w = random_tensor({kV, C}, DType::f32, 53), out = Tensor::zeros({2, 4, C}, dt);
+    Tensor out32 = Tensor::zeros({2, 4, C}, DType::f32);
+    ops::embedding_forward(out, ids, w, kStart);
+    ops::embedding_forward(out32, ids, w, kStart);
+    expect_rounded_equal(out, out32);
+    Tensor dout = act16({2, 4, C}, dt, 54), dw = random_tensor({kV, C}, DType::f32, 55), dw32 = dw.clone();
+    ops::embedding_backward(dw, dout, ids, kStart);
+    ops::embedding_backward(dw32, as_f32(dout), ids, kStart);
+    EXPECT_TRUE(bitwise_equal(dw, dw32));
+    Tensor w16 = w.to(dt);  // the table is a parameter: fp32 beside 16-bit activations
+    EXPECT_THROW(ops::embedding_forward(out, ids, w16, kStart), Error);
+    EXPECT_THROW(ops::embedding_backward(w16, dout, ids, kStart), Error);
+  }
+}

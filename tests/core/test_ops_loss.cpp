@@ -99,3 +99,35 @@ TEST(OpsLoss, RejectsOutOfRangeTargets) {
   Tensor short_targets = Tensor::from<int32_t>({1, 2}, {2});
   EXPECT_THROW(ops::cross_entropy_forward(losses, lse, logits, short_targets, kIgnore), Error);
 }
+
+// Cross-entropy on bf16/f16 logits with fp32 losses and lse: the row sums
+// are fp32 over the widened logits, as in the f32 kernel but maybe in other
+// vector lanes, so losses and lse agree to fp32 rounding; dlogits (each one
+// fp32 formula, rounded once) within 1 ulp of the rounded f32 result.
+TEST(OpsLoss, Act16MatchesRoundedF32) {
+  const int64_t N = 9, V = 3001;
+  const Tolerance tight{1e-6, 1e-6};
+  std::vector<int32_t> t(N);
+  for (int64_t n = 0; n < N; ++n) t[size_t(n)] = int32_t((n * 977) % V);
+  t[3] = -100;  // ignored
+  Tensor targets = Tensor::from<int32_t>(t, {N});
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor logits = act16({N, V}, dt, 91, 8.0), logits32 = as_f32(logits);
+    Tensor losses = Tensor::zeros({N}, DType::f32), lse = zeros_like(losses);
+    Tensor losses32 = zeros_like(losses), lse32 = zeros_like(losses);
+    ops::cross_entropy_forward(losses, lse, logits, targets, -100);
+    ops::cross_entropy_forward(losses32, lse32, logits32, targets, -100);
+    EXPECT_TENSOR_NEAR(losses, losses32, tight);
+    EXPECT_TENSOR_NEAR(lse, lse32, tight);
+    Tensor d = zeros_like(logits), d32 = zeros_like(logits32);
+    ops::cross_entropy_backward(d, logits, lse32, targets, 0.25f, -100);
+    ops::cross_entropy_backward(d32, logits32, lse32, targets, 0.25f, -100);
+    expect_rounded_equal(d, d32, 1);
+    Tensor in_place = logits.clone();
+    ops::cross_entropy_backward(in_place, in_place, lse32, targets, 0.25f, -100);
+    EXPECT_TRUE(bitwise_equal(in_place, d));
+    Tensor lse16 = lse.to(dt);  // statistics stay fp32
+    EXPECT_THROW(ops::cross_entropy_forward(losses, lse16, logits, targets, -100), Error);
+  }
+}

@@ -192,3 +192,36 @@ TEST(OpsLossShard, RejectsMismatchedShapes) {
   EXPECT_THROW(ops::shard_softmax_stats(mx, short_sums, logits, targets, 0, 4), Error);
   EXPECT_THROW(ops::shard_softmax_stats(short_max, sums, logits, targets, 0, 4), Error);
 }
+
+// The vocab-parallel pieces on a bf16/f16 shard with fp32 statistics: row
+// max and target logit exact (the max of widened values), sums to fp32
+// rounding (lane order), dlogits within 1 ulp of the rounded f32 result.
+TEST(OpsLossShard, Act16MatchesRoundedF32) {
+  const int64_t N = 6, K = 700, col_start = 1400, n_valid = 650;
+  const Tolerance tight{1e-6, 1e-6};
+  Tensor targets = Tensor::from<int32_t>(std::vector<int32_t>{1400, 1500, 2049, 2100, 3, -100}, {N});
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor logits = act16({N, K}, dt, 92, 6.0), logits32 = as_f32(logits);
+    Tensor mx = Tensor::zeros({N}, DType::f32), sums = Tensor::zeros({2, N}, DType::f32);
+    Tensor mx32 = zeros_like(mx), sums32 = zeros_like(sums);
+    ops::shard_row_max(mx, logits, n_valid);
+    ops::shard_row_max(mx32, logits32, n_valid);
+    EXPECT_TRUE(bitwise_equal(mx, mx32));
+    ops::shard_softmax_partials(sums, logits, mx32, targets, col_start, n_valid);
+    ops::shard_softmax_partials(sums32, logits32, mx32, targets, col_start, n_valid);
+    EXPECT_TENSOR_NEAR(sums, sums32, tight);
+    Tensor mx2 = zeros_like(mx), sums2 = zeros_like(sums);
+    ops::shard_softmax_stats(mx2, sums2, logits, targets, col_start, n_valid);
+    EXPECT_TRUE(bitwise_equal(mx2, mx32));
+    EXPECT_TENSOR_NEAR(sums2, sums32, tight);
+    Tensor losses = Tensor::zeros({N}, DType::f32), lse = zeros_like(losses);
+    ops::cross_entropy_from_partials(losses, lse, mx32, sums32, targets, -100);
+    Tensor d = zeros_like(logits), d32 = zeros_like(logits32);
+    ops::shard_cross_entropy_backward(d, logits, lse, targets, 0.5f, col_start, n_valid, -100);
+    ops::shard_cross_entropy_backward(d32, logits32, lse, targets, 0.5f, col_start, n_valid, -100);
+    expect_rounded_equal(d, d32, 1);
+    Tensor mx16 = mx.to(dt);  // statistics stay fp32
+    EXPECT_THROW(ops::shard_row_max(mx16, logits, n_valid), Error);
+  }
+}

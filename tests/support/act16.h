@@ -15,12 +15,25 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "core/ops.h"
 #include "core/tensor.h"
 #include "support/test_support.h"
 
 namespace lattice::test {
 
 constexpr DType kAct16[] = {DType::bf16, DType::f16};
+
+// The element-wise activations with 16-bit kernels, as forward and backward
+// ops (backward takes dinp, dout, inp); glu: out has half of inp's columns.
+struct Act16Activation {
+  const char* name;
+  void (*forward)(Tensor&, const Tensor&);
+  void (*backward)(Tensor&, const Tensor&, const Tensor&);
+  bool glu;
+};
+inline const Act16Activation kAct16Activations[] = {{"gelu", ops::gelu_forward, ops::gelu_backward, false},
+                                                    {"gelu_erf", ops::gelu_erf_forward, ops::gelu_erf_backward, false},
+                                                    {"swiglu", ops::swiglu_forward, ops::swiglu_backward, true}};
 
 inline Tensor act16(const Shape& shape, DType dt, uint64_t seed, double scale = 1.0) {
   return random_tensor(shape, DType::f32, seed, scale).to(dt);

@@ -327,14 +327,7 @@ class Backend final : public CudaBackend {
 
   void embedding_backward(int dev, float* dweight, const float* dout, const int32_t* ids, int64_t vocab_start,
                           int64_t N, int64_t V, int64_t C) override {
-    LATTICE_CHECK(N < INT_MAX && V < INT_MAX, "cuda embedding_backward: {} tokens or {} rows exceed the int32 sort", N,
-                  V);
-    use(dev);
-    std::lock_guard<std::mutex> lock(ws_mu_);
-    const size_t bytes = embedding_backward_workspace_bytes(N, V);
-    void* ws = workspace(dev, bytes);
-    CUDA_CHECK(launch_embedding_backward(kStream, dweight, dout, ids, vocab_start, N, V, C, ws, bytes));
-    finish();
+    embedding_backward_on(dev, dweight, dout, ids, vocab_start, N, V, C);
   }
 
   void cross_entropy_forward(int dev, float* losses, float* lse, const float* logits, const int32_t* targets,
@@ -484,6 +477,97 @@ class Backend final : public CudaBackend {
     });
   }
 
+  void rope16(int dev, DType act, void* out, const void* inp, const cpu::RopeDims& d, double sign) override {
+    run(dev, [&] { on_act16(act, [&](auto s) { launch_rope(kStream, as(s, out), as(s, inp), d, sign); }); });
+  }
+
+  void repeat_kv_forward16(int dev, DType act, void* out, const void* inp, int64_t N, int64_t NH, int64_t KV,
+                           int64_t HS) override {
+    run(dev, [&] {
+      on_act16(act, [&](auto s) { launch_repeat_kv_forward(kStream, as(s, out), as(s, inp), N, NH, KV, HS); });
+    });
+  }
+
+  void repeat_kv_backward16(int dev, DType act, void* dinp, const void* dout, int64_t N, int64_t NH, int64_t KV,
+                            int64_t HS) override {
+    run(dev, [&] {
+      on_act16(act, [&](auto s) { launch_repeat_kv_backward(kStream, as(s, dinp), as(s, dout), N, NH, KV, HS); });
+    });
+  }
+
+  void embedding_forward16(int dev, DType act, void* out, const int32_t* ids, const float* weight, int64_t vocab_start,
+                           int64_t N, int64_t V, int64_t C) override {
+    run(dev, [&] {
+      on_act16(act, [&](auto s) { launch_embedding_forward(kStream, as(s, out), ids, weight, vocab_start, N, V, C); });
+    });
+  }
+
+  void embedding_backward16(int dev, DType act, float* dweight, const void* dout, const int32_t* ids,
+                            int64_t vocab_start, int64_t N, int64_t V, int64_t C) override {
+    on_act16(act, [&](auto s) { embedding_backward_on(dev, dweight, as(s, dout), ids, vocab_start, N, V, C); });
+  }
+
+  void add_bias16(int dev, DType act, void* out, const float* bias, int64_t rows, int64_t cols) override {
+    run(dev, [&] { on_act16(act, [&](auto s) { launch_add_bias(kStream, as(s, out), bias, rows, cols); }); });
+  }
+
+  void bias_backward16(int dev, DType act, float* dbias, const void* dout, int64_t rows, int64_t cols) override {
+    run(dev, [&] { on_act16(act, [&](auto s) { launch_bias_backward(kStream, dbias, as(s, dout), rows, cols); }); });
+  }
+
+  void softmax_forward16(int dev, DType act, void* out, const void* inp, int64_t N, int64_t K) override {
+    check_rows("softmax_forward", N);
+    run(dev, [&] { on_act16(act, [&](auto s) { launch_softmax_forward(kStream, as(s, out), as(s, inp), N, K); }); });
+  }
+
+  void softmax_backward16(int dev, DType act, void* dinp, const void* dout, const void* out, int64_t N,
+                          int64_t K) override {
+    check_rows("softmax_backward", N);
+    run(dev, [&] {
+      on_act16(act, [&](auto s) { launch_softmax_backward(kStream, as(s, dinp), as(s, dout), as(s, out), N, K); });
+    });
+  }
+
+  void cross_entropy_forward16(int dev, DType act, float* losses, float* lse, const void* logits,
+                               const int32_t* targets, int ignore_index, int64_t N, int64_t V) override {
+    check_rows("cross_entropy_forward", N);
+    run(dev, [&] {
+      on_act16(act, [&](auto s) {
+        launch_cross_entropy_forward(kStream, losses, lse, as(s, logits), targets, ignore_index, N, V);
+      });
+    });
+  }
+
+  void shard_row_max16(int dev, DType act, float* row_max, const void* logits, int64_t n_valid, int64_t N,
+                       int64_t K) override {
+    check_rows("shard_row_max", N);
+    run(dev,
+        [&] { on_act16(act, [&](auto s) { launch_shard_row_max(kStream, row_max, as(s, logits), n_valid, N, K); }); });
+  }
+
+  void shard_softmax_partials16(int dev, DType act, float* sums, const void* logits, const float* row_max,
+                                const int32_t* targets, int64_t col_start, int64_t n_valid, int64_t N,
+                                int64_t K) override {
+    check_rows("shard_softmax_partials", N);
+    run(dev, [&] {
+      on_act16(act, [&](auto s) {
+        launch_shard_softmax_partials(kStream, sums, as(s, logits), row_max, targets, col_start, n_valid, N, K);
+      });
+    });
+  }
+
+  void shard_cross_entropy_backward16(int dev, DType act, void* dlogits, const void* logits, const float* lse,
+                                      const int32_t* targets, float dloss, int64_t col_start, int64_t n_valid,
+                                      int ignore_index, int64_t N, int64_t K) override {
+    check_rows("shard_cross_entropy_backward", N);
+    run(dev, [&] {
+      on_act16(act, [&](auto s) {
+        launch_shard_cross_entropy_backward(kStream, as(s, dlogits), as(s, logits), lse, targets, dloss, col_start,
+                                            n_valid, ignore_index, N, K);
+      });
+    });
+  }
+
   void attention_forward(int dev, float* out, float* att, const float* qkv, const CudaAttentionArgs& a) override {
     check_attention(a);
     if (fused_attention(dev, a)) {
@@ -569,6 +653,20 @@ class Backend final : public CudaBackend {
   static void run(int dev, Launch&& launch) {
     use(dev);
     launch();
+    finish();
+  }
+
+  // embedding_backward on dout of storage type S (float, Bf16, F16).
+  template <typename S>
+  void embedding_backward_on(int dev, float* dweight, const S* dout, const int32_t* ids, int64_t vocab_start, int64_t N,
+                             int64_t V, int64_t C) {
+    LATTICE_CHECK(N < INT_MAX && V < INT_MAX, "cuda embedding_backward: {} tokens or {} rows exceed the int32 sort", N,
+                  V);
+    use(dev);
+    std::lock_guard<std::mutex> lock(ws_mu_);
+    const size_t bytes = embedding_backward_workspace_bytes(N, V);
+    void* ws = workspace(dev, bytes);
+    CUDA_CHECK(launch_embedding_backward(kStream, dweight, dout, ids, vocab_start, N, V, C, ws, bytes));
     finish();
   }
 

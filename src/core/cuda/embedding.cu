@@ -11,6 +11,10 @@
 // kernel's sequence of additions, so the result is bitwise the CPU's. The sort
 // costs O(N) work and 4 N ints of workspace; the alternative of one block per
 // vocabulary row scanning all ids costs O(V N) reads.
+//
+// Templated on the storage S of out / dout (float, Bf16, F16); the table and
+// its gradient are fp32: forward rounds each looked-up value once, backward
+// adds widened dout values in fp32 in the same order.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "core/cuda/kernels.h"
@@ -31,11 +35,12 @@ int key_bits(int64_t V) {
   return bits;
 }
 
-__global__ void embedding_forward_kernel(float* out, const int32_t* ids, const float* weight, int64_t vocab_start,
+template <typename S>
+__global__ void embedding_forward_kernel(S* out, const int32_t* ids, const float* weight, int64_t vocab_start,
                                          int64_t N, int64_t V, int64_t C) {
   for (int64_t i = first_index(); i < N * C; i += grid_stride()) {
     const int64_t row = int64_t(ids[i / C]) - vocab_start;
-    out[i] = (row >= 0 && row < V) ? weight[row * C + i % C] : 0.0f;
+    out[i] = narrow<S>((row >= 0 && row < V) ? weight[row * C + i % C] : 0.0f);
   }
 }
 
@@ -49,14 +54,15 @@ __global__ void sort_keys_kernel(uint32_t* keys, int32_t* tokens, const int32_t*
 }
 
 // Block p starts work only at the first position of a run of equal rows.
-__global__ void embedding_runs_kernel(float* dweight, const float* dout, const uint32_t* rows, const int32_t* tokens,
+template <typename S>
+__global__ void embedding_runs_kernel(float* dweight, const S* dout, const uint32_t* rows, const int32_t* tokens,
                                       int64_t N, int64_t V, int64_t C) {
   const int64_t p = blockIdx.x;
   const uint32_t row = rows[p];
   if (int64_t(row) == V || (p > 0 && rows[p - 1] == row)) return;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     float acc = dweight[int64_t(row) * C + c];
-    for (int64_t q = p; q < N && rows[q] == row; ++q) acc += dout[int64_t(tokens[q]) * C + c];
+    for (int64_t q = p; q < N && rows[q] == row; ++q) acc += widen(dout[int64_t(tokens[q]) * C + c]);
     dweight[int64_t(row) * C + c] = acc;
   }
 }
@@ -71,8 +77,9 @@ size_t sort_temp_bytes(int64_t N, int64_t V) {
 
 }  // namespace
 
-void launch_embedding_forward(cudaStream_t stream, float* out, const int32_t* ids, const float* weight,
-                              int64_t vocab_start, int64_t N, int64_t V, int64_t C) {
+template <typename S>
+void launch_embedding_forward(cudaStream_t stream, S* out, const int32_t* ids, const float* weight, int64_t vocab_start,
+                              int64_t N, int64_t V, int64_t C) {
   if (N * C == 0) return;
   embedding_forward_kernel<<<blocks_for(N * C), kThreads, 0, stream>>>(out, ids, weight, vocab_start, N, V, C);
 }
@@ -81,7 +88,8 @@ size_t embedding_backward_workspace_bytes(int64_t N, int64_t V) {
   return 4 * align_up(size_t(N) * sizeof(int32_t)) + sort_temp_bytes(N, V);
 }
 
-cudaError_t launch_embedding_backward(cudaStream_t stream, float* dweight, const float* dout, const int32_t* ids,
+template <typename S>
+cudaError_t launch_embedding_backward(cudaStream_t stream, float* dweight, const S* dout, const int32_t* ids,
                                       int64_t vocab_start, int64_t N, int64_t V, int64_t C, void* workspace,
                                       size_t workspace_bytes) {
   if (N == 0 || C == 0) return cudaSuccess;
@@ -99,5 +107,15 @@ cudaError_t launch_embedding_backward(cudaStream_t stream, float* dweight, const
   embedding_runs_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(dweight, dout, keys_out, tokens_out, N, V, C);
   return cudaSuccess;
 }
+
+#define LATTICE_INSTANTIATE(S)                                                                                         \
+  template void launch_embedding_forward<S>(cudaStream_t, S*, const int32_t*, const float*, int64_t, int64_t, int64_t, \
+                                            int64_t);                                                                  \
+  template cudaError_t launch_embedding_backward<S>(cudaStream_t, float*, const S*, const int32_t*, int64_t, int64_t,  \
+                                                    int64_t, int64_t, void*, size_t);
+LATTICE_INSTANTIATE(float)
+LATTICE_INSTANTIATE(Bf16)
+LATTICE_INSTANTIATE(F16)
+#undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cuda

@@ -13,9 +13,10 @@ namespace lattice::cuda {
 
 namespace {
 
-__global__ void add_bias_kernel(float* out, const float* bias, int64_t rows, int64_t cols) {
+template <typename S>
+__global__ void add_bias_kernel(S* out, const float* bias, int64_t rows, int64_t cols) {
   int64_t n = rows * cols;
-  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] += bias[i % cols];
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = narrow<S>(widen(out[i]) + bias[i % cols]);
 }
 
 // Element-wise activations: Act::f is the function, Act::df its derivative.
@@ -170,13 +171,15 @@ __global__ void sgd_kernel(float* param, const float* grad, float* momentum, int
 
 }  // namespace
 
-void launch_add_bias(cudaStream_t stream, float* out, const float* bias, int64_t rows, int64_t cols) {
+template <typename S>
+void launch_add_bias(cudaStream_t stream, S* out, const float* bias, int64_t rows, int64_t cols) {
   if (rows * cols == 0) return;
   add_bias_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(out, bias, rows, cols);
 }
 
-void launch_bias_backward(cudaStream_t stream, float* dbias, const float* dout, int64_t rows, int64_t cols) {
-  launch_column_sum(stream, dbias, rows, cols, RowTerm{dout, cols});
+template <typename S>
+void launch_bias_backward(cudaStream_t stream, float* dbias, const S* dout, int64_t rows, int64_t cols) {
+  launch_column_sum(stream, dbias, rows, cols, RowTerm<S>{dout, cols});
 }
 
 template <typename S>
@@ -270,6 +273,8 @@ void launch_any_nonfinite(cudaStream_t stream, int* result, const S* x, int64_t 
   template void launch_dropout<S>(cudaStream_t, S*, const S*, const RngKey&, int64_t, float, int64_t, int64_t); \
   template void launch_sum_squares<S>(cudaStream_t, double*, const S*, int64_t, void*);                         \
   template void launch_any_nonfinite<S>(cudaStream_t, int*, const S*, int64_t, void*);                          \
+  template void launch_add_bias<S>(cudaStream_t, S*, const float*, int64_t, int64_t);                           \
+  template void launch_bias_backward<S>(cudaStream_t, float*, const S*, int64_t, int64_t);                      \
   template void launch_gelu_forward<S>(cudaStream_t, S*, const S*, int64_t);                                    \
   template void launch_gelu_backward<S>(cudaStream_t, S*, const S*, const S*, int64_t);                         \
   template void launch_gelu_erf_forward<S>(cudaStream_t, S*, const S*, int64_t);                                \

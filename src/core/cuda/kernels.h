@@ -34,10 +34,12 @@
 namespace lattice::cuda {
 
 // ---- element-wise and reductions (kernels.cu) ----------------------------
-// out (N, C) += bias (C), broadcast over rows.
-void launch_add_bias(cudaStream_t stream, float* out, const float* bias, int64_t rows, int64_t cols);
-// dbias (C) += column sums of dout (N, C).
-void launch_bias_backward(cudaStream_t stream, float* dbias, const float* dout, int64_t rows, int64_t cols);
+// out (N, C) += bias (C), broadcast over rows; S the storage of out (the bias is fp32).
+template <typename S>
+void launch_add_bias(cudaStream_t stream, S* out, const float* bias, int64_t rows, int64_t cols);
+// dbias (C) += column sums of dout (N, C), in fp32.
+template <typename S>
+void launch_bias_backward(cudaStream_t stream, float* dbias, const S* dout, int64_t rows, int64_t cols);
 
 // out (n) = gelu(inp), tanh approximation; dinp (n) = dout * gelu'(inp).
 template <typename S>
@@ -106,11 +108,13 @@ struct SgdArgs {
 void launch_sgd(cudaStream_t stream, float* param, const float* grad, float* momentum, int64_t n, const SgdArgs& args);
 
 // ---- row softmax (softmax.cu): one block per row ---------------------------
-// out (N, K) = softmax of each row of inp (N, K); out may be inp.
-void launch_softmax_forward(cudaStream_t stream, float* out, const float* inp, int64_t N, int64_t K);
+// out (N, K) = softmax of each row of inp (N, K); out may be inp. S: float,
+// Bf16 or F16 (fp32 math and reductions).
+template <typename S>
+void launch_softmax_forward(cudaStream_t stream, S* out, const S* inp, int64_t N, int64_t K);
 // dinp (N, K) = out * (dout - rowsum(dout * out)), overwrite; dinp may be dout.
-void launch_softmax_backward(cudaStream_t stream, float* dinp, const float* dout, const float* out, int64_t N,
-                             int64_t K);
+template <typename S>
+void launch_softmax_backward(cudaStream_t stream, S* dinp, const S* dout, const S* out, int64_t N, int64_t K);
 
 // ---- normalisation (norm.cu): one block per row --------------------------
 // out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N).
@@ -133,43 +137,53 @@ void launch_rmsnorm_backward(cudaStream_t stream, S* dinp, float* dweight, const
 
 // ---- rotary embeddings and grouped k/v heads (rope.cu) --------------------
 // out (B, T, W) = inp rotated as cpu::rope_forward (sign +1) or backward
-// (sign -1); out may be inp.
-void launch_rope(cudaStream_t stream, float* out, const float* inp, const cpu::RopeDims& d, double sign);
+// (sign -1); out may be inp. S: float, Bf16 or F16 (here and for repeat_kv).
+template <typename S>
+void launch_rope(cudaStream_t stream, S* out, const S* inp, const cpu::RopeDims& d, double sign);
 // out (N, 3 NH HS) = [q | k' | v'] from inp (N, (NH + 2 KV) HS), as
 // cpu::repeat_kv_forward; backward sums each group back (overwrite).
-void launch_repeat_kv_forward(cudaStream_t stream, float* out, const float* inp, int64_t N, int64_t NH, int64_t KV,
-                              int64_t HS);
-void launch_repeat_kv_backward(cudaStream_t stream, float* dinp, const float* dout, int64_t N, int64_t NH, int64_t KV,
+template <typename S>
+void launch_repeat_kv_forward(cudaStream_t stream, S* out, const S* inp, int64_t N, int64_t NH, int64_t KV, int64_t HS);
+template <typename S>
+void launch_repeat_kv_backward(cudaStream_t stream, S* dinp, const S* dout, int64_t N, int64_t NH, int64_t KV,
                                int64_t HS);
 
 // ---- embedding (embedding.cu) --------------------------------------------
-// out (N, C) = weight (V, C)[ids - vocab_start], zero rows for ids outside the shard.
-void launch_embedding_forward(cudaStream_t stream, float* out, const int32_t* ids, const float* weight,
-                              int64_t vocab_start, int64_t N, int64_t V, int64_t C);
+// out (N, C) = weight (V, C)[ids - vocab_start], zero rows for ids outside the
+// shard. S: the storage of out / dout (float, Bf16, F16); weight and dweight fp32.
+template <typename S>
+void launch_embedding_forward(cudaStream_t stream, S* out, const int32_t* ids, const float* weight, int64_t vocab_start,
+                              int64_t N, int64_t V, int64_t C);
 // dweight (V, C) += dout (N, C) scattered by ids, deterministically: a stable
 // sort of the token indices by row, then one block per run of equal rows adds
 // the run's dout rows in token order. `workspace` holds
 // embedding_backward_workspace_bytes(N, V); returns the sort's status.
 size_t embedding_backward_workspace_bytes(int64_t N, int64_t V);
-cudaError_t launch_embedding_backward(cudaStream_t stream, float* dweight, const float* dout, const int32_t* ids,
+template <typename S>
+cudaError_t launch_embedding_backward(cudaStream_t stream, float* dweight, const S* dout, const int32_t* ids,
                                       int64_t vocab_start, int64_t N, int64_t V, int64_t C, void* workspace,
                                       size_t workspace_bytes);
 
 // ---- softmax cross-entropy (loss.cu): one block per row -------------------
 // losses (N), lse (N) from logits (N, V) and targets (N); ignored rows lose 0.
-void launch_cross_entropy_forward(cudaStream_t stream, float* losses, float* lse, const float* logits,
+// S: the storage of logits and dlogits (float, Bf16, F16); the per-row
+// statistics (losses, lse, row_max, sums) are fp32.
+template <typename S>
+void launch_cross_entropy_forward(cudaStream_t stream, float* losses, float* lse, const S* logits,
                                   const int32_t* targets, int ignore_index, int64_t N, int64_t V);
 // The vocab-parallel pieces, as core/kernels/cpu/loss_shard.h: logits (N, K)
 // hold global columns [col_start, col_start + K), the first n_valid valid.
-void launch_shard_row_max(cudaStream_t stream, float* row_max, const float* logits, int64_t n_valid, int64_t N,
-                          int64_t K);
-void launch_shard_softmax_partials(cudaStream_t stream, float* sums, const float* logits, const float* row_max,
+template <typename S>
+void launch_shard_row_max(cudaStream_t stream, float* row_max, const S* logits, int64_t n_valid, int64_t N, int64_t K);
+template <typename S>
+void launch_shard_softmax_partials(cudaStream_t stream, float* sums, const S* logits, const float* row_max,
                                    const int32_t* targets, int64_t col_start, int64_t n_valid, int64_t N, int64_t K);
 void launch_cross_entropy_from_partials(cudaStream_t stream, float* losses, float* lse, const float* row_max,
                                         const float* sums, const int32_t* targets, int ignore_index, int64_t N);
 // dlogits (N, K) overwrite, may be logits; the full-vocabulary backward is
 // col_start 0, n_valid K.
-void launch_shard_cross_entropy_backward(cudaStream_t stream, float* dlogits, const float* logits, const float* lse,
+template <typename S>
+void launch_shard_cross_entropy_backward(cudaStream_t stream, S* dlogits, const S* logits, const float* lse,
                                          const int32_t* targets, float dloss, int64_t col_start, int64_t n_valid,
                                          int ignore_index, int64_t N, int64_t K);
 

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "core/kernels/storage.h"
+
 namespace lattice::cuda {
 
 constexpr int kThreads = 256;          // element-wise kernels
@@ -67,25 +69,29 @@ __device__ T block_max(T v) {
 }
 
 // Max of the first kv elements of the row x (one block per row); every
-// thread gets it. -inf for an empty row.
-__device__ __forceinline__ float row_max(const float* x, int64_t kv) {
+// thread gets it. -inf for an empty row. S: float, Bf16 or F16, widened.
+template <typename S>
+__device__ __forceinline__ float row_max(const S* x, int64_t kv) {
   float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < kv; j += blockDim.x) mx = MaxOp{}(mx, x[j]);
+  for (int64_t j = threadIdx.x; j < kv; j += blockDim.x) mx = MaxOp{}(mx, widen(x[j]));
   return block_max(mx);
 }
 
 // Sum of exp(x[j] - mx) over the first kv elements of the row x.
-__device__ __forceinline__ float row_sum_exp(const float* x, int64_t kv, float mx) {
+template <typename S>
+__device__ __forceinline__ float row_sum_exp(const S* x, int64_t kv, float mx) {
   float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < kv; j += blockDim.x) s += expf(x[j] - mx);
+  for (int64_t j = threadIdx.x; j < kv; j += blockDim.x) s += expf(widen(x[j]) - mx);
   return block_sum(s);
 }
 
-// The term of a plain column sum: x[r, c] of a row-major (rows, C) matrix.
+// The term of a plain column sum: x[r, c] of a row-major (rows, C) matrix of
+// storage type S (float, Bf16, F16), widened to fp32.
+template <typename S>
 struct RowTerm {
-  const float* x;
+  const S* x;
   int64_t C;
-  __device__ float operator()(int64_t r, int64_t c) const { return x[r * C + c]; }
+  __device__ float operator()(int64_t r, int64_t c) const { return widen(x[r * C + c]); }
 };
 
 // acc[c] += sum over r < rows of term(r, c), for c < cols. Block (kColTile,

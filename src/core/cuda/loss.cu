@@ -5,18 +5,22 @@
 // in a fixed tree (row_max and row_sum_exp of launch.cuh); the per-row and
 // per-element formulas are core/kernels/math.h, as on the CPU. Padding
 // columns (j >= n_valid) never enter a max or a sum and get zero gradient.
+// Templated on the storage S of logits / dlogits (float, Bf16, F16): loads
+// widened, fp32 math, losses, lse, row max and sums fp32, dlogits rounded once.
 #include "core/cuda/kernels.h"
 #include "core/cuda/launch.cuh"
 #include "core/kernels/math.h"
+#include "core/kernels/storage.h"
 
 namespace lattice::cuda {
 
 namespace {
 
-__global__ void cross_entropy_forward_kernel(float* losses, float* lse, const float* logits, const int32_t* targets,
+template <typename S>
+__global__ void cross_entropy_forward_kernel(float* losses, float* lse, const S* logits, const int32_t* targets,
                                              int ignore_index, int64_t V) {
   const int64_t n = blockIdx.x;
-  const float* x = logits + n * V;
+  const S* x = logits + n * V;
   const float mx = row_max(x, V);
   const float l = math::logsumexp_of(mx, row_sum_exp(x, V, mx));
   if (threadIdx.x == 0) {
@@ -26,27 +30,29 @@ __global__ void cross_entropy_forward_kernel(float* losses, float* lse, const fl
     // A target outside [0, V) reads nothing and makes the loss NaN, which the
     // trainer's non-finite check turns into a skipped step (ops checks CPU targets).
     const bool valid = t >= 0 && t < V;
-    losses[n] = ignored ? math::xent_loss(l, 0.0f, true) : valid ? math::xent_loss(l, x[t], false) : NAN;
+    losses[n] = ignored ? math::xent_loss(l, 0.0f, true) : valid ? math::xent_loss(l, widen(x[t]), false) : NAN;
   }
 }
 
-__global__ void shard_row_max_kernel(float* out, const float* logits, int64_t kv, int64_t K) {
+template <typename S>
+__global__ void shard_row_max_kernel(float* out, const S* logits, int64_t kv, int64_t K) {
   const float mx = row_max(logits + int64_t(blockIdx.x) * K, kv);
   if (threadIdx.x == 0) out[blockIdx.x] = mx;
 }
 
-__global__ void shard_softmax_partials_kernel(float* sums, const float* logits, const float* row_max,
+template <typename S>
+__global__ void shard_softmax_partials_kernel(float* sums, const S* logits, const float* row_max,
                                               const int32_t* targets, int64_t col_start, int64_t kv, int64_t N,
                                               int64_t K) {
   const int64_t n = blockIdx.x;
-  const float* x = logits + n * K;
+  const S* x = logits + n * K;
   const float mx = row_max[n];
   // A shard whose valid columns are all -inf (or none) adds 0, never NaN.
   const float s = isfinite(mx) ? row_sum_exp(x, kv, mx) : 0.0f;
   if (threadIdx.x == 0) {
     const int64_t t = int64_t(targets[n]) - col_start;
     sums[n] = s;
-    sums[N + n] = (t >= 0 && t < kv) ? x[t] : 0.0f;
+    sums[N + n] = (t >= 0 && t < kv) ? widen(x[t]) : 0.0f;
   }
 }
 
@@ -61,36 +67,39 @@ __global__ void cross_entropy_from_partials_kernel(float* losses, float* lse, co
 
 // Each element is read before it is written by the same thread, so dlogits
 // may be logits.
-__global__ void shard_cross_entropy_backward_kernel(float* dlogits, const float* logits, const float* lse,
+template <typename S>
+__global__ void shard_cross_entropy_backward_kernel(S* dlogits, const S* logits, const float* lse,
                                                     const int32_t* targets, float dloss, int64_t col_start, int64_t kv,
                                                     int ignore_index, int64_t K) {
   const int64_t n = blockIdx.x;
-  const float* x = logits + n * K;
-  float* dx = dlogits + n * K;
+  const S* x = logits + n * K;
+  S* dx = dlogits + n * K;
   const bool ignored = targets[n] == ignore_index;
   const int64_t t = int64_t(targets[n]) - col_start;
   const float l = lse[n];
   for (int64_t j = threadIdx.x; j < K; j += blockDim.x)
-    dx[j] = (ignored || j >= kv) ? 0.0f : math::xent_grad(x[j], l, dloss, j == t);
+    dx[j] = narrow<S>((ignored || j >= kv) ? 0.0f : math::xent_grad(widen(x[j]), l, dloss, j == t));
 }
 
 int64_t clamp_valid(int64_t n_valid, int64_t K) { return n_valid < 0 ? 0 : (n_valid > K ? K : n_valid); }
 
 }  // namespace
 
-void launch_cross_entropy_forward(cudaStream_t stream, float* losses, float* lse, const float* logits,
+template <typename S>
+void launch_cross_entropy_forward(cudaStream_t stream, float* losses, float* lse, const S* logits,
                                   const int32_t* targets, int ignore_index, int64_t N, int64_t V) {
   if (N == 0) return;
   cross_entropy_forward_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(losses, lse, logits, targets, ignore_index, V);
 }
 
-void launch_shard_row_max(cudaStream_t stream, float* row_max, const float* logits, int64_t n_valid, int64_t N,
-                          int64_t K) {
+template <typename S>
+void launch_shard_row_max(cudaStream_t stream, float* row_max, const S* logits, int64_t n_valid, int64_t N, int64_t K) {
   if (N == 0) return;
   shard_row_max_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(row_max, logits, clamp_valid(n_valid, K), K);
 }
 
-void launch_shard_softmax_partials(cudaStream_t stream, float* sums, const float* logits, const float* row_max,
+template <typename S>
+void launch_shard_softmax_partials(cudaStream_t stream, float* sums, const S* logits, const float* row_max,
                                    const int32_t* targets, int64_t col_start, int64_t n_valid, int64_t N, int64_t K) {
   if (N == 0) return;
   shard_softmax_partials_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(sums, logits, row_max, targets, col_start,
@@ -104,12 +113,26 @@ void launch_cross_entropy_from_partials(cudaStream_t stream, float* losses, floa
                                                                              ignore_index, N);
 }
 
-void launch_shard_cross_entropy_backward(cudaStream_t stream, float* dlogits, const float* logits, const float* lse,
+template <typename S>
+void launch_shard_cross_entropy_backward(cudaStream_t stream, S* dlogits, const S* logits, const float* lse,
                                          const int32_t* targets, float dloss, int64_t col_start, int64_t n_valid,
                                          int ignore_index, int64_t N, int64_t K) {
   if (N == 0) return;
   shard_cross_entropy_backward_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(
       dlogits, logits, lse, targets, dloss, col_start, clamp_valid(n_valid, K), ignore_index, K);
 }
+
+#define LATTICE_INSTANTIATE(S)                                                                                        \
+  template void launch_cross_entropy_forward<S>(cudaStream_t, float*, float*, const S*, const int32_t*, int, int64_t, \
+                                                int64_t);                                                             \
+  template void launch_shard_row_max<S>(cudaStream_t, float*, const S*, int64_t, int64_t, int64_t);                   \
+  template void launch_shard_softmax_partials<S>(cudaStream_t, float*, const S*, const float*, const int32_t*,        \
+                                                 int64_t, int64_t, int64_t, int64_t);                                 \
+  template void launch_shard_cross_entropy_backward<S>(cudaStream_t, S*, const S*, const float*, const int32_t*,      \
+                                                       float, int64_t, int64_t, int, int64_t, int64_t);
+LATTICE_INSTANTIATE(float)
+LATTICE_INSTANTIATE(Bf16)
+LATTICE_INSTANTIATE(F16)
+#undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cuda

@@ -62,13 +62,6 @@ struct LayernormWeightTerm {  // dweight[c] += xhat[r, c] * dout[r, c]
 };
 
 template <typename S>
-struct ColumnTerm {  // dbias[c] += dout[r, c]
-  const S* x;
-  int64_t C;
-  __device__ float operator()(int64_t r, int64_t c) const { return widen(x[r * C + c]); }
-};
-
-template <typename S>
 __global__ void rmsnorm_forward_kernel(S* out, float* rstd, const S* inp, const float* weight, float eps, int64_t C) {
   const S* x = inp + int64_t(blockIdx.x) * C;
   S* y = out + int64_t(blockIdx.x) * C;
@@ -118,7 +111,7 @@ void launch_layernorm_backward(cudaStream_t stream, S* dinp, float* dweight, flo
   if (N == 0) return;
   layernorm_dinp_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, C);
   launch_column_sum(stream, dweight, N, C, LayernormWeightTerm<S>{dout, inp, mean, rstd, C});
-  launch_column_sum(stream, dbias, N, C, ColumnTerm<S>{dout, C});
+  launch_column_sum(stream, dbias, N, C, RowTerm<S>{dout, C});
 }
 
 template <typename S>

@@ -60,20 +60,9 @@ TEST_F(CudaOps, SoftmaxInPlaceAndDeterministic) {
 }
 
 TEST_F(CudaOps, Act16ActivationsMatchCpu) {
-  using Fwd = void (*)(Tensor&, const Tensor&);
-  using Bwd = void (*)(Tensor&, const Tensor&, const Tensor&);
-  struct Case {
-    const char* name;
-    Fwd forward;
-    Bwd backward;
-    bool glu;
-  };
-  const Case cases[] = {{"gelu", ops::gelu_forward, ops::gelu_backward, false},
-                        {"gelu_erf", ops::gelu_erf_forward, ops::gelu_erf_backward, false},
-                        {"swiglu", ops::swiglu_forward, ops::swiglu_backward, true}};
   const int64_t N = 7, C = 186;
   for (DType dt : kAct16)
-    for (const Case& c : cases) {
+    for (const Act16Activation& c : kAct16Activations) {
       SCOPED_TRACE(testing::Message() << dtype_name(dt) << " " << c.name);
       const Shape out_shape{N, c.glu ? C / 2 : C};
       Tensor x = act16({N, C}, dt, 41, 4.0), dy = act16(out_shape, dt, 42);
@@ -85,6 +74,21 @@ TEST_F(CudaOps, Act16ActivationsMatchCpu) {
       c.backward(dx_g, gpu(dy), gpu(x));
       expect_rounded_equal(host(dx_g), dx, 1);
     }
+}
+
+TEST_F(CudaOps, Act16SoftmaxMatchesCpu) {
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = act16({5, 700}, dt, 43, 6.0), dy = act16({5, 700}, dt, 44);
+    Tensor y = Tensor::zeros({5, 700}, dt), y_g = gpu(x), dx = y.clone();
+    ops::softmax_forward(y, x);
+    ops::softmax_forward(y_g, y_g);  // in place
+    expect_rounded_equal(host(y_g), y, 1);
+    Tensor dx_g = gpu(dy);
+    ops::softmax_backward(dx, dy, y);
+    ops::softmax_backward(dx_g, dx_g, gpu(y));  // in place
+    expect_rounded_equal(host(dx_g), dx, 1);
+  }
 }
 
 }  // namespace

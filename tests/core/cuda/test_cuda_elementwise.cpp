@@ -119,5 +119,22 @@ TEST_F(CudaOps, Act16ElementwiseMatchesCpuBitwise) {
   }
 }
 
+// The bias ops on bf16/f16 rows with an fp32 bias: the add is bitwise the
+// CPU's; the column sums run in another order (a fixed tree), so the fp32
+// gradient agrees to the f32 tolerance.
+TEST_F(CudaOps, Act16BiasMatchesCpu) {
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor out = act16({37, 300}, dt, 33, 3.0), bias = random_tensor({300}, DType::f32, 34), out_g = gpu(out);
+    ops::add_bias_forward(out, bias);
+    ops::add_bias_forward(out_g, gpu(bias));
+    expect_rounded_equal(host(out_g), out);
+    Tensor db = random_tensor({300}, DType::f32, 35), db_g = gpu(db);
+    ops::add_bias_backward(db, out);
+    ops::add_bias_backward(db_g, out_g);
+    EXPECT_TENSOR_NEAR(host(db_g), db, tolerance(DType::f32));
+  }
+}
+
 }  // namespace
 }  // namespace lattice::test

@@ -2,7 +2,10 @@
 // vocab shard [vocab_start, vocab_start + V) with ids inside and outside it
 // and many repeats. Forward is a copy and backward adds each row's
 // contributions in token order, exactly as the CPU does, so both compare
-// bitwise (and backward, which uses no atomics, is reproducible).
+// bitwise (and backward, which uses no atomics, is reproducible). The same
+// holds on bf16/f16 out / dout beside the fp32 table: one rounding per looked-up
+// value, fp32 sums in token order.
+#include "support/act16.h"
 #include "support/cuda_test_support.h"
 
 namespace lattice::test {
@@ -39,6 +42,22 @@ TEST_F(CudaOps, EmbeddingBackwardOneRepeatedId) {
   ops::embedding_backward(dweight, dout, ids, kStart);
   ops::embedding_backward(dweight_g, gpu(dout), gpu(ids), kStart);
   EXPECT_TRUE(same_bits(host(dweight_g), dweight));
+}
+
+TEST_F(CudaOps, Act16EmbeddingMatchesCpuBitwise) {
+  Tensor ids = random_ids(kN, 0, int32_t(kStart + kV + 10), 6), ids_g = gpu(ids);
+  Tensor weight = random_tensor({kV, kC}, DType::f32, 7), dweight = random_tensor({kV, kC}, DType::f32, 8);
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor out = Tensor::zeros({kN, kC}, dt), out_g = gpu(out);
+    ops::embedding_forward(out, ids, weight, kStart);
+    ops::embedding_forward(out_g, ids_g, gpu(weight), kStart);
+    expect_rounded_equal(host(out_g), out);
+    Tensor dout = act16({kN, kC}, dt, 9), dw = dweight.clone(), dw_g = gpu(dweight);
+    ops::embedding_backward(dw, dout, ids, kStart);
+    ops::embedding_backward(dw_g, gpu(dout), ids_g, kStart);
+    EXPECT_TRUE(same_bits(host(dw_g), dw));
+  }
 }
 
 }  // namespace

@@ -3,9 +3,12 @@
 // place), and each vocab-parallel piece on a shard with padding columns, a
 // target outside the shard, an ignored row and a row whose valid columns are
 // all -inf. Tolerance: f32 (row reductions in a different order, expf);
-// row maxima are exact. See cuda_test_support.h.
+// row maxima are exact. See cuda_test_support.h. On bf16/f16 logits with
+// fp32 statistics: the same tolerance for the statistics, 1 ulp of the
+// 16-bit type for dlogits.
 #include <cmath>
 
+#include "support/act16.h"
 #include "support/cuda_test_support.h"
 
 namespace lattice::test {
@@ -98,6 +101,34 @@ TEST_F(CudaOps, ShardRowMaxWithoutValidColumns) {
   ops::shard_row_max(mx_g, gpu(logits), 0);
   Tensor mx = host(mx_g);
   for (int64_t n = 0; n < kN; ++n) EXPECT_EQ(mx.data<float>()[n], -INFINITY);
+}
+
+TEST_F(CudaOps, Act16CrossEntropyMatchesCpu) {
+  const int64_t N = 6, K = 1000, col_start = 500, n_valid = 900;
+  Tensor targets = Tensor::from<int32_t>({503, kIgnore, 1399, 0, 1017, 600}, {N}), targets_g = gpu(targets);
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor logits = act16({N, K}, dt, 7, 5.0), logits_g = gpu(logits);
+    Tensor losses = Tensor::zeros({N}, DType::f32), lse = losses.clone(), losses_g = gpu(losses), lse_g = gpu(lse);
+    Tensor full_targets = Tensor::from<int32_t>({3, kIgnore, 999, 0, 517, kIgnore}, {N});
+    ops::cross_entropy_forward(losses, lse, logits, full_targets, kIgnore);
+    ops::cross_entropy_forward(losses_g, lse_g, logits_g, gpu(full_targets), kIgnore);
+    EXPECT_TENSOR_NEAR(host(losses_g), losses, tolerance(DType::f32));
+    EXPECT_TENSOR_NEAR(host(lse_g), lse, tolerance(DType::f32));
+    Tensor d = Tensor::zeros({N, K}, dt), d_g = gpu(logits);
+    ops::cross_entropy_backward(d, logits, lse, full_targets, kDloss, kIgnore);
+    ops::cross_entropy_backward(d_g, d_g, gpu(lse), gpu(full_targets), kDloss, kIgnore);  // in place
+    expect_rounded_equal(host(d_g), d, 1);
+    Tensor mx = Tensor::zeros({N}, DType::f32), mx_g = gpu(mx), sums = Tensor::zeros({2, N}, DType::f32);
+    Tensor sums_g = gpu(sums);
+    ops::shard_softmax_stats(mx, sums, logits, targets, col_start, n_valid);
+    ops::shard_softmax_stats(mx_g, sums_g, logits_g, targets_g, col_start, n_valid);
+    EXPECT_TRUE(same_bits(host(mx_g), mx));
+    EXPECT_TENSOR_NEAR(host(sums_g), sums, tolerance(DType::f32));
+    ops::shard_cross_entropy_backward(d, logits, lse, targets, kDloss, col_start, n_valid, kIgnore);
+    ops::shard_cross_entropy_backward(d_g, logits_g, gpu(lse), targets_g, kDloss, col_start, n_valid, kIgnore);
+    expect_rounded_equal(host(d_g), d, 1);
+  }
 }
 
 }  // namespace

@@ -2,9 +2,13 @@
 // kernels. RoPE: forward and backward, out of place and in place, with
 // unrotated columns after the rotated heads (copied); tolerance f32 (device
 // double cos/sin against the host's), see cuda_test_support.h. repeat_kv:
-// copies, and group sums added in the CPU's order, so bit for bit.
+// copies, and group sums added in the CPU's order, so bit for bit. On
+// bf16/f16 activations the CUDA 16-bit kernels against the CPU 16-bit ones:
+// RoPE within 1 ulp of the 16-bit type (the float before rounding may differ
+// in its last bit, as in f32), repeat_kv bitwise.
 #include <utility>
 
+#include "support/act16.h"
 #include "support/cuda_test_support.h"
 
 namespace lattice::test {
@@ -50,6 +54,31 @@ TEST_F(CudaOps, RepeatKvForwardBackwardMatchCpuBitwise) {
     ops::repeat_kv_backward(dinp, dout, NH, KV);
     ops::repeat_kv_backward(dinp_g, gpu(dout), NH, KV);
     EXPECT_TRUE(same_bits(host(dinp_g), dinp));
+  }
+}
+
+TEST_F(CudaOps, Act16RopeAndRepeatKvMatchCpu) {
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = act16({kB, kT, kW}, dt, 21, 3.0), dy = act16({kB, kT, kW}, dt, 22);
+    Tensor y = Tensor::zeros(x.shape(), dt), y_g = gpu(y), dx = y.clone(), dx_g = gpu(y);
+    ops::rope_forward(y, x, kRot, kHS, kTheta);
+    ops::rope_forward(y_g, gpu(x), kRot, kHS, kTheta);
+    expect_rounded_equal(host(y_g), y, 1);
+    ops::rope_backward(dx, dy, kRot, kHS, kTheta);
+    Tensor dy_g = gpu(dy);
+    ops::rope_backward(dy_g, dy_g, kRot, kHS, kTheta);  // in place
+    expect_rounded_equal(host(dy_g), dx, 1);
+    const int NH = 6, KV = 2, HS = 12;
+    const Shape packed{2, 7, (NH + 2 * KV) * HS}, expanded{2, 7, 3 * NH * HS};
+    Tensor p = act16(packed, dt, 23), e = act16(expanded, dt, 24);
+    Tensor out = Tensor::zeros(expanded, dt), out_g = gpu(out), dp = Tensor::zeros(packed, dt), dp_g = gpu(dp);
+    ops::repeat_kv_forward(out, p, NH, KV);
+    ops::repeat_kv_forward(out_g, gpu(p), NH, KV);
+    expect_rounded_equal(host(out_g), out);
+    ops::repeat_kv_backward(dp, e, NH, KV);
+    ops::repeat_kv_backward(dp_g, gpu(e), NH, KV);
+    expect_rounded_equal(host(dp_g), dp);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/kernels/cpu/vec_math.h"
 #include "core/kernels/math.h"
@@ -82,15 +83,24 @@ void swiglu_backward(T* dinp, const T* dout, const T* inp, int64_t N, int64_t F)
   }
 }
 
+// float/double keep the exps in out and scale them; 16-bit storage cannot
+// hold them unrounded, so its pass sums the exps, and a second pass computes
+// each again (the same exp_of value) and rounds it once, scaled.
 template <typename T>
 void softmax_forward(T* out, const T* inp, int64_t N, int64_t K) {
 #pragma omp parallel for schedule(static) if (N * K > kParallelMin)
   for (int64_t r = 0; r < N; ++r) {
     const T* x = inp + r * K;
     T* y = out + r * K;
-    const T inv = T(1) / exp_minus(y, x, K, max_of(x, K));
+    if constexpr (std::is_same_v<T, compute_t<T>>) {
+      const T inv = T(1) / exp_minus(y, x, K, max_of(x, K));
 #pragma omp simd
-    for (int64_t k = 0; k < K; ++k) y[k] *= inv;
+      for (int64_t k = 0; k < K; ++k) y[k] *= inv;
+    } else {
+      const float mx = max_of(x, K), inv = 1.0f / sum_exp_minus(x, K, mx);
+#pragma omp simd
+      for (int64_t k = 0; k < K; ++k) y[k] = narrow<T>(exp_of(widen(x[k]) - mx) * inv);
+    }
   }
 }
 
@@ -100,20 +110,17 @@ void softmax_backward(T* dinp, const T* dout, const T* out, int64_t N, int64_t K
   for (int64_t r = 0; r < N; ++r) softmax_row_backward(dinp + r * K, dout + r * K, out + r * K, K);
 }
 
-#define LATTICE_INSTANTIATE(T)                                     \
-  template void gelu_forward<T>(T*, const T*, int64_t);            \
-  template void gelu_backward<T>(T*, const T*, const T*, int64_t); \
-  template void swiglu_forward<T>(T*, const T*, int64_t, int64_t); \
-  template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t);
+#define LATTICE_INSTANTIATE(T)                                                \
+  template void gelu_forward<T>(T*, const T*, int64_t);                       \
+  template void gelu_backward<T>(T*, const T*, const T*, int64_t);            \
+  template void swiglu_forward<T>(T*, const T*, int64_t, int64_t);            \
+  template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t); \
+  template void softmax_forward<T>(T*, const T*, int64_t, int64_t);           \
+  template void softmax_backward<T>(T*, const T*, const T*, int64_t, int64_t);
 LATTICE_INSTANTIATE(float)
 LATTICE_INSTANTIATE(double)
 LATTICE_INSTANTIATE(Bf16)
 LATTICE_INSTANTIATE(F16)
 #undef LATTICE_INSTANTIATE
-
-template void softmax_forward<float>(float*, const float*, int64_t, int64_t);
-template void softmax_forward<double>(double*, const double*, int64_t, int64_t);
-template void softmax_backward<float>(float*, const float*, const float*, int64_t, int64_t);
-template void softmax_backward<double>(double*, const double*, const double*, int64_t, int64_t);
 
 }  // namespace lattice::cpu

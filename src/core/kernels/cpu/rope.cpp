@@ -1,9 +1,11 @@
 #include "core/kernels/cpu/rope.h"
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/kernels/math.h"
+#include "core/kernels/storage.h"
 
 namespace lattice::cpu {
 
@@ -40,7 +42,14 @@ void rope_apply(T* out, const T* inp, const RopeDims& d, double sign) {
     for (int64_t h = 0; h < d.n_rot; ++h) {
       const T* x1 = x + h * d.HS;
       T* y1 = y + h * d.HS;
-      for (int64_t i = 0; i < H; ++i) math::rope_rotate(y1[i], y1[i + H], x1[i], x1[i + H], c[i], sign * s[i]);
+      for (int64_t i = 0; i < H; ++i) {
+        // Rotated in double, rounded to compute_t<T> as the f32 kernel does,
+        // then once more to the storage type.
+        compute_t<T> a, b;
+        math::rope_rotate(a, b, widen(x1[i]), widen(x1[i + H]), c[i], sign * s[i]);
+        y1[i] = narrow<T>(a);
+        y1[i + H] = narrow<T>(b);
+      }
     }
     if (y != x)
       for (int64_t j = rot; j < d.W; ++j) y[j] = x[j];
@@ -76,21 +85,37 @@ void repeat_kv_forward(T* out, const T* inp, int64_t N, int64_t NH, int64_t KV, 
   }
 }
 
+// The k/v gradients are summed in compute_t<T>: in place in dinp for float
+// and double, in a per-thread buffer for 16-bit storage (rounded once at the
+// end). Either way each element is 0 + its group's heads in head order.
 template <typename T>
 void repeat_kv_backward(T* dinp, const T* dout, int64_t N, int64_t NH, int64_t KV, int64_t HS) {
+  using F = compute_t<T>;
+  constexpr bool kInPlace = std::is_same_v<T, F>;
   const int64_t C = NH * HS, W = (NH + 2 * KV) * HS;
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const T* dy = dout + n * 3 * C;
-    T* dx = dinp + n * W;
-    for (int64_t j = 0; j < C; ++j) dx[j] = dy[j];
-    for (int64_t j = C; j < W; ++j) dx[j] = T(0);
-    for (int64_t part = 0; part < 2; ++part)
-      for (int64_t h = 0; h < NH; ++h) {
-        T* dst = dx + math::repeat_kv_src_col(part, h, NH, KV, HS);
-        const T* src = dy + (1 + part) * C + h * HS;
-        for (int64_t j = 0; j < HS; ++j) dst[j] += src[j];
-      }
+#pragma omp parallel
+  {
+    std::vector<F> buf(kInPlace ? 0 : size_t(W - C));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* dy = dout + n * 3 * C;
+      T* dx = dinp + n * W;
+      F* acc = nullptr;  // the k/v columns [C, W) of the row
+      if constexpr (kInPlace)
+        acc = dx + C;
+      else
+        acc = buf.data();
+      for (int64_t j = 0; j < C; ++j) dx[j] = dy[j];
+      for (int64_t j = 0; j < W - C; ++j) acc[j] = F(0);
+      for (int64_t part = 0; part < 2; ++part)
+        for (int64_t h = 0; h < NH; ++h) {
+          F* dst = acc + math::repeat_kv_src_col(part, h, NH, KV, HS) - C;
+          const T* src = dy + (1 + part) * C + h * HS;
+          for (int64_t j = 0; j < HS; ++j) dst[j] += widen(src[j]);
+        }
+      if constexpr (!kInPlace)
+        for (int64_t j = 0; j < W - C; ++j) dx[C + j] = narrow<T>(acc[j]);
+    }
   }
 }
 
@@ -101,6 +126,8 @@ void repeat_kv_backward(T* dinp, const T* dout, int64_t N, int64_t NH, int64_t K
   template void repeat_kv_backward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t);
 LATTICE_INSTANTIATE(float)
 LATTICE_INSTANTIATE(double)
+LATTICE_INSTANTIATE(Bf16)
+LATTICE_INSTANTIATE(F16)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu

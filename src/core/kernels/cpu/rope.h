@@ -11,6 +11,10 @@
 // repeat_kv: inp rows [q | k | v] with NH query and KV k/v heads become
 // [q | k' | v'] with NH heads each, head h of k' being k head h / (NH / KV);
 // backward sums each group back into its k/v head.
+//
+// T is the activation storage type: float, double, or Bf16 / F16 with float
+// math (core/kernels/storage.h): the rotation runs in double as for float and
+// is rounded to float, then to T; the k/v group sums run in float.
 #pragma once
 
 #include <cstdint>

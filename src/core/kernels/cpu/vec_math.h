@@ -22,6 +22,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/kernels/storage.h"
+
 namespace lattice::cpu {
 
 // x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two for an exact product;
@@ -90,12 +92,16 @@ inline float normal_cdf_f32(float x) {
 inline float exp_of(float x) { return exp_f32(x); }
 inline double exp_of(double x) { return std::exp(x); }
 
+// The row helpers below read T = float, double, or 16-bit storage (Bf16,
+// F16 of core/kernels/storage.h) through widen() and compute in compute_t<T>;
+// for float and double widen() is the identity.
+
 // Max of x[0, n); -inf when n <= 0.
 template <typename T>
-T max_of(const T* x, int64_t n) {
-  T m = -INFINITY;
+compute_t<T> max_of(const T* x, int64_t n) {
+  compute_t<T> m = -INFINITY;
 #pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;  // NaNs are skipped, as by std::max
+  for (int64_t j = 0; j < n; ++j) m = widen(x[j]) > m ? widen(x[j]) : m;  // NaNs are skipped, as by std::max
   return m;
 }
 
@@ -113,10 +119,10 @@ T exp_minus(T* y, const T* x, int64_t n, T shift) {
 
 // sum of exp(x[j] - shift) for j < n.
 template <typename T>
-T sum_exp_minus(const T* x, int64_t n, T shift) {
-  T s = 0;
+compute_t<T> sum_exp_minus(const T* x, int64_t n, compute_t<T> shift) {
+  compute_t<T> s = 0;
 #pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < n; ++j) s += exp_of(x[j] - shift);
+  for (int64_t j = 0; j < n; ++j) s += exp_of(widen(x[j]) - shift);
   return s;
 }
 
@@ -132,11 +138,11 @@ void softmax_row_inplace(T* x, int64_t n) {
 // the forward output. dx may be dy.
 template <typename T>
 void softmax_row_backward(T* dx, const T* dy, const T* y, int64_t n) {
-  T dot = 0;
+  compute_t<T> dot = 0;
 #pragma omp simd reduction(+ : dot)
-  for (int64_t j = 0; j < n; ++j) dot += dy[j] * y[j];
+  for (int64_t j = 0; j < n; ++j) dot += widen(dy[j]) * widen(y[j]);
 #pragma omp simd
-  for (int64_t j = 0; j < n; ++j) dx[j] = y[j] * (dy[j] - dot);
+  for (int64_t j = 0; j < n; ++j) dx[j] = narrow<T>(widen(y[j]) * (widen(dy[j]) - dot));
 }
 
 // max and sum of exp(x - max) over a row.
@@ -149,12 +155,12 @@ struct MaxSumExp {
 // (L1-resident) the block max, the running sum rescaled when the max grows,
 // then the block's exps. Blocks whose max is -inf add nothing (never NaN).
 template <typename T>
-MaxSumExp<T> max_sum_exp(const T* x, int64_t n) {
+MaxSumExp<compute_t<T>> max_sum_exp(const T* x, int64_t n) {
   constexpr int64_t kBlock = 2048;
-  MaxSumExp<T> r;
+  MaxSumExp<compute_t<T>> r;
   for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
     const int64_t len = std::min(kBlock, n - j0);
-    const T bm = max_of(x + j0, len);
+    const compute_t<T> bm = max_of(x + j0, len);
     if (bm == -INFINITY) continue;
     if (bm > r.max) {
       r.sum *= exp_of(r.max - bm);
