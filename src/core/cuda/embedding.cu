@@ -113,9 +113,7 @@ cudaError_t launch_embedding_backward(cudaStream_t stream, float* dweight, const
                                             int64_t);                                                                  \
   template cudaError_t launch_embedding_backward<S>(cudaStream_t, float*, const S*, const int32_t*, int64_t, int64_t,  \
                                                     int64_t, int64_t, void*, size_t);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_EACH_STORAGE(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cuda

@@ -281,9 +281,7 @@ void launch_any_nonfinite(cudaStream_t stream, int* result, const S* x, int64_t 
   template void launch_gelu_erf_backward<S>(cudaStream_t, S*, const S*, const S*, int64_t);                     \
   template void launch_swiglu_forward<S>(cudaStream_t, S*, const S*, int64_t, int64_t);                         \
   template void launch_swiglu_backward<S>(cudaStream_t, S*, const S*, const S*, int64_t, int64_t);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_EACH_STORAGE(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 void launch_adamw(cudaStream_t stream, float* param, const float* grad, float* m, float* v, int64_t n,

@@ -33,6 +33,10 @@
 
 namespace lattice::cuda {
 
+// X(S) for each activation storage type the templated launchers are
+// instantiated for, in the .cu files: LATTICE_EACH_STORAGE(LATTICE_INSTANTIATE).
+#define LATTICE_EACH_STORAGE(X) X(float) X(Bf16) X(F16)
+
 // ---- element-wise and reductions (kernels.cu) ----------------------------
 // out (N, C) += bias (C), broadcast over rows; S the storage of out (the bias is fp32).
 template <typename S>

@@ -130,9 +130,7 @@ void launch_shard_cross_entropy_backward(cudaStream_t stream, S* dlogits, const 
                                                  int64_t, int64_t, int64_t, int64_t);                                 \
   template void launch_shard_cross_entropy_backward<S>(cudaStream_t, S*, const S*, const float*, const int32_t*,      \
                                                        float, int64_t, int64_t, int, int64_t, int64_t);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_EACH_STORAGE(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cuda

@@ -137,9 +137,7 @@ void launch_rmsnorm_backward(cudaStream_t stream, S* dinp, float* dweight, const
   template void launch_rmsnorm_forward<S>(cudaStream_t, S*, float*, const S*, const float*, float, int64_t, int64_t); \
   template void launch_rmsnorm_backward<S>(cudaStream_t, S*, float*, const S*, const S*, const float*, const float*,  \
                                            int64_t, int64_t);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_EACH_STORAGE(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cuda

@@ -109,9 +109,7 @@ void launch_rope(cudaStream_t stream, S* out, const S* inp, const cpu::RopeDims&
   template void launch_rope<S>(cudaStream_t, S*, const S*, const cpu::RopeDims&, double);                    \
   template void launch_repeat_kv_forward<S>(cudaStream_t, S*, const S*, int64_t, int64_t, int64_t, int64_t); \
   template void launch_repeat_kv_backward<S>(cudaStream_t, S*, const S*, int64_t, int64_t, int64_t, int64_t);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_EACH_STORAGE(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cuda

@@ -52,9 +52,7 @@ void launch_softmax_backward(cudaStream_t stream, S* dinp, const S* dout, const 
 #define LATTICE_INSTANTIATE(S)                                                           \
   template void launch_softmax_forward<S>(cudaStream_t, S*, const S*, int64_t, int64_t); \
   template void launch_softmax_backward<S>(cudaStream_t, S*, const S*, const S*, int64_t, int64_t);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_EACH_STORAGE(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cuda
