@@ -9,6 +9,7 @@
 
 #include "comm/self_communicator.h"
 #include "core/error.h"
+#include "core/kernels/cpu/matmul.h"
 #include "core/ops.h"
 #include "core/param.h"
 #include "core/rng.h"
@@ -105,13 +106,15 @@ SgemmRate measure_sgemm(const BenchConfig& cfg, int reps) {
   return r;
 }
 
-LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup,
+LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup, bool per_call_rounding,
                           const std::function<void(const std::string&)>& log) {
   const ModelConfig& mcfg = cfg.model;
   const ModelEntry& entry = model_entry(mcfg.arch);
   const TpShard shard{.rank = 0, .size = 1, .vocab_multiple = mcfg.vocab_multiple};  // as the trainer pads
   FlatParams params(model_param_specs(mcfg), DType::f32, Device::cpu(), shard);
+  if (cpu::matmul_dtype() != DType::f32 && !per_call_rounding) params.enable_shadow(cpu::matmul_dtype());
   params.init(1234);
+  params.refresh_shadow();
   comm::Group tp = comm::self_group("tp");  // one rank: the tp mappings are no-ops
   std::unique_ptr<LanguageModel> model = build_model(mcfg, params, tp);
   auto opt = optim::make_optimizer({.name = "adamw", .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1}, params);
@@ -154,6 +157,7 @@ LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup,
     {
       ScopedTimer t(to);
       opt->step(params, 3e-4, step, 1.0f);
+      params.refresh_shadow();  // nothing without a shadow
     }
     const double dt = total.seconds();
     const bool timed = i >= warmup;

@@ -50,9 +50,12 @@ struct LatticeResult {
 };
 
 // Times `warmup` untimed + `steps` timed training steps of cfg.model on random
-// token ids.
+// token ids. Under 16-bit matmuls (cpu::set_matmul_dtype) the weights are
+// read from the parameters' 16-bit shadow, refreshed in the optimizer phase,
+// as the trainer does; with per_call_rounding they are rounded on every call
+// instead (the path before the shadow; the same bits).
 // `log` receives one line per step.
-LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup,
+LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup, bool per_call_rounding,
                           const std::function<void(const std::string&)>& log);
 
 }  // namespace lattice::bench

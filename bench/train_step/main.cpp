@@ -7,7 +7,7 @@
 //   bench_train_step [--arch gpt2|llama|bert|all[,...]] [--config NAME|all|FILE.yaml]
 //                    [--threads N[,N...]] [--steps S] [--warmup W] [--torch]
 //                    [--reference PATH] [--python PATH] [--peak GFLOPS] [--no-breakdown]
-//                    [--precision fp32|bf16]
+//                    [--precision fp32|bf16|bf16-per-call]
 //
 // --arch (default gpt2): gpt2 runs the built-in shapes small and tiny (--config
 // small|tiny|all, reference shared/reference/torch_gpt2_bench.py, or
@@ -22,7 +22,10 @@
 // op_breakdown.h; optimizer and data: measured in the timed steps) and a
 // per-op table; --no-breakdown skips the replay (--breakdown, its old switch,
 // is accepted and does nothing). --precision bf16 runs Lattice's matmuls as
-// runtime.precision: bf16 does on the CPU (core/kernels/cpu/matmul_bf16.h); the
+// runtime.precision: bf16 does on the CPU (core/kernels/cpu/matmul_bf16.h),
+// weights read from the parameters' bf16 shadow (core/param.h);
+// bf16-per-call rounds the fp32 weights on every call instead, as before the
+// shadow existed (the same bits; for before/after timings in one binary). The
 // PyTorch reference stays fp32.
 #include <fmt/format.h>
 
@@ -163,8 +166,8 @@ Options parse_options(int argc, char** argv) {
     for (const BenchConfig& c : configs_for(arch, config)) o.configs.push_back(c);
   if (o.threads.empty()) o.threads = {int(std::max(1u, std::thread::hardware_concurrency()))};
   if (o.steps < 1 || o.warmup < 0) throw std::invalid_argument("--steps must be >= 1 and --warmup >= 0");
-  if (o.precision != "fp32" && o.precision != "bf16")
-    throw std::invalid_argument("--precision " + o.precision + ": expected fp32 or bf16");
+  if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "bf16-per-call")
+    throw std::invalid_argument("--precision " + o.precision + ": expected fp32, bf16 or bf16-per-call");
   return o;
 }
 
@@ -246,7 +249,8 @@ Row measure(const Options& o, const BenchConfig& cfg, int threads) {
   say(fmt::format("{} sgemm GFLOP/s: 1024^3 {:.1f}, MLP-in shape ({}, {}, {}) {:.1f}; MFU denominator {:.1f}", tag,
                   r.sgemm.square, cfg.B * cfg.T, cfg.F, cfg.C, r.sgemm.model, r.peak));
   if (!cfg.source.empty()) say(fmt::format("{} model from {} (dropout 0), B {} T {}", tag, cfg.source, cfg.B, cfg.T));
-  r.lat = run_lattice(cfg, o.steps, o.warmup, [&](const std::string& l) { say(tag + " " + l); });
+  r.lat = run_lattice(cfg, o.steps, o.warmup, o.precision == "bf16-per-call",
+                      [&](const std::string& l) { say(tag + " " + l); });
   say(
       fmt::format("{} params {} (N for flops {}), GFLOP/step {:.2f}, scored targets/step {:.0f}, activations "
                   "{:.1f} MiB",
@@ -367,8 +371,9 @@ int main(int argc, char** argv) {
                     std::thread::hardware_concurrency(), blas_config(), lattice::blas_core()));
     if (const char* ct = std::getenv("OPENBLAS_CORETYPE")) say(std::string("OPENBLAS_CORETYPE=") + ct);
     if (std::string w = blas_core_warning(); !w.empty()) say(w);
-    if (o.precision == "bf16") cpu::set_matmul_dtype(DType::bf16);  // throws where the CPU has no AVX512-BF16
-    say("precision: " + o.precision + (o.precision == "bf16" ? " (Lattice's matmuls; PyTorch stays fp32)" : ""));
+    const bool bf16 = o.precision != "fp32";
+    if (bf16) cpu::set_matmul_dtype(DType::bf16);  // throws where the CPU has no AVX512-BF16
+    say("precision: " + o.precision + (bf16 ? " (Lattice's matmuls; PyTorch stays fp32)" : ""));
     std::vector<Row> rows;
     for (const BenchConfig& cfg : o.configs)
       for (int t : o.threads) rows.push_back(measure(o, cfg, t));

@@ -1,6 +1,7 @@
 #include "train_step/op_breakdown.h"
 
 #include "comm/self_communicator.h"
+#include "core/kernels/cpu/matmul.h"
 #include "core/ops.h"
 #include "core/rng.h"
 #include "core/timer.h"
@@ -41,6 +42,7 @@ struct Buffers {
   Tensor ids, wte, dwte, wpe;                                   // (B, T), (V, C), (V, C), (T, C)
   Tensor x, ln, mean, rstd, qkv, att, atty, tmp, res, fch, fg;  // activations
   Tensor w_qkv, b_qkv, w_proj, b_proj, w_fc, b_fc, w_fp, b_fp, ln_w, ln_b;
+  Tensor m_qkv, m_proj, m_fc, m_fp, m_wte;  // the weights as the matmuls read them (16-bit under bf16)
   Tensor dw_qkv, db_qkv, dw_proj, db_proj, dw_fc, db_fc, dw_fp, db_fp, dln_w, dln_b;
   Tensor dx, dres, c1, c3, f1, f2, dqkv, datt, logits, losses, lse;
 
@@ -67,6 +69,17 @@ struct Buffers {
     dx = act({B, T, C}), dres = act({B, T, C}), c1 = act({B, T, C}), c3 = act({B, T, C});
     f1 = act({B, T, F}), f2 = act({B, T, F}), dqkv = act({B, T, 3 * C}), datt = act({B, NH, T, T});
     logits = act({B, T, V}), losses = act({B, T}), lse = act({B, T});
+    m_qkv = matmul_weight(w_qkv), m_proj = matmul_weight(w_proj), m_fc = matmul_weight(w_fc);
+    m_fp = matmul_weight(w_fp), m_wte = matmul_weight(wte);
+  }
+
+  // w as the trainer's matmuls read it: its 16-bit shadow under 16-bit
+  // matmuls (core/param.h), else w itself.
+  static Tensor matmul_weight(const Tensor& w) {
+    if (cpu::matmul_dtype() == DType::f32) return w;
+    Tensor half = Tensor::empty(w.shape(), cpu::matmul_dtype());
+    ops::round_to_half(half, w);
+    return half;
   }
 };
 
@@ -78,11 +91,11 @@ void block_forward(OpClock& k, Buffers& b) {
   k.time("layernorm fwd", OpPhase::norms, 0,
          [&] { ops::layernorm_forward(b.ln, b.mean, b.rstd, b.x, b.ln_w, b.ln_b, 1e-5f); });
   k.time("linear fwd (blocks)", OpPhase::matmuls, lin_flops(b, 3 * b.C, b.C),
-         [&] { ops::linear_forward(b.qkv, b.ln, b.w_qkv, &b.b_qkv); });
+         [&] { ops::linear_forward(b.qkv, b.ln, b.m_qkv, &b.b_qkv); });
   k.time("attention fwd", OpPhase::attention, af,
          [&] { ops::attention_forward(b.atty, b.att, b.qkv, int(b.NH), none); });
   k.time("linear fwd (blocks)", OpPhase::matmuls, lin_flops(b, b.C, b.C),
-         [&] { ops::linear_forward(b.tmp, b.atty, b.w_proj, &b.b_proj); });
+         [&] { ops::linear_forward(b.tmp, b.atty, b.m_proj, &b.b_proj); });
   k.time("dropout(p=0) + residual", OpPhase::other, 0, [&] {
     ops::dropout_forward(b.tmp, b.tmp, none);
     ops::add(b.res, b.x, b.tmp);
@@ -90,10 +103,10 @@ void block_forward(OpClock& k, Buffers& b) {
   k.time("layernorm fwd", OpPhase::norms, 0,
          [&] { ops::layernorm_forward(b.ln, b.mean, b.rstd, b.res, b.ln_w, b.ln_b, 1e-5f); });
   k.time("linear fwd (blocks)", OpPhase::matmuls, lin_flops(b, b.F, b.C),
-         [&] { ops::linear_forward(b.fch, b.ln, b.w_fc, &b.b_fc); });
+         [&] { ops::linear_forward(b.fch, b.ln, b.m_fc, &b.b_fc); });
   k.time("gelu fwd", OpPhase::activations, 0, [&] { ops::gelu_forward(b.fg, b.fch); });
   k.time("linear fwd (blocks)", OpPhase::matmuls, lin_flops(b, b.C, b.F),
-         [&] { ops::linear_forward(b.tmp, b.fg, b.w_fp, &b.b_fp); });
+         [&] { ops::linear_forward(b.tmp, b.fg, b.m_fp, &b.b_fp); });
   k.time("dropout(p=0) + residual", OpPhase::other, 0, [&] {
     ops::dropout_forward(b.tmp, b.tmp, none);
     ops::add(b.dx, b.res, b.tmp);
@@ -105,10 +118,10 @@ void block_backward(OpClock& k, Buffers& b) {
   ops::Dropout none;
   k.time("dropout(p=0) + residual", OpPhase::other, 0, [&] { ops::dropout_backward(b.c1, b.dres, none); });
   k.time("linear bwd (blocks)", OpPhase::matmuls, 2 * lin_flops(b, b.C, b.F),
-         [&] { ops::linear_backward(&b.f1, &b.dw_fp, &b.db_fp, b.c1, b.fg, b.w_fp); });
+         [&] { ops::linear_backward(&b.f1, &b.dw_fp, &b.db_fp, b.c1, b.fg, b.m_fp); });
   k.time("gelu bwd", OpPhase::activations, 0, [&] { ops::gelu_backward(b.f2, b.f1, b.fch); });
   k.time("linear bwd (blocks)", OpPhase::matmuls, 2 * lin_flops(b, b.F, b.C),
-         [&] { ops::linear_backward(&b.c1, &b.dw_fc, &b.db_fc, b.f2, b.ln, b.w_fc); });
+         [&] { ops::linear_backward(&b.c1, &b.dw_fc, &b.db_fc, b.f2, b.ln, b.m_fc); });
   k.time("layernorm bwd", OpPhase::norms, 0,
          [&] { ops::layernorm_backward(b.c3, b.dln_w, b.dln_b, b.c1, b.res, b.ln_w, b.mean, b.rstd); });
   k.time("dropout(p=0) + residual", OpPhase::other, 0, [&] {
@@ -116,11 +129,11 @@ void block_backward(OpClock& k, Buffers& b) {
     ops::dropout_backward(b.c1, b.c3, none);
   });
   k.time("linear bwd (blocks)", OpPhase::matmuls, 2 * lin_flops(b, b.C, b.C),
-         [&] { ops::linear_backward(&b.tmp, &b.dw_proj, &b.db_proj, b.c1, b.atty, b.w_proj); });
+         [&] { ops::linear_backward(&b.tmp, &b.dw_proj, &b.db_proj, b.c1, b.atty, b.m_proj); });
   k.time("attention bwd", OpPhase::attention, af,
          [&] { ops::attention_backward(b.dqkv, b.datt, b.tmp, b.qkv, b.att, int(b.NH), none); });
   k.time("linear bwd (blocks)", OpPhase::matmuls, 2 * lin_flops(b, 3 * b.C, b.C),
-         [&] { ops::linear_backward(&b.c1, &b.dw_qkv, &b.db_qkv, b.dqkv, b.ln, b.w_qkv); });
+         [&] { ops::linear_backward(&b.c1, &b.dw_qkv, &b.db_qkv, b.dqkv, b.ln, b.m_qkv); });
   k.time("layernorm bwd", OpPhase::norms, 0,
          [&] { ops::layernorm_backward(b.dx, b.dln_w, b.dln_b, b.c1, b.x, b.ln_w, b.mean, b.rstd); });
   k.time("dropout(p=0) + residual", OpPhase::other, 0, [&] { ops::add_inplace(b.dx, b.c3); });
@@ -139,7 +152,7 @@ void one_step(OpClock& k, Buffers& b, int L) {
   for (int l = 0; l < L; ++l) block_forward(k, b);
   k.time("layernorm fwd", OpPhase::norms, 0,
          [&] { ops::layernorm_forward(b.ln, b.mean, b.rstd, b.x, b.ln_w, b.ln_b, 1e-5f); });
-  k.time("lm_head fwd", OpPhase::matmuls, head, [&] { ops::linear_forward(b.logits, b.ln, b.wte, nullptr); });
+  k.time("lm_head fwd", OpPhase::matmuls, head, [&] { ops::linear_forward(b.logits, b.ln, b.m_wte, nullptr); });
   const Tensor& y = b.ids;
   static comm::Group tp = comm::self_group("tp");
   k.time("cross-entropy fwd+bwd", OpPhase::cross_entropy, 0,
@@ -148,7 +161,7 @@ void one_step(OpClock& k, Buffers& b, int L) {
     tp::vocab_parallel_cross_entropy_backward(b.logits, b.logits, b.lse, y, 1.0f / float(N), 0, b.V, kIgnoreIndex);
   });
   k.time("lm_head bwd", OpPhase::matmuls, 2 * head,
-         [&] { ops::linear_backward(&b.c1, &b.dwte, nullptr, b.logits, b.ln, b.wte); });
+         [&] { ops::linear_backward(&b.c1, &b.dwte, nullptr, b.logits, b.ln, b.m_wte); });
   k.time("layernorm bwd", OpPhase::norms, 0,
          [&] { ops::layernorm_backward(b.dres, b.dln_w, b.dln_b, b.c1, b.x, b.ln_w, b.mean, b.rstd); });
   for (int l = 0; l < L; ++l) block_backward(k, b);

@@ -233,6 +233,7 @@ void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerSta
 
 void load_checkpoint(const std::string& step_dir, RankState& r) {
   load_stage(checkpoint::IndexedTensors::open(step_dir, kModelIndex), r.params, r.params.values(), "");
+  r.params.mark_written();                                    // the caller refreshes a 16-bit shadow (core/param.h)
   if (!fs::exists(step_dir + "/" + kOptimizerIndex)) return;  // model only: a fresh optimizer
   checkpoint::IndexedTensors in = checkpoint::IndexedTensors::open(step_dir, kOptimizerIndex);
   for (auto& [name, buf] : r.optimizer.state()) {

@@ -14,6 +14,7 @@
 // the indexes and copies its tp slice of each logical tensor into its
 // parameters and optimizer state (its dp shard under ZeRO-1). A model-only
 // checkpoint (no optimizer index) leaves the optimizer state as it is (zero).
+// The parameters are marked written; the caller refreshes a 16-bit shadow.
 //
 // Test hook: LATTICE_TEST_CHECKPOINT_PAUSE_S=<seconds> makes every writer
 // sleep after its model file (only when writing step

@@ -45,7 +45,8 @@ DType compute_dtype(Precision p) {
 // runtime.precision: bf16 and fp16 run the matmuls with 16-bit operands and
 // fp32 accumulation: on the GPU through cuBLAS (core/backend.h); on the CPU
 // bf16 through oneDNN (core/kernels/cpu/matmul_bf16.h) where this CPU and
-// build have it, fp16 as an emulation on sgemm (matmul_f16.h).
+// build have it, fp16 as an emulation on sgemm (matmul_f16.h). The weights
+// come from the parameters' 16-bit shadow (the constructor enables it).
 void set_matmul_precision(const Config& cfg, Device device) {
   const DType operands = compute_dtype(cfg.runtime.precision);
   if (device.is_cuda()) {
@@ -81,7 +82,7 @@ double all_reduce_scalar(comm::Group& g, double v, comm::ReduceOp op) {
 }  // namespace
 
 HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroupMesh& mesh,
-                                           std::optional<RankPlacement> placement)
+                                           std::optional<RankPlacement> placement, HalfWeights half_weights)
     : cfg_(cfg),
       mesh_(mesh),
       layout_(resolve_layout(cfg, mesh.world_size())),
@@ -106,7 +107,10 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
   const int64_t pad = cfg.parallel.zero == 1 ? layout_.dp : 1;  // ZeRO-1 splits the buffers into dp equal shards
   params_ = FlatParams(select_stage_params(model_param_specs(cfg.model), spans_, cfg.model.n_layer), DType::f32,
                        placement_.device, shard, pad);
+  const DType operands = compute_dtype(cfg.runtime.precision);
+  if (operands != DType::f32 && half_weights == HalfWeights::shadow) params_.enable_shadow(operands);
   params_.init(cfg.runtime.seed);
+  params_.refresh_shadow();  // before the models bind their views, which check it on every read
   for (const StageSpan& span : spans_) chunks_.push_back(build_model(cfg.model, params_, tp, span));
   const int64_t T = cfg.train.seq_len, B = cfg.train.micro_batch;
   contexts_ = std::make_unique<ContextPool>([this, B, T](int v) { return chunks_[size_t(v)]->make_context(B, T); });
@@ -278,6 +282,7 @@ UpdateStats HybridParallelPlugin::optimizer_step(int64_t step, double lr) {
   if (u.skipped) return u;
   ++updates_;
   optimizer_->step(params_, lr, updates_, optim::clip_factor(u.grad_norm, cfg_.optimizer.grad_clip) * inv_scale);
+  params_.refresh_shadow();
   return u;
 }
 
@@ -334,6 +339,7 @@ TrainerState HybridParallelPlugin::load_checkpoint(const std::string& step_dir) 
   check_resume_config(cfg_, st, step_dir);
   RankState rs{params_, *optimizer_, zero_, mesh_};
   lattice::load_checkpoint(step_dir, rs);
+  params_.refresh_shadow();
   updates_ = st.optimizer_updates;
   if (st.loss_scaler) scaler_.load_state(*st.loss_scaler);  // a model-only checkpoint has none
   return st;

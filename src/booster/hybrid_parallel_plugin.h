@@ -23,6 +23,9 @@
 // non-finite gradient anywhere is skipped on every rank (at any precision),
 // and otherwise the optimizer reads the gradients times 1/scale and the clip
 // factor of the unscaled norm. The scale is saved with the trainer state.
+// runtime.precision bf16 and fp16 keep a 16-bit shadow of the parameters
+// (core/param.h) that every matmul weight is read from; it is refreshed after
+// init, each optimizer step and a checkpoint load.
 #pragma once
 
 #include <memory>
@@ -46,13 +49,20 @@
 
 namespace lattice {
 
+// Where the 16-bit matmuls of runtime.precision bf16/fp16 read the weights
+// from: the parameters' 16-bit shadow (FlatParams::enable_shadow), or the fp32
+// values rounded on every call, the path before the shadow existed. Both give
+// the same bits; the second is kept so tests can show it (test_shadow_weights).
+enum class HalfWeights : uint8_t { shadow, rounded_per_call };
+
 class HybridParallelPlugin final : public Plugin {
  public:
   // placement: where this rank's tensors live; unset: runtime.device placed by
   // place_rank (booster/device_groups.h). verify-layout passes the job's
   // placement to its one-rank reference.
   HybridParallelPlugin(const Config& cfg, mesh::ProcessGroupMesh& mesh,
-                       std::optional<RankPlacement> placement = std::nullopt);
+                       std::optional<RankPlacement> placement = std::nullopt,
+                       HalfWeights half_weights = HalfWeights::shadow);
 
   std::string describe() const override;
   std::string stage_map() const override;

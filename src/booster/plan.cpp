@@ -207,7 +207,7 @@ ActivationPeak simulate_activations(const pipeline::Plan& plan, const std::vecto
 
 RankMemory predict_rank_memory(const Config& cfg, const Layout& layout, const mesh::ProcessGroupMesh& mesh,
                                const pipeline::StageLayout& stages, int rank) {
-  constexpr int64_t kF32 = 4, kI32 = 4;  // the plugin's parameters and activations are f32
+  constexpr int64_t kF32 = 4, kI32 = 4, kHalf = 2;  // the plugin's parameters and activations are f32
   RankMemory m;
   m.rank = rank;
   m.coord = mesh.coord(rank);
@@ -219,7 +219,10 @@ RankMemory predict_rank_memory(const Config& cfg, const Layout& layout, const me
   // the state covers this rank's shard, plus a staging shard for the reduce-scatter.
   const bool zero = cfg.parallel.zero == 1;
   const int64_t shard = zero ? (m.param_count + layout.dp - 1) / layout.dp : m.param_count;
-  m.params = m.grads = (zero ? shard * layout.dp : m.param_count) * kF32;
+  const int64_t flat = zero ? shard * layout.dp : m.param_count;
+  m.params = m.grads = flat * kF32;
+  // runtime.precision bf16 / fp16: the 16-bit shadow of the values, same layout (core/param.h).
+  if (cfg.runtime.precision != Precision::fp32) m.params += flat * kHalf;
   const int64_t state_buffers = (cfg.optimizer.name == OptimizerName::adamw ? 2 : 1) + (zero && layout.dp > 1 ? 1 : 0);
   m.optimizer = state_buffers * shard * kF32;
   const int64_t B = cfg.train.micro_batch, T = cfg.train.seq_len;
@@ -393,8 +396,11 @@ std::string schedule_section(const JobPlan& p) {
 
 std::string memory_section(const JobPlan& p) {
   std::string out =
-      fmt::format("memory per rank: predicted allocator peak of a training step (fp32, runtime.device {})\n",
-                  enum_name(p.cfg.runtime.device));
+      fmt::format("memory per rank: predicted allocator peak of a training step (fp32, runtime.device {}{})\n",
+                  enum_name(p.cfg.runtime.device),
+                  p.cfg.runtime.precision == Precision::fp32
+                      ? ""
+                      : fmt::format("; params include their {} copy, 2 B each", enum_name(p.cfg.runtime.precision)));
   out += fmt::format("  {:<5} {:>5} {:>3} {:>3} {:>14} {:>11} {:>11} {:>11} {:>12} {:>11} {:>11}\n", "rank", "stage",
                      "tp", "dp", "param count", "params", "grads", "optimizer", "activations", "data", "total");
   for (const RankMemory& m : p.memory)

@@ -12,7 +12,9 @@
 // (core/allocator.h: every tensor's bytes, CPU or device) at the peak of a
 // training step:
 //   params, grads   the rank's flat buffers (its chunks' entries, tp-sharded,
-//                   the vocabulary padded; a tied replica included)
+//                   the vocabulary padded; a tied replica included); params
+//                   adds the 16-bit shadow (2 bytes per element) under
+//                   runtime.precision bf16 or fp16 (core/param.h)
 //   optimizer       AdamW 2, SGD 1 flat buffers of the same size; with
 //                   parallel.zero: 1 (optim/zero.h) the flat buffers are padded
 //                   to dp shards, the state covers one shard, plus one shard

@@ -29,6 +29,7 @@
 
 #include "core/dtype.h"
 #include "core/kernels/cpu/rope.h"
+#include "core/kernels/matmul_operand.h"
 #include "core/rng.h"
 
 namespace lattice {
@@ -60,27 +61,36 @@ class CudaBackend {
   virtual void synchronize(int dev) = 0;
 
   // runtime.precision: the operand type of gemm and linear_forward. f32 (the
-  // default): fp32 without TF32. bf16 or f16: both operands are rounded to it
-  // (round to nearest even; in f16 a value beyond 65504 becomes inf, which is
-  // how an fp16 overflow shows) and multiplied on the tensor cores with fp32
-  // accumulation into the fp32 output (cublasGemmEx, CUBLAS_COMPUTE_32F), as
-  // the CPU's emulation does (core/kernels/cpu/matmul.h). Everything else
-  // stays fp32. Any other dtype throws.
+  // default): fp32 without TF32. bf16 or f16: an fp32 operand is rounded to
+  // it on each call (round to nearest even; in f16 a value beyond 65504
+  // becomes inf, which is how an fp16 overflow shows), an operand already of
+  // that type (a parameter's 16-bit shadow, core/param.h) is read as it is,
+  // and the product runs on the tensor cores with fp32 accumulation into the
+  // fp32 output (cublasGemmEx, CUBLAS_COMPUTE_32F), as the CPU's emulation
+  // does (core/kernels/cpu/matmul.h). Everything else stays fp32. Any other
+  // dtype throws.
   virtual void set_matmul_dtype(DType operands) = 0;
+  virtual DType matmul_dtype() const = 0;
 
-  // ---- kernels (f32) ----
-  virtual void gemm(int dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                    const float* b, float beta, float* c) = 0;
+  // out (n) = in (n) rounded to `dtype` (bf16 or f16) as raw bits, round to
+  // nearest even (dtype.h's f32_to_bf16 / f32_to_f16): a shadow's refresh.
+  virtual void round_to_half(int dev, void* out, DType dtype, const float* in, int64_t n) = 0;
+
+  // ---- kernels (f32; matmul operands may be 16-bit, see set_matmul_dtype) ----
+  // A 16-bit operand whose type is not the matmul type throws.
+  virtual void gemm(int dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, MatmulOperand a,
+                    MatmulOperand b, float beta, float* c) = 0;
   // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias may be null:
   // one cuBLASLt matmul with the bias in its epilogue where it can be
-  // (core/cuda/lt_plan.h says when), f32 without TF32.
-  virtual void linear_forward(int dev, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+  // (core/cuda/lt_plan.h says when), f32 without TF32; under 16-bit matmuls
+  // the 16-bit gemm, then the bias kernel.
+  virtual void linear_forward(int dev, float* out, const float* inp, MatmulOperand weight, const float* bias, int64_t N,
                               int64_t C, int64_t OC) = 0;
   // pre (N, OC) = the linear above, act (N, OC) = gelu(pre) (tanh form): one
   // cuBLASLt matmul with the GELU_AUX(_BIAS) epilogue where lt_plan.h allows it
   // and a first-use probe found cuBLASLt's GELU to be this one, else the
-  // linear and the GELU kernel (and always so under bf16 matmuls).
-  virtual void linear_gelu_forward(int dev, float* act, float* pre, const float* inp, const float* weight,
+  // linear and the GELU kernel (and always so under 16-bit matmuls).
+  virtual void linear_gelu_forward(int dev, float* act, float* pre, const float* inp, MatmulOperand weight,
                                    const float* bias, int64_t N, int64_t C, int64_t OC) = 0;
   // dinp (N, C) = dout (N, OC) @ weight (OC, C) (overwrite; skipped when null),
   // dweight (OC, C) += dout^T @ inp and dbias (OC) += column sums of dout
@@ -89,7 +99,7 @@ class CudaBackend {
   // epilogue where it can be (core/cuda/lt_plan.h); under 16-bit matmuls
   // through gemm and the column-sum kernel.
   virtual void linear_backward(int dev, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                               const float* weight, int64_t N, int64_t C, int64_t OC) = 0;
+                               MatmulOperand weight, int64_t N, int64_t C, int64_t OC) = 0;
   virtual void add_bias(int dev, float* out, const float* bias, int64_t rows, int64_t cols) = 0;
   virtual void bias_backward(int dev, float* dbias, const float* dout, int64_t rows, int64_t cols) = 0;  // +=
   virtual void gelu_forward(int dev, float* out, const float* inp, int64_t n) = 0;

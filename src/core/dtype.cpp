@@ -18,18 +18,6 @@ size_t dtype_size(DType t) {
   return 0;
 }
 
-std::string_view dtype_name(DType t) {
-  switch (t) {
-    case DType::f64: return "f64";
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::i32: return "i32";
-    case DType::u16: return "u16";
-  }
-  return "?";
-}
-
 DType dtype_from_name(std::string_view name) {
   for (DType t : {DType::f64, DType::f32, DType::bf16, DType::f16, DType::i32, DType::u16})
     if (dtype_name(t) == name) return t;

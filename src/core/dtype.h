@@ -19,7 +19,24 @@ namespace lattice {
 enum class DType : uint8_t { f64, f32, bf16, f16, i32, u16 };
 
 size_t dtype_size(DType t);
-std::string_view dtype_name(DType t);
+// Inline, so the CUDA backend (which does not link lattice_core) names dtypes too.
+constexpr std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::f64:
+      return "f64";
+    case DType::f32:
+      return "f32";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "f16";
+    case DType::i32:
+      return "i32";
+    case DType::u16:
+      return "u16";
+  }
+  return "?";
+}
 DType dtype_from_name(std::string_view name);  // throws lattice::Error on unknown names
 
 enum class DeviceType : uint8_t { cpu, cuda };

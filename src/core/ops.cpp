@@ -14,6 +14,7 @@
 #include "core/kernels/cpu/bias.h"
 #include "core/kernels/cpu/elementwise.h"
 #include "core/kernels/cpu/matmul.h"
+#include "core/kernels/cpu/matmul_half.h"
 #include "core/kernels/cpu/norm.h"
 #include "core/kernels/cpu/optimizer.h"
 #include "core/ops_internal.h"
@@ -24,8 +25,36 @@ using namespace detail;
 
 // ---- matmul -------------------------------------------------------------
 
+namespace {
+
+// The type the matmuls on `device` run in (runtime.precision).
+DType matmul_dtype_on(Device device) { return device.is_cuda() ? cuda_backend().matmul_dtype() : cpu::matmul_dtype(); }
+
+// A matmul operand `name` of a product into `like`: like's dtype, or, for an
+// f32 product, the 16-bit type the matmuls on that device run in (a
+// parameter's 16-bit shadow, core/param.h).
+void check_operand(const char* op, const char* name, const Tensor& x, const Tensor& like) {
+  LATTICE_CHECK(x.defined(), "ops::{}: {} is undefined", op, name);
+  const bool half = x.dtype() == DType::bf16 || x.dtype() == DType::f16;
+  LATTICE_CHECK(x.device() == like.device() && (x.dtype() == like.dtype() || (half && like.dtype() == DType::f32)),
+                "ops::{}: mixed tensors {} and {} {}", op, desc(like), name, desc(x));
+  if (!half) return;
+  const DType matmuls = matmul_dtype_on(x.device());
+  LATTICE_CHECK(x.dtype() == matmuls,
+                "ops::{}: {} {} is a 16-bit copy, but the matmuls on {} run in {}: a {} operand needs "
+                "runtime.precision {}",
+                op, name, desc(x), x.device().str(), dtype_name(matmuls), dtype_name(x.dtype()),
+                x.dtype() == DType::bf16 ? "bf16" : "fp16");
+}
+
+MatmulOperand operand(const Tensor& t) { return {t.raw(), t.dtype()}; }
+
+}  // namespace
+
 void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta) {
-  check_same("gemm", {&c, &a, &b});
+  check_same("gemm", {&c});
+  check_operand("gemm", "a", a, c);
+  check_operand("gemm", "b", b, c);
   LATTICE_CHECK(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2, "ops::gemm: needs 2-D tensors, got a {} b {} c {}",
                 shape_str(a.shape()), shape_str(b.shape()), shape_str(c.shape()));
   int64_t m = trans_a ? a.dim(1) : a.dim(0), k = trans_a ? a.dim(0) : a.dim(1);
@@ -34,10 +63,14 @@ void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_
                 shape_str(a.shape()), trans_a ? "^T" : "", shape_str(b.shape()), trans_b ? "^T" : "",
                 shape_str(c.shape()));
   if (cuda_f32(c))
-    return cuda_backend().gemm(c.device().index, trans_a, trans_b, m, n, k, alpha, fp(a), fp(b), beta, fp(c));
+    return cuda_backend().gemm(c.device().index, trans_a, trans_b, m, n, k, alpha, operand(a), operand(b), beta, fp(c));
   on_cpu("gemm", c, [&](auto t) {
     using T = decltype(t);
-    cpu::gemm<T>(trans_a, trans_b, m, n, k, T(alpha), a.data<T>(), b.data<T>(), T(beta), c.data<T>());
+    if constexpr (std::is_same_v<T, float>)  // packed: each row stride is the stored width
+      cpu::gemm(trans_a, trans_b, m, n, k, alpha, operand(a), std::max<int64_t>(1, a.dim(1)), operand(b),
+                std::max<int64_t>(1, b.dim(1)), beta, c.data<float>(), std::max<int64_t>(1, n));
+    else
+      cpu::gemm<T>(trans_a, trans_b, m, n, k, T(alpha), a.data<T>(), b.data<T>(), T(beta), c.data<T>());
   });
 }
 
@@ -55,21 +88,32 @@ LinearDims linear_dims(const char* op, const Tensor& out, const Tensor& inp, con
                 shape_str(weight.shape()), shape_str(out.shape()));
   return {r.n, C, OC};
 }
+
+// linear_forward's checks (out, inp, weight and bias), shared with linear_gelu_forward.
+LinearDims check_linear_forward(const char* op, const Tensor& out, const Tensor& inp, const Tensor& weight,
+                                const Tensor* bias) {
+  check_same(op, {&out, &inp});
+  check_operand(op, "weight", weight, out);
+  LinearDims d = linear_dims(op, out, inp, weight);
+  if (bias) {
+    check_same(op, {&out, bias});
+    LATTICE_CHECK(bias->numel() == d.OC, "ops::{}: bias {} for OC = {}", op, shape_str(bias->shape()), d.OC);
+  }
+  return d;
+}
 }  // namespace
 
 void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias) {
-  check_same("linear_forward", {&out, &inp, &weight});
-  LinearDims d = linear_dims("linear_forward", out, inp, weight);
-  if (bias) {
-    check_same("linear_forward", {&out, bias});
-    LATTICE_CHECK(bias->numel() == d.OC, "ops::linear_forward: bias {} for OC = {}", shape_str(bias->shape()), d.OC);
-  }
+  LinearDims d = check_linear_forward("linear_forward", out, inp, weight, bias);
   if (cuda_f32(out))
-    return cuda_backend().linear_forward(out.device().index, fp(out), fp(inp), fp(weight), bias ? fp(*bias) : nullptr,
-                                         d.N, d.C, d.OC);
+    return cuda_backend().linear_forward(out.device().index, fp(out), fp(inp), operand(weight),
+                                         bias ? fp(*bias) : nullptr, d.N, d.C, d.OC);
   on_cpu("linear_forward", out, [&](auto t) {
     using T = decltype(t);
-    cpu::linear_forward<T>(out.data<T>(), inp.data<T>(), weight.data<T>(), ptr<T>(bias), d.N, d.C, d.OC);
+    if constexpr (std::is_same_v<T, float>)
+      cpu::linear_forward(out.data<float>(), inp.data<float>(), operand(weight), ptr<float>(bias), d.N, d.C, d.OC);
+    else
+      cpu::linear_forward<T>(out.data<T>(), inp.data<T>(), weight.data<T>(), ptr<T>(bias), d.N, d.C, d.OC);
   });
 }
 
@@ -78,14 +122,8 @@ void linear_gelu_forward(Tensor& act, Tensor& pre, const Tensor& inp, const Tens
   LATTICE_CHECK(act.numel() == pre.numel(), "ops::linear_gelu_forward: act {} for pre {}", shape_str(act.shape()),
                 shape_str(pre.shape()));
   if (cuda_f32(pre)) {
-    LinearDims d = linear_dims("linear_gelu_forward", pre, inp, weight);
-    check_same("linear_gelu_forward", {&pre, &inp, &weight});
-    if (bias) {
-      check_same("linear_gelu_forward", {&pre, bias});
-      LATTICE_CHECK(bias->numel() == d.OC, "ops::linear_gelu_forward: bias {} for OC = {}", shape_str(bias->shape()),
-                    d.OC);
-    }
-    return cuda_backend().linear_gelu_forward(pre.device().index, fp(act), fp(pre), fp(inp), fp(weight),
+    LinearDims d = check_linear_forward("linear_gelu_forward", pre, inp, weight, bias);
+    return cuda_backend().linear_gelu_forward(pre.device().index, fp(act), fp(pre), fp(inp), operand(weight),
                                               bias ? fp(*bias) : nullptr, d.N, d.C, d.OC);
   }
   linear_forward(pre, inp, weight, bias);
@@ -94,7 +132,8 @@ void linear_gelu_forward(Tensor& act, Tensor& pre, const Tensor& inp, const Tens
 
 void linear_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
                      const Tensor& weight) {
-  check_same("linear_backward", {&dout, &inp, &weight});
+  check_same("linear_backward", {&dout, &inp});
+  check_operand("linear_backward", "weight", weight, dout);
   LinearDims d = linear_dims("linear_backward", dout, inp, weight);
   if (dinp) {
     check_same("linear_backward", {&dout, dinp});
@@ -114,12 +153,16 @@ void linear_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor&
   if (cuda_f32(dout)) {
     return cuda_backend().linear_backward(dout.device().index, dinp ? fp(*dinp) : nullptr,
                                           dweight ? fp(*dweight) : nullptr, dbias ? fp(*dbias) : nullptr, fp(dout),
-                                          fp(inp), fp(weight), d.N, d.C, d.OC);
+                                          fp(inp), operand(weight), d.N, d.C, d.OC);
   }
   on_cpu("linear_backward", dout, [&](auto t) {
     using T = decltype(t);
-    cpu::linear_backward<T>(ptr<T>(dinp), ptr<T>(dweight), ptr<T>(dbias), dout.data<T>(), inp.data<T>(),
-                            weight.data<T>(), d.N, d.C, d.OC);
+    if constexpr (std::is_same_v<T, float>)
+      cpu::linear_backward(ptr<float>(dinp), ptr<float>(dweight), ptr<float>(dbias), dout.data<float>(),
+                           inp.data<float>(), operand(weight), d.N, d.C, d.OC);
+    else
+      cpu::linear_backward<T>(ptr<T>(dinp), ptr<T>(dweight), ptr<T>(dbias), dout.data<T>(), inp.data<T>(),
+                              weight.data<T>(), d.N, d.C, d.OC);
   });
 }
 
@@ -416,6 +459,19 @@ bool all_finite(const Tensor& x) {
     using S = decltype(t);
     return cpu::all_finite<S>(sp<S>(x), x.numel());
   });
+}
+
+void round_to_half(Tensor& out, const Tensor& inp) {
+  const bool ok = out.defined() && inp.defined() && inp.dtype() == DType::f32 &&
+                  (out.dtype() == DType::bf16 || out.dtype() == DType::f16) && out.device() == inp.device() &&
+                  out.numel() == inp.numel();
+  LATTICE_CHECK(ok,
+                "ops::round_to_half: needs an f32 inp and a bf16 or f16 out of its size on its device, got out {} "
+                "and inp {}",
+                out.defined() ? desc(out) : "undefined", inp.defined() ? desc(inp) : "undefined");
+  if (inp.device().is_cuda())
+    return cuda_backend().round_to_half(inp.device().index, out.raw(), out.dtype(), fp(inp), inp.numel());
+  cpu::round_to_half(out.dtype(), static_cast<uint16_t*>(out.raw()), inp.data<float>(), inp.numel());
 }
 
 // ---- optimizer updates --------------------------------------------------------

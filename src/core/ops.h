@@ -22,6 +22,13 @@
 namespace lattice::ops {
 
 // ---- matmul -------------------------------------------------------------
+// Matmul operands (gemm's a and b, the linear layers' weight) have the
+// product's dtype, or, for an f32 product under runtime.precision bf16/fp16,
+// may be that 16-bit type: a parameter's 16-bit shadow (core/param.h), read
+// as it is where an f32 operand would be rounded on the call, with the same
+// bits as the result. Any other 16-bit operand is an error naming the
+// precision it needs.
+//
 // c (M, N) = alpha * op(a) @ op(b) + beta * c, with op(x) = x or x^T.
 // a is (M, K) or (K, M) when trans_a; b is (K, N) or (N, K) when trans_b.
 void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha = 1.0f,
@@ -145,6 +152,10 @@ void add_inplace(Tensor& acc, const Tensor& x);           // acc += x
 void scale_inplace(Tensor& x, double s);                  // x *= s
 double sum_squares(const Tensor& x);                      // sum x^2, accumulated in double
 bool all_finite(const Tensor& x);
+// out (n) bf16 or f16 = inp (n) f32 rounded to nearest even (dtype.h's
+// f32_to_bf16 / f32_to_f16): the rounding a 16-bit matmul applies to an f32
+// operand; a parameter shadow's refresh (core/param.h).
+void round_to_half(Tensor& out, const Tensor& inp);
 
 // ---- optimizer updates (one tensor, usually a view into the flat buffer) -----
 struct AdamWStep {

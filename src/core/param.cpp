@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/ops.h"
 #include "core/rng.h"
 
 namespace lattice {
@@ -159,6 +160,48 @@ void FlatParams::init(uint64_t seed) {
       init_entry(host.data<float>() + e.offset, e, shard_, seed);
   }
   if (!values_.device().is_cpu()) values_.copy_from(host);
+  mark_written();
+}
+
+const Tensor& ShadowView::get() const& {
+  const ShadowVersions& v = *versions_;
+  if (v.shadow != v.values) {
+    const std::string made = v.shadow == ShadowVersions::kNever ? std::string("has never been rounded")
+                                                                : fmt::format("was rounded at write {}", v.shadow);
+    LATTICE_FAIL(
+        "parameter '{}': its {} copy {} and the fp32 values are at write {}: something wrote the values "
+        "(FlatParams::mark_written) and nothing refreshed the 16-bit copy before this read; call "
+        "FlatParams::refresh_shadow() after the write (the plugin does after init, each optimizer step and a "
+        "checkpoint load)",
+        name_, dtype_name(view_.dtype()), made, v.values);
+  }
+  return view_;
+}
+
+void FlatParams::enable_shadow(DType half) {
+  LATTICE_CHECK(half == DType::bf16 || half == DType::f16, "FlatParams: the shadow is bf16 or f16, not {}",
+                dtype_name(half));
+  LATTICE_CHECK(dtype() == DType::f32, "FlatParams: only f32 parameters have a 16-bit shadow, these are {}",
+                dtype_name(dtype()));
+  LATTICE_CHECK(!has_shadow(), "FlatParams: the shadow is already enabled ({})", dtype_name(shadow_.dtype()));
+  shadow_ = Tensor::zeros({padded_numel()}, half, padded_values_.device());
+  versions_->shadow = ShadowVersions::kNever;
+}
+
+void FlatParams::refresh_shadow() {
+  if (!has_shadow()) return;
+  ops::round_to_half(shadow_, padded_values_);
+  versions_->shadow = versions_->values;
+}
+
+ShadowView FlatParams::shadow_view(const ParamEntry& e) const {
+  return shadow_view(e.offset, e.local_shape, e.spec.name);
+}
+
+ShadowView FlatParams::shadow_view(int64_t offset, Shape shape, std::string what) const {
+  LATTICE_CHECK(has_shadow(), "FlatParams: '{}' has no 16-bit view: the parameters have no shadow (enable_shadow)",
+                what);
+  return ShadowView(shadow_.view(offset, std::move(shape)), versions_, std::move(what));
 }
 
 }  // namespace lattice

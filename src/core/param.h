@@ -13,9 +13,17 @@
 // padded_numel() = numel() rounded up to that multiple, so they split into
 // equal blocks for reduce-scatter and all-gather; values()/grads() stay the
 // first numel() elements and the padding stays zero.
+//
+// Under runtime.precision bf16 or fp16 FlatParams also holds a 16-bit shadow
+// of the values (enable_shadow): the same padded layout, rounded once per
+// write, which the matmuls read instead of rounding the fp32 weights on every
+// call. The fp32 values stay the master copy. A version counter keeps the two
+// honest: writers bump it, refresh_shadow() records the version it rounded,
+// and reading a stale shadow throws (see "the 16-bit shadow" below).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -109,6 +117,33 @@ struct ParamEntry {
   int64_t numel = 0;
 };
 
+// The fp32 values' write count and the count the 16-bit shadow was rounded
+// at (kNever before its first refresh), shared by a FlatParams and the
+// ShadowViews it hands out, so a view stays checkable after a move.
+struct ShadowVersions {
+  static constexpr uint64_t kNever = ~uint64_t(0);
+  uint64_t values = 0, shadow = kNever;
+};
+
+// One parameter's view of the 16-bit shadow (or of adjacent entries read as one
+// fused weight). get() checks, on every read, that the shadow was rounded from
+// the current fp32 values, and throws naming the parameter when it was not.
+class ShadowView {
+ public:
+  ShadowView() = default;
+  bool defined() const { return view_.defined(); }
+  const Tensor& get() const&;
+  const Tensor& get() const&& = delete;  // the view would die with the temporary
+
+ private:
+  friend class FlatParams;
+  ShadowView(Tensor view, std::shared_ptr<const ShadowVersions> versions, std::string name)
+      : view_(std::move(view)), versions_(std::move(versions)), name_(std::move(name)) {}
+  Tensor view_;
+  std::shared_ptr<const ShadowVersions> versions_;
+  std::string name_;
+};
+
 class FlatParams {
  public:
   FlatParams() = default;
@@ -138,15 +173,49 @@ class FlatParams {
 
   // Initial values from the logical coordinates: element e of parameter
   // `name` is drawn from rng_*(init_key(seed, name), 0, e) by its InitKind,
-  // so the values do not depend on the layout (padding rows are 0).
+  // so the values do not depend on the layout (padding rows are 0). A writer:
+  // marks the values written.
   void init(uint64_t seed);
   void zero_grad() { grads_.zero_(); }
+
+  // ---- the 16-bit shadow (runtime.precision bf16 / fp16) ------------------
+  // The values rounded to bf16 or f16 (nearest even, as a 16-bit matmul
+  // rounds an fp32 operand), padded_numel() elements of the same layout on
+  // the same device: 2 bytes per parameter more. Only an f32 FlatParams has
+  // one. Models bind their matmul weights to it (ShadowView); norms,
+  // embeddings, optimizers and checkpoints keep reading the fp32 values.
+  //
+  // The contract, so a stale shadow is an error and never a silent result:
+  //   - every writer of the fp32 values calls mark_written() after writing
+  //     (init, the optimizers' step incl. ZeRO-1's all-gather, a checkpoint
+  //     load, and anything new that writes them, a broadcast say);
+  //   - whoever drives the writes calls refresh_shadow() before the next
+  //     forward (the plugin after init, each optimizer step and a load;
+  //     bench/train_step likewise);
+  //   - every read through a ShadowView checks the shadow is current.
+  // A writer that forgets mark_written() escapes the check; the bit-for-bit
+  // tests against per-call rounding (test_shadow_weights) catch that.
+  void enable_shadow(DType half);  // bf16 or f16; stale until the first refresh
+  bool has_shadow() const { return shadow_.defined(); }
+  DType shadow_dtype() const { return shadow_.dtype(); }
+  void mark_written() { ++versions_->values; }
+  // Rounds all values into the shadow now and records their version. Nothing
+  // without a shadow.
+  void refresh_shadow();
+  bool shadow_current() const { return versions_->shadow == versions_->values; }
+  uint64_t values_version() const { return versions_->values; }
+  ShadowView shadow_view(const ParamEntry& e) const;
+  // Elements [offset, offset + numel(shape)) as `shape`, named `what` in errors (fused weights).
+  ShadowView shadow_view(int64_t offset, Shape shape, std::string what) const;
+  const Tensor& shadow() const { return shadow_; }  // the flat shadow (padded_numel()), unchecked
 
  private:
   std::vector<ParamEntry> entries_;
   TpShard shard_;
   Tensor padded_values_, padded_grads_;  // the storage
   Tensor values_, grads_;                // views of their first numel() elements
+  Tensor shadow_;                        // padded_numel() bf16/f16, or undefined
+  std::shared_ptr<ShadowVersions> versions_ = std::make_shared<ShadowVersions>();
 };
 
 }  // namespace lattice

@@ -44,7 +44,8 @@ ChunkModel::ChunkModel(std::unique_ptr<ChunkActivations> acts, FlatParams& param
 ChunkModel::~ChunkModel() = default;
 
 ParamView ChunkModel::bind(FlatParams& params, const std::string& name) const {
-  return ParamView{params.value(name), params.grad(name)};
+  const ParamEntry& e = params.entry(name);
+  return ParamView{params.value(e), params.grad(e), params.has_shadow() ? params.shadow_view(e) : ShadowView()};
 }
 
 ParamView ChunkModel::bind_rows(FlatParams& params, const std::vector<std::string>& names) const {
@@ -60,7 +61,10 @@ ParamView ChunkModel::bind_rows(FlatParams& params, const std::vector<std::strin
     shape[0] += e.local_shape[0];
     end += e.numel;
   }
-  return ParamView{params.values().view(first.offset, shape), params.grads().view(first.offset, shape)};
+  std::string what = names.front();
+  for (size_t i = 1; i < names.size(); ++i) what += " + " + names[i];
+  ShadowView w16 = params.has_shadow() ? params.shadow_view(first.offset, shape, what) : ShadowView();
+  return ParamView{params.values().view(first.offset, shape), params.grads().view(first.offset, shape), std::move(w16)};
 }
 
 void ChunkModel::fill_context(Context& ctx, const ChunkActivations& acts, const StageSpan& span, const MakeTensor& make,
@@ -154,7 +158,7 @@ double ChunkModel::layernorm_head_forward(Context& ctx, const Tensor& x, const L
                                           tp::ColumnParallelLinear& head) {
   auto& h = head_of<LayerNormHeadTensors>(ctx);
   ops::layernorm_forward(h.lnf, h.lnf_mean, h.lnf_rstd, x, p.norm_w.w, p.norm_b.w, p.eps);
-  head.forward(h.logits, h.lnf, p.head_w.w, nullptr);
+  head.forward(h.logits, h.lnf, p.head_w.mm(), nullptr);
   return lm_loss_forward(ctx, p.vocab_size);
 }
 
@@ -162,7 +166,7 @@ void ChunkModel::layernorm_head_backward(Context& ctx, const Tensor& x, float dl
                                          tp::ColumnParallelLinear& head, Tensor& scratch, Tensor& dx) {
   auto& h = head_of<LayerNormHeadTensors>(ctx);
   lm_loss_backward(ctx, dloss, p.vocab_size);
-  head.backward(&scratch, &p.head_w.g, nullptr, h.logits, h.lnf, p.head_w.w);
+  head.backward(&scratch, &p.head_w.g, nullptr, h.logits, h.lnf, p.head_w.mm());
   ops::layernorm_backward(dx, p.norm_w.g, p.norm_b.g, scratch, x, p.norm_w.w, h.lnf_mean, h.lnf_rstd);
 }
 

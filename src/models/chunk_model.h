@@ -39,9 +39,14 @@
 
 namespace lattice {
 
-// One parameter's value and gradient views.
+// One parameter's value and gradient views, and the weight its matmuls read.
 struct ParamView {
   Tensor w, g;
+  ShadowView w16;  // its view of the 16-bit shadow, when the parameters have one
+  // The weight as a matmul operand (linear layers, the LM head): the 16-bit
+  // shadow under runtime.precision bf16/fp16 (checked current on every call),
+  // else w. Everything that is not a matmul (norms, embedding lookups) reads w.
+  const Tensor& mm() const { return w16.defined() ? w16.get() : w; }
 };
 
 // Tensors one part of a chunk saves (the embedding, a block, the head) or the
@@ -146,6 +151,8 @@ class ChunkModel : public LanguageModel {
 
   // Helpers for the hooks.
   int layer_of(int i) const { return span_.first_layer + i; }
+  // Binds a parameter's views (with its 16-bit view when `params` has a shadow,
+  // which must be enabled before the model is built).
   ParamView bind(FlatParams& params, const std::string& name) const;
   // One (sum of rows, cols) view over adjacent 2-D entries, or 1-D ones (sum of
   // lengths): the parameter table keeps e.g. q, k, v next to each other, so

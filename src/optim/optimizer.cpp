@@ -20,6 +20,7 @@ class AdamW final : public Optimizer {
                        e.spec.weight_decay ? float(o_.weight_decay) : 0.0f, step, grad_scale};
       ops::adamw_update(value, grad, m, v, s);
     }
+    params.mark_written();
   }
   std::vector<std::pair<std::string, Tensor*>> state() override { return {{"exp_avg", &m_}, {"exp_avg_sq", &v_}}; }
 
@@ -40,6 +41,7 @@ class Sgd final : public Optimizer {
       ops::sgd_update(value, grad, buf, float(lr), float(o_.momentum),
                       e.spec.weight_decay ? float(o_.weight_decay) : 0.0f, grad_scale);
     }
+    params.mark_written();
   }
   std::vector<std::pair<std::string, Tensor*>> state() override { return {{"momentum_buffer", &buf_}}; }
 

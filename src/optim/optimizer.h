@@ -4,7 +4,9 @@
 // state is the same view as its value. Weight decay applies to parameters
 // whose table entry says so (matrices and embeddings in GPT-2 practice, not
 // biases and norm gains). The update reads the gradients scaled by
-// `grad_scale` (the clipping factor) and leaves them untouched.
+// `grad_scale` (the clipping factor) and leaves them untouched. A step writes
+// the values and marks them written (FlatParams::mark_written); refreshing a
+// 16-bit shadow is the caller's (core/param.h).
 #pragma once
 
 #include <memory>

@@ -51,9 +51,11 @@ void ZeroOptimizer::step(FlatParams& params, double lr, int64_t step, float grad
       ops::sgd_update(value, grad, m, float(lr), float(o_.momentum), wd, grad_scale);
     }
   }
-  if (dp_.size() == 1) return;
-  Tensor& all = params.padded_values();
-  dp_.all_gather(all, all.view(begin_, {size_}))->wait();  // in place: this rank's block is its shard
+  if (dp_.size() > 1) {
+    Tensor& all = params.padded_values();
+    dp_.all_gather(all, all.view(begin_, {size_}))->wait();  // in place: this rank's block is its shard
+  }
+  params.mark_written();  // the shard's update and the gathered values
 }
 
 std::vector<std::pair<std::string, Tensor*>> ZeroOptimizer::state() {

@@ -13,7 +13,9 @@
 //   shard_grad_squares    this shard's part of the squared global norm
 //                         (sum it over every rank of the job)
 //   step                  update the shard, then all-gather the values, so
-//                         every dp rank again holds all N values
+//                         every dp rank again holds all N values (marked
+//                         written: a 16-bit shadow is then refreshed whole
+//                         by the caller, core/param.h)
 // The shard is updated entry piece by entry piece with ops::adamw_update /
 // ops::sgd_update and the weight decay of the entry each element belongs to,
 // so every element sees the arithmetic of the unsharded optimizer.

@@ -44,6 +44,18 @@ inline void expect_attention_rounded_within(DType operands, double tol) {
   EXPECT_GT(differ, fp32.numel() / 2);
 }
 
+// rows x cols with row stride ld, values uniform in [-half_range, half_range)
+// keyed by (seed, row, col); the gap between rows holds 1e30 (beyond fp16's
+// range), which no product may read.
+inline std::vector<float> strided_matrix(int64_t rows, int64_t cols, int64_t ld, uint64_t seed, float half_range) {
+  std::vector<float> v(size_t(rows * ld), 1e30f);
+  RngKey k{.seed = seed, .purpose = RngPurpose::data};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      v[size_t(r * ld + c)] = half_range * (2.0f * rng_uniform(k, uint64_t(r), uint64_t(c)) - 1.0f);
+  return v;
+}
+
 // Relative error threshold of the f64 central-difference checks (eps 1e-6).
 constexpr double kGradTol = 1e-5;
 

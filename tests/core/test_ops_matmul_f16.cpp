@@ -111,11 +111,7 @@ TEST(RoundToF16, StridedRowsArePacked) {
 
 // rows x cols with row stride ld (the gap holds garbage), values in [-2, 2).
 std::vector<float> matrix(int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
-  std::vector<float> v(size_t(rows * ld), 1e30f);
-  RngKey k{.seed = seed, .purpose = RngPurpose::data};
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) v[size_t(r * ld + c)] = 4.0f * rng_uniform(k, uint64_t(r), uint64_t(c)) - 2.0f;
-  return v;
+  return test::strided_matrix(rows, cols, ld, seed, 2.0f);
 }
 
 std::vector<float> rounded(std::vector<float> v) {

@@ -1,11 +1,17 @@
 // FlatParams: one flat buffer of named views, laid out from the table, with
 // initial values keyed by (seed, name, logical element) — independent of the
-// table's order and of which other parameters exist.
+// table's order and of which other parameters exist. The 16-bit shadow: the
+// values rounded (dtype.h's rounding) in the same padded layout; a read
+// through a ShadowView after a write that was not followed by a refresh, or
+// before the first refresh, is one error naming the parameter and the fix,
+// also after the FlatParams has moved; init marks the values written.
 #include "core/param.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+
+#include "support/error_text.h"
 
 using namespace lattice;
 
@@ -106,4 +112,79 @@ TEST(FlatParams, ShardedInitIsTheSliceOfTheLogicalInit) {
       }
     }
   }
+}
+
+namespace {
+std::vector<ParamSpec> two_matrices() { return {normal("a.weight", {5, 7}, 0.5f), normal("b.weight", {3, 7}, 2.0f)}; }
+}  // namespace
+
+TEST(FlatParamsShadow, IsTheRoundedValuesInTheSameLayout) {
+  for (DType t : {DType::bf16, DType::f16}) {
+    FlatParams p(two_matrices(), DType::f32, Device::cpu(), {}, /*pad_multiple=*/4);
+    p.enable_shadow(t);
+    p.init(7);
+    p.value("b.weight").data<float>()[0] = 1e6f;  // beyond fp16's range: inf there
+    p.mark_written();
+    p.refresh_shadow();
+    ASSERT_TRUE(p.has_shadow());
+    EXPECT_EQ(p.shadow_dtype(), t);
+    EXPECT_EQ(p.shadow().numel(), p.padded_numel());
+    EXPECT_EQ(p.padded_numel(), 56);  // 35 + 21 = 56 is already a multiple of 4
+    const uint16_t* h = static_cast<const uint16_t*>(p.shadow().raw());
+    const float* v = p.padded_values().data<float>();
+    for (int64_t i = 0; i < p.padded_numel(); ++i)
+      ASSERT_EQ(h[i], t == DType::bf16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i])) << dtype_name(t) << " element " << i;
+    for (const ParamEntry& e : p.entries()) {
+      const ShadowView sv = p.shadow_view(e);
+      const Tensor& view = sv.get();
+      EXPECT_EQ(view.shape(), e.local_shape);
+      EXPECT_EQ(static_cast<const uint16_t*>(view.raw()), h + e.offset) << e.spec.name;
+    }
+  }
+  FlatParams padded(two_matrices(), DType::f32, Device::cpu(), {}, 5);  // 56 -> 60: the padding stays zero
+  padded.enable_shadow(DType::bf16);
+  padded.init(1);
+  padded.refresh_shadow();
+  for (int64_t i = padded.numel(); i < padded.padded_numel(); ++i)
+    EXPECT_EQ(static_cast<const uint16_t*>(padded.shadow().raw())[i], 0);
+}
+
+TEST(FlatParamsShadow, AStaleReadIsOneErrorNamingTheParameter) {
+  FlatParams p(two_matrices(), DType::f32);
+  p.enable_shadow(DType::bf16);
+  ShadowView a = p.shadow_view(p.entry("a.weight"));
+  EXPECT_HAS(test::error_text([&] { a.get(); }), "'a.weight': its bf16 copy has never been rounded");
+  p.init(3);  // a writer: marks the values written
+  EXPECT_FALSE(p.shadow_current());
+  p.refresh_shadow();
+  EXPECT_TRUE(p.shadow_current());
+  EXPECT_NO_THROW(a.get());
+  // A write that is marked but not followed by a refresh: every view refuses.
+  const uint64_t v = p.values_version();
+  p.value("b.weight").data<float>()[2] += 1.0f;
+  p.mark_written();
+  EXPECT_EQ(p.values_version(), v + 1);
+  ShadowView fused = p.shadow_view(0, {8, 7}, "a.weight + b.weight");
+  const std::string msg = test::error_text([&] { fused.get(); });
+  EXPECT_HAS(msg, "'a.weight + b.weight'");
+  EXPECT_HAS(msg, "FlatParams::refresh_shadow()");
+  // The check survives a move of the FlatParams (the plugin assigns its params once).
+  FlatParams moved = std::move(p);
+  EXPECT_THROW(a.get(), Error);
+  moved.refresh_shadow();
+  EXPECT_NO_THROW(a.get());
+  EXPECT_EQ(bf16_to_f32(static_cast<const uint16_t*>(fused.get().raw())[35 + 2]),
+            bf16_to_f32(f32_to_bf16(moved.value("b.weight").data<float>()[2])));
+}
+
+TEST(FlatParamsShadow, OnlyF32ParametersHaveOneOfA16BitType) {
+  FlatParams f64(two_matrices(), DType::f64);
+  EXPECT_HAS(test::error_text([&] { f64.enable_shadow(DType::bf16); }), "only f32 parameters");
+  FlatParams p(two_matrices(), DType::f32);
+  EXPECT_HAS(test::error_text([&] { p.enable_shadow(DType::f32); }), "bf16 or f16");
+  EXPECT_HAS(test::error_text([&] { p.shadow_view(p.entry("a.weight")); }), "no shadow");
+  p.refresh_shadow();  // nothing to do without one
+  EXPECT_FALSE(p.has_shadow());
+  p.enable_shadow(DType::f16);
+  EXPECT_HAS(test::error_text([&] { p.enable_shadow(DType::f16); }), "already enabled");
 }

@@ -1,5 +1,6 @@
 // AdamW and SGD over a FlatParams: weight decay only where the table says so,
-// against a scalar reference computed here in double.
+// against a scalar reference computed here in double; each step marks the
+// values written once (the 16-bit shadow's staleness check, core/param.h).
 #include "optim/optimizer.h"
 
 #include <gtest/gtest.h>
@@ -26,7 +27,9 @@ TEST(Optimizer, AdamWMatchesScalarReferenceAndDecaysOnlyMatrices) {
   auto opt = optim::make_optimizer(o, p);
   const double lr = 0.01, scale = 0.5;
   for (int step = 1; step <= 3; ++step) {
+    const uint64_t version = p.values_version();
     opt->step(p, lr, step, float(scale));
+    EXPECT_EQ(p.values_version(), version + 1) << "a step marks the values written (core/param.h)";
     for (int i = 0; i < 5; ++i) {
       double gi = g[i] * scale, wd = i < 3 ? 0.1 : 0.0;
       m[i] = 0.9 * m[i] + 0.1 * gi;
@@ -46,6 +49,7 @@ TEST(Optimizer, SgdMomentumMatchesPyTorchSemantics) {
   for (int i = 0; i < 5; ++i) v[i] = 1.0, g[i] = 0.5;
   auto opt = optim::make_optimizer({.name = "sgd", .weight_decay = 0.01, .momentum = 0.9}, p);
   opt->step(p, 0.1, 1, 1.0f);
+  EXPECT_EQ(p.values_version(), 1u);  // marked written
   // buf = g + wd p (first step), p -= lr buf
   EXPECT_NEAR(v[0], 1.0 - 0.1 * (0.5 + 0.01), 1e-6);
   EXPECT_NEAR(v[4], 1.0 - 0.1 * 0.5, 1e-6);

@@ -71,8 +71,11 @@ void check_against_reference(const optim::OptimizerOptions& opts) {
 
     const double lr = 0.01 * step;
     const float scale = 0.75f;
+    const uint64_t version = p.values_version(), ref_version = ref.values_version();
     zero.step(p, lr, step, scale);
     plain->step(ref, lr, step, scale);
+    EXPECT_EQ(p.values_version(), version + 1) << "a step (update and all-gather) marks the values written once";
+    EXPECT_EQ(ref.values_version(), ref_version + 1);
     const float* v = p.values().data<float>();
     const float* rv = ref.values().data<float>();
     for (int64_t i = 0; i < N; ++i)

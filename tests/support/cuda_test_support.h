@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/kernels/cpu/matmul_f16.h"
 #include "core/ops.h"
 #include "support/test_support.h"
 
@@ -50,6 +51,22 @@ void expect_activation_matches_cpu(Forward forward, Backward backward, const Sha
   backward(dinp, dout, inp);
   backward(dinp_g, dout.to(Device::cuda(0)), inp_g);
   EXPECT_TENSOR_NEAR(dinp_g.to(Device::cpu()), dinp, tolerance(DType::f32));
+}
+
+// runtime.precision bf16 or fp16 on the GPU rounds matmul operands to the
+// 16-bit type (nearest even; in fp16 beyond 65504 to inf) and sums in fp32.
+// The CPU reference is the fp32 product of the operands rounded as the CPU
+// rounds them (f32_to_bf16; for fp16 the CPU emulation's own
+// cpu::round_to_f16), held in fp32: t so rounded.
+inline Tensor rounded_to(const Tensor& t, DType operands) {
+  Tensor r = t.clone();
+  float* v = r.data<float>();
+  if (operands == DType::f16) {
+    cpu::round_to_f16(v, t.data<float>(), 1, t.numel(), t.numel());
+    return r;
+  }
+  for (int64_t i = 0; i < r.numel(); ++i) v[i] = bf16_to_f32(f32_to_bf16(v[i]));
+  return r;
 }
 
 inline bool same_bits(const Tensor& a, const Tensor& b) {

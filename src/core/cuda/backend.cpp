@@ -38,6 +38,7 @@
 #include "core/cuda/lt_linear.h"
 #include "core/cuda/lt_plan.h"
 #include "core/cuda/sdpa_cudnn.h"
+#include "core/kernels/cpu/matmul.h"  // check_matmul_operand (inline)
 
 namespace lattice::cuda {
 
@@ -133,15 +134,26 @@ class Backend final : public CudaBackend {
 
   void set_matmul_dtype(DType operands) override {
     LATTICE_CHECK(operands == DType::f32 || operands == DType::bf16 || operands == DType::f16,
-                  "CUDA matmul operands must be f32, bf16 or f16, not dtype {}", int(operands));
+                  "CUDA matmul operands must be f32, bf16 or f16, not {}", dtype_name(operands));
     matmul_dtype_ = operands;
+  }
+
+  DType matmul_dtype() const override { return matmul_dtype_; }
+
+  void round_to_half(int dev, void* out, DType dtype, const float* in, int64_t n) override {
+    LATTICE_CHECK(dtype == DType::bf16 || dtype == DType::f16, "cuda round_to_half: {} is not bf16 or f16",
+                  dtype_name(dtype));
+    auto round = dtype == DType::bf16 ? launch_to_bf16 : launch_to_f16;
+    run(dev, [&] { round(kStream, static_cast<uint16_t*>(out), in, n); });
   }
 
   // Row-major C (m, n) is column-major C^T (n, m), so compute
   // C^T = op(B)^T op(A)^T: cuBLAS gets B first. A row-major (r, c) matrix is
   // a column-major (c, r) one with leading dimension c.
-  void gemm(int dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-            const float* b, float beta, float* c) override {
+  void gemm(int dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, MatmulOperand a,
+            MatmulOperand b, float beta, float* c) override {
+    cpu::check_matmul_operand("cuda gemm", "a", a, matmul_dtype_);
+    cpu::check_matmul_operand("cuda gemm", "b", b, matmul_dtype_);
     int mi = checked_int(m, "m"), ni = checked_int(n, "n"), ki = checked_int(k, "k");
     if (mi == 0 || ni == 0) return;
     int lda = checked_int(trans_a ? m : k, "lda");  // A stored (m, k), or (k, m) when trans_a
@@ -151,57 +163,63 @@ class Backend final : public CudaBackend {
     cublasHandle_t h = blas(dev);
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (matmul_dtype_ == DType::f32) {
-      CUBLAS_CHECK(cublasSgemm(h, op_b, op_a, ni, mi, ki, &alpha, b, ldb, a, lda, &beta, c, ni));
+      CUBLAS_CHECK(cublasSgemm(h, op_b, op_a, ni, mi, ki, &alpha, static_cast<const float*>(b.data), ldb,
+                               static_cast<const float*>(a.data), lda, &beta, c, ni));
       finish();
       return;
     }
-    // 16-bit copies of both operands (stream-ordered scratch), rounded on every
-    // call (weights included; no cached 16-bit weights yet), fp32 accumulation
-    // and output. b16 starts 256 bytes aligned, as cuBLAS's vectorised kernels want.
+    // 16-bit operands, fp32 accumulation and output: an fp32 operand is
+    // rounded on every call into stream-ordered scratch (the rounded b starts
+    // 256 bytes aligned, as cuBLAS's vectorised kernels want); a 16-bit one (a
+    // parameter's shadow) is read where it is, with no conversion kernel.
     std::lock_guard<std::mutex> lock(half_mu_);
-    const int64_t na = m * k, nb = k * n, na_padded = (na + 127) / 128 * 128;
-    uint16_t* a16 = static_cast<uint16_t*>(grown(half_operands_, dev, size_t(na_padded + nb) * sizeof(uint16_t)));
-    uint16_t* b16 = a16 + na_padded;
-    const bool bf16 = matmul_dtype_ == DType::bf16;
-    auto round = bf16 ? launch_to_bf16 : launch_to_f16;
-    round(kStream, a16, a, na);
-    round(kStream, b16, b, nb);
-    const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const int64_t na = a.dtype == DType::f32 ? m * k : 0, nb = b.dtype == DType::f32 ? k * n : 0;
+    const int64_t na_padded = (na + 127) / 128 * 128;
+    uint16_t* scratch =
+        na + nb > 0 ? static_cast<uint16_t*>(grown(half_operands_, dev, size_t(na_padded + nb) * sizeof(uint16_t)))
+                    : nullptr;
+    const void* a16 = half_operand(a, scratch, na);
+    const void* b16 = half_operand(b, scratch + na_padded, nb);
+    const cudaDataType_t type = matmul_dtype_ == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
     CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, ni, mi, ki, &alpha, b16, type, ldb, a16, type, lda, &beta, c, CUDA_R_32F,
                               ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     finish();
   }
 
-  void linear_forward(int dev, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+  void linear_forward(int dev, float* out, const float* inp, MatmulOperand weight, const float* bias, int64_t N,
                       int64_t C, int64_t OC) override {
     if (matmul_dtype_ != DType::f32) {  // out (N, OC) = inp (N, C) weight^T through the 16-bit gemm, then the bias
       gemm(dev, false, true, N, OC, C, 1.0f, inp, weight, 0.0f, out);
       if (bias) add_bias(dev, out, bias, N, OC);
       return;
     }
+    cpu::check_matmul_operand("cuda linear_forward", "weight", weight, matmul_dtype_);
     cublasLtHandle_t h = blas_lt(dev);
     std::lock_guard<std::mutex> lock(ws_mu_);
-    lt_linear_forward(lt_call(h, dev, workspace(dev, kLtWorkspaceBytes)), out, inp, weight, bias, N, C, OC);
+    lt_linear_forward(lt_call(h, dev, workspace(dev, kLtWorkspaceBytes)), out, inp,
+                      static_cast<const float*>(weight.data), bias, N, C, OC);
     finish();
   }
 
-  void linear_gelu_forward(int dev, float* act, float* pre, const float* inp, const float* weight, const float* bias,
+  void linear_gelu_forward(int dev, float* act, float* pre, const float* inp, MatmulOperand weight, const float* bias,
                            int64_t N, int64_t C, int64_t OC) override {
     if (matmul_dtype_ != DType::f32) {  // the 16-bit linear into pre, then the GELU kernel
       linear_forward(dev, pre, inp, weight, bias, N, C, OC);
       gelu_forward(dev, act, pre, N * OC);
       return;
     }
+    cpu::check_matmul_operand("cuda linear_gelu_forward", "weight", weight, matmul_dtype_);
     const bool epilogue_ok = gelu_epilogue_ok(dev);
     cublasLtHandle_t h = blas_lt(dev);
     std::lock_guard<std::mutex> lock(ws_mu_);
-    lt_linear_gelu_forward(lt_call(h, dev, workspace(dev, kLtWorkspaceBytes)), act, pre, inp, weight, bias, N, C, OC,
-                           epilogue_ok);
+    lt_linear_gelu_forward(lt_call(h, dev, workspace(dev, kLtWorkspaceBytes)), act, pre, inp,
+                           static_cast<const float*>(weight.data), bias, N, C, OC, epilogue_ok);
     finish();
   }
 
   void linear_backward(int dev, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                       const float* weight, int64_t N, int64_t C, int64_t OC) override {
+                       MatmulOperand weight, int64_t N, int64_t C, int64_t OC) override {
+    cpu::check_matmul_operand("cuda linear_backward", "weight", weight, matmul_dtype_);
     if (matmul_dtype_ != DType::f32) {  // the 16-bit gemms, then the column sums
       if (dinp) gemm(dev, false, false, N, C, OC, 1.0f, dout, weight, 0.0f, dinp);
       if (dweight) gemm(dev, true, false, OC, C, N, 1.0f, dout, inp, 1.0f, dweight);
@@ -214,7 +232,8 @@ class Backend final : public CudaBackend {
     // kLtBgradAlign (the plan reads its real alignment either way).
     static_assert(kLtWorkspaceBytes % kLtBgradAlign == 0);
     char* ws = static_cast<char*>(workspace(dev, kLtWorkspaceBytes + size_t(std::max<int64_t>(OC, 0)) * sizeof(float)));
-    lt_linear_backward(lt_call(h, dev, ws), dinp, dweight, dbias, dout, inp, weight, N, C, OC,
+    lt_linear_backward(lt_call(h, dev, ws), dinp, dweight, dbias, dout, inp, static_cast<const float*>(weight.data), N,
+                       C, OC,
                        reinterpret_cast<float*>(ws + kLtWorkspaceBytes));
     finish();
   }
@@ -628,6 +647,15 @@ class Backend final : public CudaBackend {
       });
   }
 
+  // Operand x in the matmul's 16-bit type: x itself when it already is (a
+  // parameter's shadow), else rounded into `scratch` (n elements). half_mu_ held.
+  const void* half_operand(const MatmulOperand& x, uint16_t* scratch, int64_t n) {
+    if (x.dtype != DType::f32) return x.data;
+    auto round = matmul_dtype_ == DType::bf16 ? launch_to_bf16 : launch_to_f16;
+    round(kStream, scratch, static_cast<const float*>(x.data), n);
+    return scratch;
+  }
+
   // The io type of the fused attention: the matmuls' 16-bit type.
   SdpaDType sdpa_dtype() const { return matmul_dtype_ == DType::f16 ? SdpaDType::fp16 : SdpaDType::bf16; }
 
@@ -830,7 +858,7 @@ class Backend final : public CudaBackend {
   std::vector<Workspace> workspaces_;  // indexed by device; guarded by ws_mu_
   LtMatmulCache lt_cache_;             // cuBLASLt plans of every device (LtKey has the device); ws_mu_
   std::mutex half_mu_;
-  std::vector<Workspace> half_operands_;  // indexed by device: bf16/f16 copies of a gemm's operands; half_mu_
+  std::vector<Workspace> half_operands_;  // indexed by device: bf16/f16 copies of a gemm's fp32 operands; half_mu_
   DType matmul_dtype_ = DType::f32;       // runtime.precision (set_matmul_dtype)
   std::mutex gelu_mu_;
   std::vector<int> gelu_epilogue_;  // indexed by device: 0 unknown, 1 cuBLASLt's GELU is ours, -1 it is not

@@ -162,16 +162,16 @@ void Bert::block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, Save
   const int layer = layer_of(i) + 1;
   const StepCoords& c = ctx.coords;
   Tensor& tmp = scratch_of<Scratch>(ctx).c1;  // (B, T, C)
-  qkv_.forward(a.qkv, x, p.qkv_w.w, &p.qkv_b.w);
+  qkv_.forward(a.qkv, x, p.qkv_w.mm(), &p.qkv_b.w);
   ops::attention_masked_forward(a.atty, a.att, a.qkv, key_mask(ctx), int(heads_l_),
                                 dropout_at(c, cfg_.dropout, layer, kAttnProbs), head_offset());
-  attn_out_.forward(tmp, a.atty, p.attn_out_w.w, &p.attn_out_b.w);
+  attn_out_.forward(tmp, a.atty, p.attn_out_w.mm(), &p.attn_out_b.w);
   ops::dropout_forward(tmp, tmp, dropout_at(c, cfg_.dropout, layer, kAttnResid));
   ops::add(a.res1, x, tmp);
   ops::layernorm_forward(a.h1, a.h1_mean, a.h1_rstd, a.res1, p.attn_ln_w.w, p.attn_ln_b.w, cfg_.norm_eps);
-  fc_.forward(a.fch, a.h1, p.fc_w.w, &p.fc_b.w);
+  fc_.forward(a.fch, a.h1, p.fc_w.mm(), &p.fc_b.w);
   ops::gelu_erf_forward(a.fch_gelu, a.fch);
-  mlp_out_.forward(tmp, a.fch_gelu, p.out_w.w, &p.out_b.w);
+  mlp_out_.forward(tmp, a.fch_gelu, p.out_w.mm(), &p.out_b.w);
   ops::dropout_forward(tmp, tmp, dropout_at(c, cfg_.dropout, layer, kMlpResid));
   ops::add(a.res2, a.h1, tmp);
   ops::layernorm_forward(out, a.out_mean, a.out_rstd, a.res2, p.out_ln_w.w, p.out_ln_b.w, cfg_.norm_eps);
@@ -186,18 +186,18 @@ void Bert::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& do
   Tensor &c1 = w.c1, &dres = w.c2, &c3 = w.c3;
   ops::layernorm_backward(dres, p.out_ln_w.g, p.out_ln_b.g, dout, a.res2, p.out_ln_w.w, a.out_mean, a.out_rstd);
   ops::dropout_backward(c1, dres, dropout_at(c, cfg_.dropout, layer, kMlpResid));
-  mlp_out_.backward(&w.f1, &p.out_w.g, &p.out_b.g, c1, a.fch_gelu, p.out_w.w);
+  mlp_out_.backward(&w.f1, &p.out_w.g, &p.out_b.g, c1, a.fch_gelu, p.out_w.mm());
   ops::gelu_erf_backward(w.f2, w.f1, a.fch);
-  fc_.backward(&c1, &p.fc_w.g, &p.fc_b.g, w.f2, a.h1, p.fc_w.w);
+  fc_.backward(&c1, &p.fc_w.g, &p.fc_b.g, w.f2, a.h1, p.fc_w.mm());
   ops::add_inplace(c1, dres);  // dh1: the MLP branch plus the residual
   ops::layernorm_backward(dres, p.attn_ln_w.g, p.attn_ln_b.g, c1, a.res1, p.attn_ln_w.w, a.h1_mean, a.h1_rstd);
   ops::dropout_backward(c1, dres, dropout_at(c, cfg_.dropout, layer, kAttnResid));
   Tensor datty = c3.view(0, a.atty.shape());  // (B, T, C_l)
-  attn_out_.backward(&datty, &p.attn_out_w.g, &p.attn_out_b.g, c1, a.atty, p.attn_out_w.w);
+  attn_out_.backward(&datty, &p.attn_out_w.g, &p.attn_out_b.g, c1, a.atty, p.attn_out_w.mm());
   ops::attention_masked_backward(w.qkv_grad, w.att_grad, datty, a.qkv, a.att, int(heads_l_),
                                  dropout_at(c, cfg_.dropout, layer, kAttnProbs), head_offset());
   w.qkv_bias_grad.zero_();
-  qkv_.backward(&dx, &p.qkv_w.g, &w.qkv_bias_grad, w.qkv_grad, x, p.qkv_w.w);
+  qkv_.backward(&dx, &p.qkv_w.g, &w.qkv_bias_grad, w.qkv_grad, x, p.qkv_w.mm());
   qkv_bias_backward(p.qkv_b.g, w.qkv_bias_grad);
   ops::add_inplace(dx, dres);
 }
@@ -259,10 +259,10 @@ double Bert::head_forward(Context& ctx, const Tensor& x) {
   auto& h = head_of<HeadActs>(ctx);
   Scratch& w = scratch_of<Scratch>(ctx);
   const int64_t V = cfg_.vocab_size;
-  ops::linear_forward(h.tr, x, tr_w_.w, &tr_b_.w);
+  ops::linear_forward(h.tr, x, tr_w_.mm(), &tr_b_.w);
   ops::gelu_erf_forward(h.tr_gelu, h.tr);
   ops::layernorm_forward(h.tr_ln, h.tr_mean, h.tr_rstd, h.tr_gelu, tr_ln_w_.w, tr_ln_b_.w, cfg_.norm_eps);
-  decoder_head_.forward(h.logits, h.tr_ln, decoder_.w, nullptr);
+  decoder_head_.forward(h.logits, h.tr_ln, decoder_.mm(), nullptr);
   // The decoder bias, padded to the padded vocabulary; this rank adds its slice.
   w.bias_full.zero_();
   w.bias_full.view(0, {V}).copy_from(decoder_bias_.w);
@@ -282,10 +282,10 @@ void Bert::head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx)
   ops::add_bias_backward(dbias_l, h.logits);
   tp::scatter_to_tp_region_backward(w.bias_full, w.bias_l, tp_);
   ops::add_inplace(decoder_bias_.g, w.bias_full.view(0, {V}));
-  decoder_head_.backward(&w.c1, &decoder_.g, nullptr, h.logits, h.tr_ln, decoder_.w);
+  decoder_head_.backward(&w.c1, &decoder_.g, nullptr, h.logits, h.tr_ln, decoder_.mm());
   ops::layernorm_backward(w.c2, tr_ln_w_.g, tr_ln_b_.g, w.c1, h.tr_gelu, tr_ln_w_.w, h.tr_mean, h.tr_rstd);
   ops::gelu_erf_backward(w.c1, w.c2, h.tr);
-  ops::linear_backward(&dx, &tr_w_.g, &tr_b_.g, w.c1, x, tr_w_.w);
+  ops::linear_backward(&dx, &tr_w_.g, &tr_b_.g, w.c1, x, tr_w_.mm());
 }
 
 double Bert::flops_per_token(int64_t T) const {

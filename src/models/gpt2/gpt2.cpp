@@ -113,15 +113,15 @@ void Gpt2::block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, Save
   const StepCoords& c = ctx.coords;
   Tensor& tmp = scratch_of<Scratch>(ctx).c1;  // (B, T, C)
   ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln_1_w.w, p.ln_1_b.w, cfg_.norm_eps);
-  qkv_.forward(a.qkv, a.ln1, p.c_attn_w.w, &p.c_attn_b.w);
+  qkv_.forward(a.qkv, a.ln1, p.c_attn_w.mm(), &p.c_attn_b.w);
   ops::attention_forward(a.atty, a.att, a.qkv, int(heads_l_), dropout_at(c, cfg_.dropout, layer, kAttnProbs),
                          head_offset());
-  attn_proj_.forward(tmp, a.atty, p.attn_proj_w.w, &p.attn_proj_b.w);
+  attn_proj_.forward(tmp, a.atty, p.attn_proj_w.mm(), &p.attn_proj_b.w);
   ops::dropout_forward(tmp, tmp, dropout_at(c, cfg_.dropout, layer, kAttnResid));
   ops::add(a.res1, x, tmp);
   ops::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, p.ln_2_w.w, p.ln_2_b.w, cfg_.norm_eps);
-  fc_.forward_gelu(a.fch_gelu, a.fch, a.ln2, p.c_fc_w.w, &p.c_fc_b.w);
-  mlp_proj_.forward(tmp, a.fch_gelu, p.mlp_proj_w.w, &p.mlp_proj_b.w);
+  fc_.forward_gelu(a.fch_gelu, a.fch, a.ln2, p.c_fc_w.mm(), &p.c_fc_b.w);
+  mlp_proj_.forward(tmp, a.fch_gelu, p.mlp_proj_w.mm(), &p.mlp_proj_b.w);
   ops::dropout_forward(tmp, tmp, dropout_at(c, cfg_.dropout, layer, kMlpResid));
   ops::add(out, a.res1, tmp);
 }
@@ -134,17 +134,17 @@ void Gpt2::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& do
   Scratch& w = scratch_of<Scratch>(ctx);
   Tensor &c1 = w.c1, &dres1 = w.c2, &c3 = w.c3;
   ops::dropout_backward(c1, dout, dropout_at(c, cfg_.dropout, layer, kMlpResid));
-  mlp_proj_.backward(&w.f1, &p.mlp_proj_w.g, &p.mlp_proj_b.g, c1, a.fch_gelu, p.mlp_proj_w.w);
+  mlp_proj_.backward(&w.f1, &p.mlp_proj_w.g, &p.mlp_proj_b.g, c1, a.fch_gelu, p.mlp_proj_w.mm());
   ops::gelu_backward(w.f2, w.f1, a.fch);
-  fc_.backward(&c1, &p.c_fc_w.g, &p.c_fc_b.g, w.f2, a.ln2, p.c_fc_w.w);
+  fc_.backward(&c1, &p.c_fc_w.g, &p.c_fc_b.g, w.f2, a.ln2, p.c_fc_w.mm());
   ops::layernorm_backward(dres1, p.ln_2_w.g, p.ln_2_b.g, c1, a.res1, p.ln_2_w.w, a.ln2_mean, a.ln2_rstd);
   ops::add_inplace(dres1, dout);
   ops::dropout_backward(c1, dres1, dropout_at(c, cfg_.dropout, layer, kAttnResid));
   Tensor datty = c3.view(0, a.atty.shape());  // (B, T, C_l)
-  attn_proj_.backward(&datty, &p.attn_proj_w.g, &p.attn_proj_b.g, c1, a.atty, p.attn_proj_w.w);
+  attn_proj_.backward(&datty, &p.attn_proj_w.g, &p.attn_proj_b.g, c1, a.atty, p.attn_proj_w.mm());
   ops::attention_backward(w.qkv_grad, w.att_grad, datty, a.qkv, a.att, int(heads_l_),
                           dropout_at(c, cfg_.dropout, layer, kAttnProbs), head_offset());
-  qkv_.backward(&c1, &p.c_attn_w.g, &p.c_attn_b.g, w.qkv_grad, a.ln1, p.c_attn_w.w);
+  qkv_.backward(&c1, &p.c_attn_w.g, &p.c_attn_b.g, w.qkv_grad, a.ln1, p.c_attn_w.mm());
   ops::layernorm_backward(dx, p.ln_1_w.g, p.ln_1_b.g, c1, x, p.ln_1_w.w, a.ln1_mean, a.ln1_rstd);
   ops::add_inplace(dx, dres1);
 }

@@ -143,17 +143,17 @@ void Llama::block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, Sav
   Tensor& tmp = w.c1;                    // (B, T, C)
   const int rotated = int(NH_l_ + KV_l_);  // q and k heads lead each packed row
   ops::rmsnorm_forward(a.ln1, a.ln1_rstd, x, p.input_norm.w, cfg_.norm_eps);
-  qkv_.forward(w.packed, a.ln1, p.qkv.w, nullptr);
+  qkv_.forward(w.packed, a.ln1, p.qkv.mm(), nullptr);
   ops::rope_forward(w.packed, w.packed, rotated, HS_, cfg_.rope_theta);
   ops::repeat_kv_forward(a.qkv, w.packed, int(NH_l_), int(KV_l_));
   ops::attention_forward(a.atty, a.att, a.qkv, int(NH_l_),
                          dropout_at(ctx.coords, cfg_.dropout, layer_of(i) + 1, kAttnProbs), head_offset());
-  o_proj_.forward(tmp, a.atty, p.o.w, nullptr);
+  o_proj_.forward(tmp, a.atty, p.o.mm(), nullptr);
   ops::add(a.res1, x, tmp);
   ops::rmsnorm_forward(a.ln2, a.ln2_rstd, a.res1, p.post_norm.w, cfg_.norm_eps);
-  gate_up_.forward(a.gu, a.ln2, p.gate_up.w, nullptr);
+  gate_up_.forward(a.gu, a.ln2, p.gate_up.mm(), nullptr);
   ops::swiglu_forward(a.act, a.gu);
-  down_proj_.forward(tmp, a.act, p.down.w, nullptr);
+  down_proj_.forward(tmp, a.act, p.down.mm(), nullptr);
   ops::add(out, a.res1, tmp);
 }
 
@@ -164,13 +164,13 @@ void Llama::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& d
   Scratch& w = scratch_of<Scratch>(ctx);
   Tensor &c1 = w.c1, &dres1 = w.c2;
   const int rotated = int(NH_l_ + KV_l_);
-  down_proj_.backward(&w.f1, &p.down.g, nullptr, dout, a.act, p.down.w);
+  down_proj_.backward(&w.f1, &p.down.g, nullptr, dout, a.act, p.down.mm());
   ops::swiglu_backward(w.f2, w.f1, a.gu);
-  gate_up_.backward(&c1, &p.gate_up.g, nullptr, w.f2, a.ln2, p.gate_up.w);
+  gate_up_.backward(&c1, &p.gate_up.g, nullptr, w.f2, a.ln2, p.gate_up.mm());
   ops::rmsnorm_backward(dres1, p.post_norm.g, c1, a.res1, p.post_norm.w, a.ln2_rstd);
   ops::add_inplace(dres1, dout);
   Tensor datty = w.c3.view(0, a.atty.shape());  // (B, T, C_l)
-  o_proj_.backward(&datty, &p.o.g, nullptr, dres1, a.atty, p.o.w);
+  o_proj_.backward(&datty, &p.o.g, nullptr, dres1, a.atty, p.o.mm());
   ops::attention_backward(w.qkv_grad, w.att_grad, datty, a.qkv, a.att, int(NH_l_),
                           dropout_at(ctx.coords, cfg_.dropout, layer_of(i) + 1, kAttnProbs), head_offset());
   ops::repeat_kv_backward(w.packed, w.qkv_grad, int(NH_l_), int(KV_l_));
@@ -184,10 +184,10 @@ void Llama::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& d
 // rank's k/v weight gradient is its own heads' share: the step's contribution
 // is summed over the R ranks before it joins the accumulated gradient.
 void Llama::qkv_weight_backward(Context& ctx, Tensor& dx, const Tensor& dpacked, const Tensor& x, LayerView& p) {
-  if (kv_replicas_ == 1) return qkv_.backward(&dx, &p.qkv.g, nullptr, dpacked, x, p.qkv.w);
+  if (kv_replicas_ == 1) return qkv_.backward(&dx, &p.qkv.g, nullptr, dpacked, x, p.qkv.mm());
   Scratch& w = scratch_of<Scratch>(ctx);
   w.qkv_wgrad.zero_();
-  qkv_.backward(&dx, &w.qkv_wgrad, nullptr, dpacked, x, p.qkv.w);
+  qkv_.backward(&dx, &w.qkv_wgrad, nullptr, dpacked, x, p.qkv.mm());
   const int64_t C = cfg_.d_model, q_rows = NH_l_ * HS_, kv_rows = 2 * KV_l_ * HS_;
   Tensor kv = w.qkv_wgrad.view(q_rows * C, {kv_rows, C});
   tp::sum_over_replicas(kv, kv_replicas_, tp_);
@@ -201,7 +201,7 @@ void Llama::embed_backward(Context& ctx, Tensor& demb, Tensor&) { embed_.backwar
 double Llama::head_forward(Context& ctx, const Tensor& x) {
   auto& h = head_of<HeadActs>(ctx);
   ops::rmsnorm_forward(h.lnf, h.lnf_rstd, x, norm_w_.w, cfg_.norm_eps);
-  head_.forward(h.logits, h.lnf, lm_head_.w, nullptr);
+  head_.forward(h.logits, h.lnf, lm_head_.mm(), nullptr);
   return lm_loss_forward(ctx, cfg_.vocab_size);
 }
 
@@ -209,7 +209,7 @@ void Llama::head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx
   auto& h = head_of<HeadActs>(ctx);
   Tensor& c1 = scratch_of<Scratch>(ctx).c1;
   lm_loss_backward(ctx, dloss, cfg_.vocab_size);
-  head_.backward(&c1, &lm_head_.g, nullptr, h.logits, h.lnf, lm_head_.w);
+  head_.backward(&c1, &lm_head_.g, nullptr, h.logits, h.lnf, lm_head_.mm());
   ops::rmsnorm_backward(dx, norm_w_.g, c1, x, norm_w_.w, h.lnf_rstd);
 }
 

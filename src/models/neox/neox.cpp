@@ -107,18 +107,18 @@ void Neox::block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, Save
   Tensor& branch = scratch_of<Scratch>(ctx).c1;  // (B, T, C)
   // Attention branch: out = x + dropout(dense(attention(rope(qkv(ln_1(x)))))).
   ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln_1_w.w, p.ln_1_b.w, cfg_.norm_eps);
-  qkv_.forward(a.qkv, a.ln1, p.qkv_w.w, &p.qkv_b.w);
+  qkv_.forward(a.qkv, a.ln1, p.qkv_w.mm(), &p.qkv_b.w);
   ops::rope_forward(a.qkv, a.qkv, int(2 * NH_l_), HS_, cfg_.rope_theta);  // q and k heads lead each row
   ops::attention_forward(a.atty, a.att, a.qkv, int(NH_l_), dropout_at(c, cfg_.dropout, layer, kAttnProbs),
                          head_offset());
-  dense_.forward(branch, a.atty, p.dense_w.w, &p.dense_b.w);
+  dense_.forward(branch, a.atty, p.dense_w.mm(), &p.dense_b.w);
   ops::dropout_forward(branch, branch, dropout_at(c, cfg_.dropout, layer, kAttnResid));
   ops::add(out, x, branch);
   // MLP branch, from the same x: out += dropout(proj(gelu(fc(ln_2(x))))).
   ops::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, x, p.ln_2_w.w, p.ln_2_b.w, cfg_.norm_eps);
-  fc_.forward(a.fch, a.ln2, p.fc_w.w, &p.fc_b.w);
+  fc_.forward(a.fch, a.ln2, p.fc_w.mm(), &p.fc_b.w);
   ops::gelu_erf_forward(a.fch_gelu, a.fch);
-  proj_.forward(branch, a.fch_gelu, p.proj_w.w, &p.proj_b.w);
+  proj_.forward(branch, a.fch_gelu, p.proj_w.mm(), &p.proj_b.w);
   ops::dropout_forward(branch, branch, dropout_at(c, cfg_.dropout, layer, kMlpResid));
   ops::add_inplace(out, branch);
 }
@@ -132,18 +132,18 @@ void Neox::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& do
   Tensor &dbranch = w.c1, &dln = w.c2, &dnorm = w.c3;
   // MLP branch: dx = ln_2's input gradient.
   ops::dropout_backward(dbranch, dout, dropout_at(c, cfg_.dropout, layer, kMlpResid));
-  proj_.backward(&w.f1, &p.proj_w.g, &p.proj_b.g, dbranch, a.fch_gelu, p.proj_w.w);
+  proj_.backward(&w.f1, &p.proj_w.g, &p.proj_b.g, dbranch, a.fch_gelu, p.proj_w.mm());
   ops::gelu_erf_backward(w.f2, w.f1, a.fch);
-  fc_.backward(&dln, &p.fc_w.g, &p.fc_b.g, w.f2, a.ln2, p.fc_w.w);
+  fc_.backward(&dln, &p.fc_w.g, &p.fc_b.g, w.f2, a.ln2, p.fc_w.mm());
   ops::layernorm_backward(dx, p.ln_2_w.g, p.ln_2_b.g, dln, x, p.ln_2_w.w, a.ln2_mean, a.ln2_rstd);
   // Attention branch: dx += ln_1's input gradient.
   ops::dropout_backward(dbranch, dout, dropout_at(c, cfg_.dropout, layer, kAttnResid));
   Tensor datty = dnorm.view(0, a.atty.shape());  // (B, T, C_l)
-  dense_.backward(&datty, &p.dense_w.g, &p.dense_b.g, dbranch, a.atty, p.dense_w.w);
+  dense_.backward(&datty, &p.dense_w.g, &p.dense_b.g, dbranch, a.atty, p.dense_w.mm());
   ops::attention_backward(w.qkv_grad, w.att_grad, datty, a.qkv, a.att, int(NH_l_),
                           dropout_at(c, cfg_.dropout, layer, kAttnProbs), head_offset());
   ops::rope_backward(w.qkv_grad, w.qkv_grad, int(2 * NH_l_), HS_, cfg_.rope_theta);
-  qkv_.backward(&dln, &p.qkv_w.g, &p.qkv_b.g, w.qkv_grad, a.ln1, p.qkv_w.w);
+  qkv_.backward(&dln, &p.qkv_w.g, &p.qkv_b.g, w.qkv_grad, a.ln1, p.qkv_w.mm());
   ops::layernorm_backward(dnorm, p.ln_1_w.g, p.ln_1_b.g, dln, x, p.ln_1_w.w, a.ln1_mean, a.ln1_rstd);
   ops::add_inplace(dx, dnorm);
   // The residual.

@@ -11,7 +11,6 @@
 // (test_lt_plan).
 #include <cmath>
 
-#include "core/kernels/cpu/matmul_f16.h"
 #include "support/cuda_test_support.h"
 
 namespace lattice::test {
@@ -189,20 +188,9 @@ TEST_F(CudaOps, LinearCachedPlansTakeEachCallsBuffers) {
 }
 
 // runtime.precision: bf16 or fp16 on the GPU: both operands rounded to the
-// 16-bit type (nearest even; in fp16 beyond 65504 to inf), the products
-// summed in fp32. So the GPU result is the CPU's fp32 gemm of the operands
-// rounded as the CPU does it (f32_to_bf16; for fp16 the CPU emulation's own
-// cpu::round_to_f16), up to the order of the sums.
-Tensor rounded_to(const Tensor& t, DType operands) {
-  Tensor r = t.clone();
-  float* v = r.data<float>();
-  if (operands == DType::f16) {
-    cpu::round_to_f16(v, t.data<float>(), 1, t.numel(), t.numel());
-    return r;
-  }
-  for (int64_t i = 0; i < r.numel(); ++i) v[i] = bf16_to_f32(f32_to_bf16(v[i]));
-  return r;
-}
+// 16-bit type, the products summed in fp32. So the GPU result is the CPU's
+// fp32 gemm of the operands rounded as the CPU does it (rounded_to,
+// cuda_test_support.h), up to the order of the sums.
 
 void expect_sums_of_rounded_operands(DType operands) {
   const auto gpu = [](const Tensor& t) { return t.to(Device::cuda(0)); };

@@ -1,12 +1,8 @@
 #include "core/kernels/cpu/matmul_bf16.h"
 
-#include <omp.h>
-
-#include <climits>
-#include <vector>
-
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/kernels/cpu/matmul_half.h"
 
 #ifdef LATTICE_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
@@ -15,17 +11,6 @@
 namespace lattice::cpu {
 
 namespace {
-
-// src (rows, cols) with row stride ld -> dst packed (rows * cols), as bf16.
-void pack_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
-#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* s = src + r * ld;
-    uint16_t* d = dst + r * cols;
-#pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) d[c] = f32_to_bf16(s[c]);
-  }
-}
 
 #ifdef LATTICE_HAVE_DNNL
 // One engine and stream per thread: attention calls these gemms from inside
@@ -60,13 +45,13 @@ bool bf16_matmul_available(std::string* why) {
 #endif
 }
 
-namespace {
+void f32_to_bf16_n(uint16_t* dst, const float* src, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
 
-// c (m, n) = alpha * op(a) op(b) + beta * c from inputs already packed as
-// bf16 in their stored layout ((m, k) or (k, m) for a; (k, n) or (n, k) for
-// b, rows contiguous).
-void gemm_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-                 const uint16_t* b, float beta, float* c, int64_t ldc) {
+void gemm_bf16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                      const uint16_t* b, float beta, float* c, int64_t ldc) {
 #ifndef LATTICE_HAVE_DNNL
   LATTICE_FAIL("gemm_bf16: this build has no oneDNN");
 #else
@@ -90,39 +75,9 @@ void gemm_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
 #endif
 }
 
-// A thread's packing buffer `i`, at least n elements.
-uint16_t* pack_buffer(int i, int64_t n) {
-  thread_local std::vector<uint16_t> bufs[3];
-  bufs[i].resize(size_t(n));
-  return bufs[i].data();
-}
-
-}  // namespace
-
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  LATTICE_CHECK(m > 0 && n > 0 && k > 0, "gemm_bf16: empty product ({}, {}, {})", m, n, k);
-  uint16_t *ab = pack_buffer(0, m * k), *bb = pack_buffer(1, k * n);
-  pack_bf16(ab, a, trans_a ? k : m, trans_a ? m : k, lda);
-  pack_bf16(bb, b, trans_b ? n : k, trans_b ? k : n, ldb);
-  gemm_packed(trans_a, trans_b, m, n, k, alpha, ab, bb, beta, c, ldc);
-}
-
-void linear_backward_bf16(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                          int64_t N, int64_t C, int64_t OC) {
-  LATTICE_CHECK(N > 0 && C > 0 && OC > 0, "linear_backward_bf16: empty product ({}, {}, {})", N, C, OC);
-  uint16_t* db = pack_buffer(0, N * OC);
-  pack_bf16(db, dout, N, OC, OC);
-  if (dinp) {  // (N, OC) @ (OC, C)
-    uint16_t* wb = pack_buffer(1, OC * C);
-    pack_bf16(wb, weight, OC, C, C);
-    gemm_packed(false, false, N, C, OC, 1.0f, db, wb, 0.0f, dinp, C);
-  }
-  if (dweight) {  // += (N, OC)^T @ (N, C)
-    uint16_t* ib = pack_buffer(2, N * C);
-    pack_bf16(ib, inp, N, C, C);
-    gemm_packed(true, false, OC, C, N, 1.0f, db, ib, 1.0f, dweight, C);
-  }
+  gemm_half(DType::bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace lattice::cpu

@@ -1,14 +1,17 @@
 // bf16 matrix multiplication with fp32 accumulation on the CPU (oneDNN's
-// AVX512-BF16 kernels), for runtime.precision: bf16 on cpu.
+// AVX512-BF16 kernels), for runtime.precision: bf16 on cpu: the conversion and
+// the multiply its matmuls use (the driver that feeds them is matmul_half.h).
 //
-// What bf16 means on the CPU: parameters, gradients, optimizer state and
-// activations stay fp32 (the fp32 "master" copy is the only copy); the
-// matmuls (every cpu::gemm<float>: each linear layer forward and backward, the
-// LM head, and attention's per-head products q k^T, P v and their backward,
-// called single-threaded inside attention's parallel region) round their two
-// inputs to bf16 (round to nearest even) and accumulate in fp32, as PyTorch's
-// autocast does on CPUs (its bmm included). Norms, softmax, losses and the
-// optimizer stay fp32.
+// What bf16 means on the CPU: gradients, optimizer state and activations stay
+// fp32, and so do the parameter values, which are the master copy; the
+// parameters also have a bf16 shadow, their values rounded once per update
+// (core/param.h). The matmuls (every cpu::gemm<float>: each linear layer
+// forward and backward, the LM head, and attention's per-head products q k^T,
+// P v and their backward, called single-threaded inside attention's parallel
+// region) take bf16 inputs with fp32 accumulation, as PyTorch's autocast does
+// on CPUs (its bmm included): an fp32 input is rounded to bf16 (round to
+// nearest even) on the call, a weight is read from the shadow. Norms, softmax,
+// losses and the optimizer stay fp32.
 //
 // The mode is process-wide: cpu::set_matmul_dtype (matmul.h).
 #pragma once
@@ -22,20 +25,20 @@ namespace lattice::cpu {
 // false with the reason in `why` (for a one-line error).
 bool bf16_matmul_available(std::string* why = nullptr);
 
+// dst (n) = the bf16 bits of src (n), round to nearest even (dtype.h's
+// f32_to_bf16). Single-threaded.
+void f32_to_bf16_n(uint16_t* dst, const float* src, int64_t n);
+
+// c (m, n) = alpha * op(a) op(b) + beta * c from bf16 inputs packed in their
+// stored layout ((m, k) or (k, m) for a; (k, n) or (n, k) for b, rows
+// contiguous), fp32 accumulation, c with row stride ldc: one oneDNN matmul.
+void gemm_bf16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                      const uint16_t* b, float beta, float* c, int64_t ldc);
+
 // c (m, n) = alpha * op(a) op(b) + beta * c as cpu::gemm (row-major, strides
-// lda/ldb/ldc), with a and b rounded to bf16 and fp32 accumulation.
+// lda/ldb/ldc), with a and b rounded to bf16 and fp32 accumulation
+// (gemm_half with two fp32 operands).
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
-
-// cpu::linear_backward's two products (dinp = dout @ weight, dweight +=
-// dout^T @ inp; either may be null) with dout rounded to bf16 once for both:
-// the same results as two gemm_bf16 calls, one pass over dout less (for the
-// LM head, dout is the (N, V) dlogits).
-void linear_backward_bf16(float* dinp,          // (N, C) overwrite
-                          float* dweight,       // (OC, C) accumulate
-                          const float* dout,    // (N, OC)
-                          const float* inp,     // (N, C)
-                          const float* weight,  // (OC, C)
-                          int64_t N, int64_t C, int64_t OC);
 
 }  // namespace lattice::cpu
