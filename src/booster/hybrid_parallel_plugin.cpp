@@ -223,6 +223,7 @@ StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
   // fp16: the gradients are those of the loss times the scale (1 for bf16 and fp32).
   const float dloss = (s.valid_tokens > 0 ? float(1.0 / double(s.valid_tokens)) : 0.0f) * scaler_.scale();
   params_.zero_grad();
+  if (on_zeroed_grads_for_tests) on_zeroed_grads_for_tests(step, params_);
   if (buckets_) buckets_->begin_step();
   pipeline::RunStats run;
   double loss = run_plan(train_plan_, StepCoords{cfg_.runtime.seed, step, 0, true}, first, dloss, &run);
