@@ -3,28 +3,14 @@
 #include <cstdlib>
 
 #include "comm/device_placement.h"
-#include "comm/gather_strings.h"
 #include "comm/nccl_communicator.h"
 #include "core/backend.h"
 
 namespace lattice {
 
-NodeLocal node_local_rank(const std::vector<std::string>& hosts, int world_rank) {
-  LATTICE_CHECK(world_rank >= 0 && size_t(world_rank) < hosts.size(), "node_local_rank: rank {} of {}", world_rank,
-                hosts.size());
-  NodeLocal n{0, 0};
-  for (size_t r = 0; r < hosts.size(); ++r) {
-    if (hosts[r] != hosts[size_t(world_rank)]) continue;
-    if (r < size_t(world_rank)) ++n.rank;
-    ++n.size;
-  }
-  return n;
-}
-
-RankPlacement place_rank(const Config& cfg, mesh::ProcessGroupMesh& mesh) {
+RankPlacement place_rank(const Config& cfg) {
   if (cfg.runtime.device == DeviceType::cpu) return {};
-  const std::vector<std::string> hosts = comm::all_gather_strings(mesh.world(), host_name());
-  const NodeLocal local = node_local_rank(hosts, mesh.world().rank());
+  const comm::NodeLocal local = comm::node_local();
   std::string why;
   const int count = cuda_available(&why) ? cuda_backend().device_count(&why) : 0;
   const comm::DevicePlacementInput in{.local_rank = local.rank,
@@ -45,7 +31,7 @@ RankPlacement place_rank(const Config& cfg, mesh::ProcessGroupMesh& mesh) {
 DeviceGroups::DeviceGroups(mesh::ProcessGroupMesh& mesh, const RankPlacement& placement, double timeout_s)
     : mesh_(mesh), device_(placement.device) {
   if (device_.is_cpu()) return;
-  const NodeLocal& local = placement.local;
+  const comm::NodeLocal& local = placement.local;
   auto nccl_over = [&](comm::Group& g) {
     return comm::Group(comm::make_nccl_communicator(g.comm(), local.rank, local.size, timeout_s));
   };

@@ -91,7 +91,7 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
                     layout_.dp == mesh.size(mesh::Axis::dp),
                 "plugin: config layout (tp {}, pp {}, dp {}) differs from the mesh's", layout_.tp, layout_.pp,
                 layout_.dp);
-  placement_ = placement ? *placement : place_rank(cfg, mesh);
+  placement_ = placement ? *placement : place_rank(cfg);
   set_matmul_precision(cfg, placement_.device);
   groups_ = std::make_unique<DeviceGroups>(mesh, placement_, cfg.runtime.comm_timeout_s);
   const int stage = mesh.this_coord().pp;
