@@ -14,11 +14,16 @@ namespace lattice::test {
 
 Tolerance tolerance(DType t) {
   switch (t) {
-    case DType::f64: return {1e-5, 1e-8};
-    case DType::f32: return {1e-4, 1e-5};
-    case DType::bf16: return {2e-2, 1e-2};
-    case DType::f16: return {2e-3, 1e-3};
-    default: return {0, 0};
+    case DType::f64:
+      return {1e-5, 1e-8};
+    case DType::f32:
+      return {1e-4, 1e-5};
+    case DType::bf16:
+      return {2e-2, 1e-2};
+    case DType::f16:
+      return {2e-3, 1e-3};
+    default:
+      return {0, 0};
   }
 }
 
@@ -54,7 +59,7 @@ Tensor random_tensor(Shape shape, DType dtype, uint64_t seed, double scale) {
 }
 
 Tensor to_f64(const Tensor& t) {
-  Tensor c = t.device().is_cpu() ? t : t.to(Device::cpu());
+  Tensor c = t.on_host();
   return c.dtype() == DType::f64 ? c.clone() : c.to(DType::f64);
 }
 
