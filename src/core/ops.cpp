@@ -53,15 +53,23 @@ LinearDims linear_dims(const char* op, const Tensor& out, const Tensor& inp, con
                 shape_str(weight.shape()), shape_str(out.shape()));
   return {r.n, C, OC};
 }
+
+// The checks of a linear forward into `out`: one dtype and device for all,
+// linear_dims, and a bias of OC elements when there is one.
+LinearDims check_linear_forward(const char* op, const Tensor& out, const Tensor& inp, const Tensor& weight,
+                                const Tensor* bias) {
+  check_same(op, {&out, &inp, &weight});
+  LinearDims d = linear_dims(op, out, inp, weight);
+  if (bias) {
+    check_same(op, {&out, bias});
+    LATTICE_CHECK(bias->numel() == d.OC, "ops::{}: bias {} for OC = {}", op, shape_str(bias->shape()), d.OC);
+  }
+  return d;
+}
 }  // namespace
 
 void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias) {
-  check_same("linear_forward", {&out, &inp, &weight});
-  LinearDims d = linear_dims("linear_forward", out, inp, weight);
-  if (bias) {
-    check_same("linear_forward", {&out, bias});
-    LATTICE_CHECK(bias->numel() == d.OC, "ops::linear_forward: bias {} for OC = {}", shape_str(bias->shape()), d.OC);
-  }
+  LinearDims d = check_linear_forward("linear_forward", out, inp, weight, bias);
   if (cuda_f32(out))
     return cuda_backend().linear_forward(out.device().index, fp(out), fp(inp), fp(weight), bias ? fp(*bias) : nullptr,
                                          d.N, d.C, d.OC);
@@ -76,13 +84,7 @@ void linear_gelu_forward(Tensor& act, Tensor& pre, const Tensor& inp, const Tens
   LATTICE_CHECK(act.numel() == pre.numel(), "ops::linear_gelu_forward: act {} for pre {}", shape_str(act.shape()),
                 shape_str(pre.shape()));
   if (cuda_f32(pre)) {
-    LinearDims d = linear_dims("linear_gelu_forward", pre, inp, weight);
-    check_same("linear_gelu_forward", {&pre, &inp, &weight});
-    if (bias) {
-      check_same("linear_gelu_forward", {&pre, bias});
-      LATTICE_CHECK(bias->numel() == d.OC, "ops::linear_gelu_forward: bias {} for OC = {}", shape_str(bias->shape()),
-                    d.OC);
-    }
+    LinearDims d = check_linear_forward("linear_gelu_forward", pre, inp, weight, bias);
     return cuda_backend().linear_gelu_forward(pre.device().index, fp(act), fp(pre), fp(inp), fp(weight),
                                               bias ? fp(*bias) : nullptr, d.N, d.C, d.OC);
   }
