@@ -60,15 +60,6 @@ void set_matmul_precision(const Config& cfg, Device device) {
   cpu::set_matmul_dtype(operands);
 }
 
-optim::LossScalerOptions loss_scaler_options(const LossScaleConfig& c) {
-  return {.initial_scale = c.initial,
-          .growth_factor = c.growth_factor,
-          .backoff_factor = c.backoff_factor,
-          .growth_interval = c.growth_interval,
-          .min_scale = c.min,
-          .max_scale = c.max};
-}
-
 constexpr int64_t kTracedSteps = 3;  // a timeline of the first steps is what a user reads
 
 double all_reduce_scalar(comm::Group& g, double v, comm::ReduceOp op) {
@@ -85,8 +76,7 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
     : cfg_(cfg),
       mesh_(mesh),
       layout_(resolve_layout(cfg, mesh.world_size())),
-      scaler_(
-          optim::make_loss_scaler(compute_dtype(cfg.runtime.precision), loss_scaler_options(cfg.runtime.loss_scale))) {
+      scaler_(optim::make_loss_scaler(compute_dtype(cfg.runtime.precision), cfg.runtime.loss_scale)) {
   LATTICE_CHECK(layout_.tp == mesh.size(mesh::Axis::tp) && layout_.pp == mesh.size(mesh::Axis::pp) &&
                     layout_.dp == mesh.size(mesh::Axis::dp),
                 "plugin: config layout (tp {}, pp {}, dp {}) differs from the mesh's", layout_.tp, layout_.pp,
