@@ -22,7 +22,9 @@ std::string shape_str(const Shape& s) {
   return out + ")";
 }
 
-Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) { data_ = device_alloc(device, bytes); }
+Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
+  data_ = device_alloc(device, bytes);
+}
 Storage::~Storage() { device_free(device_, data_, bytes_); }
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
@@ -78,8 +80,8 @@ Tensor Tensor::reshape(Shape shape) const {
 }
 
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
-  LATTICE_CHECK(ndim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0], "slice_rows [{}, {}) of {}", begin, end,
-                shape_str(shape_));
+  LATTICE_CHECK(ndim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0], "slice_rows [{}, {}) of {}", begin,
+                end, shape_str(shape_));
   int64_t row = shape_[0] ? numel_ / shape_[0] : 0;
   Shape s = shape_;
   s[0] = end - begin;
@@ -101,42 +103,24 @@ Tensor Tensor::to(DType dtype) const {
   Tensor out = empty(shape_, dtype);
   auto load = [&](int64_t i) -> double {
     switch (dtype_) {
-      case DType::f64:
-        return static_cast<const double*>(raw())[i];
-      case DType::f32:
-        return static_cast<const float*>(raw())[i];
-      case DType::bf16:
-        return bf16_to_f32(static_cast<const uint16_t*>(raw())[i]);
-      case DType::f16:
-        return f16_to_f32(static_cast<const uint16_t*>(raw())[i]);
-      case DType::i32:
-        return static_cast<const int32_t*>(raw())[i];
-      case DType::u16:
-        return static_cast<const uint16_t*>(raw())[i];
+      case DType::f64: return static_cast<const double*>(raw())[i];
+      case DType::f32: return static_cast<const float*>(raw())[i];
+      case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(raw())[i]);
+      case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(raw())[i]);
+      case DType::i32: return static_cast<const int32_t*>(raw())[i];
+      case DType::u16: return static_cast<const uint16_t*>(raw())[i];
     }
     return 0;
   };
   for (int64_t i = 0; i < numel_; ++i) {
     double v = load(i);
     switch (dtype) {
-      case DType::f64:
-        static_cast<double*>(out.raw())[i] = v;
-        break;
-      case DType::f32:
-        static_cast<float*>(out.raw())[i] = float(v);
-        break;
-      case DType::bf16:
-        static_cast<uint16_t*>(out.raw())[i] = f32_to_bf16(float(v));
-        break;
-      case DType::f16:
-        static_cast<uint16_t*>(out.raw())[i] = f32_to_f16(float(v));
-        break;
-      case DType::i32:
-        static_cast<int32_t*>(out.raw())[i] = int32_t(v);
-        break;
-      case DType::u16:
-        static_cast<uint16_t*>(out.raw())[i] = uint16_t(v);
-        break;
+      case DType::f64: static_cast<double*>(out.raw())[i] = v; break;
+      case DType::f32: static_cast<float*>(out.raw())[i] = float(v); break;
+      case DType::bf16: static_cast<uint16_t*>(out.raw())[i] = f32_to_bf16(float(v)); break;
+      case DType::f16: static_cast<uint16_t*>(out.raw())[i] = f32_to_f16(float(v)); break;
+      case DType::i32: static_cast<int32_t*>(out.raw())[i] = int32_t(v); break;
+      case DType::u16: static_cast<uint16_t*>(out.raw())[i] = uint16_t(v); break;
     }
   }
   return out;
@@ -151,8 +135,8 @@ void Tensor::zero_() {
 }
 
 void Tensor::copy_from(const Tensor& src) {
-  LATTICE_CHECK(src.dtype_ == dtype_ && src.numel_ == numel_, "copy_from: {} {} into {} {}", dtype_name(src.dtype_),
-                shape_str(src.shape_), dtype_name(dtype_), shape_str(shape_));
+  LATTICE_CHECK(src.dtype_ == dtype_ && src.numel_ == numel_, "copy_from: {} {} into {} {}",
+                dtype_name(src.dtype_), shape_str(src.shape_), dtype_name(dtype_), shape_str(shape_));
   if (numel_ == 0 || raw() == src.raw()) return;
   if (device().is_cpu() && src.device().is_cpu()) {
     std::memmove(raw(), src.raw(), nbytes());

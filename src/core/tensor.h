@@ -42,22 +42,10 @@ class Storage {
 
 template <typename T>
 constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<double>() {
-  return DType::f64;
-}
-template <>
-constexpr DType dtype_of<float>() {
-  return DType::f32;
-}
-template <>
-constexpr DType dtype_of<int32_t>() {
-  return DType::i32;
-}
-template <>
-constexpr DType dtype_of<uint16_t>() {
-  return DType::u16;
-}
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
+template <> constexpr DType dtype_of<float>() { return DType::f32; }
+template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
+template <> constexpr DType dtype_of<uint16_t>() { return DType::u16; }
 
 class Tensor {
  public:
@@ -93,11 +81,11 @@ class Tensor {
   Tensor slice_rows(int64_t begin, int64_t end) const;
 
   Tensor to(Device device) const;  // copy (a new storage) on `device`
+  Tensor to(DType dtype) const;    // converted copy, CPU only
+  Tensor clone() const;
   // This tensor when it is in host memory, else a copy there (to(Device::cpu())):
   // host code reads device tensors through it without copying host ones.
   Tensor on_host() const;
-  Tensor to(DType dtype) const;  // converted copy, CPU only
-  Tensor clone() const;
 
   void zero_();
   void copy_from(const Tensor& src);  // same dtype and numel; any devices

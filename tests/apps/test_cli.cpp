@@ -25,7 +25,9 @@ CmdResult run(const std::string& args, const std::string& cwd, int ranks = 0) {
   return lattice::test::run_lattice(args, cwd, ranks);
 }
 
-void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+void write(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
 
 int lines(const std::string& s) {
   int n = 0;
@@ -132,8 +134,8 @@ TEST_F(Cli, TrainsAndWritesTheRunDirectory) {
     (j.contains("val_loss") ? eval : train).push_back(j);
   }
   ASSERT_EQ(train.size(), 40u);  // log.every defaults to 1
-  for (const char* k :
-       {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_ms", "mfu", "peak_mem_bytes", "skipped"})
+  for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_ms", "mfu",
+                        "peak_mem_bytes", "skipped"})
     EXPECT_TRUE(train[0].contains(k)) << k;
   EXPECT_EQ(train[0]["step"], 1);
   EXPECT_EQ(train[0]["tokens"], 8 * 32);
@@ -265,8 +267,7 @@ TEST_F(Cli, PipelineErrorsUnderMpirun) {
 
 TEST_F(Cli, PipelineRunMatchesOneRankAndWritesItsTimeline) {
   CmdResult one = run("train tiny.yaml train.steps=6 log.dir=p1", dir);
-  CmdResult two =
-      run("train tiny.yaml train.steps=6 log.dir=p2 parallel.pp=2 runtime.threads=1 log.trace=true", dir, 2);
+  CmdResult two = run("train tiny.yaml train.steps=6 log.dir=p2 parallel.pp=2 runtime.threads=1 log.trace=true", dir, 2);
   ASSERT_EQ(one.status, 0) << one.out;
   ASSERT_EQ(two.status, 0) << two.out;
   auto lines = [&](const std::string& d) {

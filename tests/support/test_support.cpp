@@ -14,16 +14,11 @@ namespace lattice::test {
 
 Tolerance tolerance(DType t) {
   switch (t) {
-    case DType::f64:
-      return {1e-5, 1e-8};
-    case DType::f32:
-      return {1e-4, 1e-5};
-    case DType::bf16:
-      return {2e-2, 1e-2};
-    case DType::f16:
-      return {2e-3, 1e-3};
-    default:
-      return {0, 0};
+    case DType::f64: return {1e-5, 1e-8};
+    case DType::f32: return {1e-4, 1e-5};
+    case DType::bf16: return {2e-2, 1e-2};
+    case DType::f16: return {2e-3, 1e-3};
+    default: return {0, 0};
   }
 }
 
