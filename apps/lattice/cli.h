@@ -23,9 +23,14 @@ int plan(const Args& args);  // lattice plan CONFIG [--world N] [key=value ...]:
 int verify_layout(int* argc, char*** argv, const Args& args);
 // lattice convert --to-hf CKPT_STEP_DIR OUT_DIR | --from-hf HF_DIR OUT_CHECKPOINT_DIR (GPT-2)
 int convert(const Args& args);
-// Runs `body` inside an MpiRuntime: an exception becomes one line and, on a
-// multi-rank job, the end of the whole job (rank 0 reports first).
+// Runs `body` inside an MpiRuntime (the progress thread as
+// $LATTICE_MPI_PROGRESS_US says): an exception, or a bad value of that
+// variable, becomes one line and, on a multi-rank job, the end of the whole
+// job (rank 0 reports first).
 int run_with_mpi(int* argc, char*** argv, const std::function<int(const comm::MpiRuntime&)>& body);
+// Whether a launcher (mpirun/mpiexec of Open MPI, MPICH or Intel MPI, or
+// Slurm's srun) started this process as one rank of a job.
+bool under_mpi_launcher();
 std::string usage();
 
 }  // namespace lattice::cli

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -46,14 +45,6 @@ TrainArgs parse_train_args(const Args& args) {
   }
   if (t.path.empty()) LATTICE_FAIL("train: no config file given (usage: lattice train CONFIG [key=value ...])");
   return t;
-}
-
-// Whether a launcher (mpirun/mpiexec of Open MPI, MPICH or Intel MPI, or
-// Slurm's srun) started this process as one rank of a job.
-bool under_mpi_launcher() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_PROCID"})
-    if (std::getenv(v) != nullptr) return true;
-  return false;
 }
 
 // The job's structure, worked out as `lattice plan` does it (pure, nothing
@@ -171,12 +162,19 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   if (start.resume) start.resumed = plugin->load_checkpoint(*start.resume);
   std::string metrics_path;
   if (logger) {
-    RunInfo info{
-        .world_size = mpi.world_size(), .tp = layout.tp, .pp = layout.pp, .dp = layout.dp, .threads = num_threads()};
+    const comm::MpiProgress* progress = comm::mpi_progress();
+    RunInfo info{.world_size = mpi.world_size(),
+                 .tp = layout.tp,
+                 .pp = layout.pp,
+                 .dp = layout.dp,
+                 .threads = num_threads(),
+                 .mpi_progress_us = progress ? int64_t(progress->interval().count()) : 0};
     RunDir run = prepare_run_dir(cfg, info, start.resume ? start.resumed.step : -1);
     metrics_path = run.metrics_path;
-    print_line(fmt::format("lattice train {} | {} | {} rank(s) x {} thread(s) | run dir {}", cfg.source,
-                           plugin->describe(), mpi.world_size(), info.threads, run.dir));
+    print_line(fmt::format("lattice train {} | {} | {} rank(s) x {} thread(s){} | run dir {}", cfg.source,
+                           plugin->describe(), mpi.world_size(), info.threads,
+                           progress ? fmt::format(" | MPI progress thread every {} us", info.mpi_progress_us) : "",
+                           run.dir));
     if (mpi.world_size() > 1) std::fputs(rank_map.c_str(), stdout);
     if (std::string map = plugin->stage_map(); !map.empty())
       std::fputs((map.back() == '\n' ? map : map + "\n").c_str(), stdout);

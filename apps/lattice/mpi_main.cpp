@@ -1,6 +1,7 @@
 // run_with_mpi: the MPI lifetime and the failure policy of the multi-rank commands.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "cli.h"
@@ -24,17 +25,39 @@ namespace {
 
 }  // namespace
 
+bool under_mpi_launcher() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_PROCID"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
 int run_with_mpi(int* argc, char*** argv, const std::function<int(const comm::MpiRuntime&)>& body) {
-  comm::MpiRuntime mpi(argc, argv);
-  std::string line;
+  // $LATTICE_MPI_PROGRESS_US decides MPI's thread level, so it is read here,
+  // once, before MPI starts. A bad value is reported like a bad config: at
+  // once by a single process; under a launcher once for the job, after MPI
+  // starts at its plain thread level.
+  std::string line;  // the one error line
+  comm::MpiRuntimeOptions options;
   try {
-    return body(mpi);
-  } catch (const ConfigError& e) {
-    line = e.message();
+    options.progress_interval = comm::mpi_progress_interval();
   } catch (const Error& e) {
-    line = e.describe();
-  } catch (const std::exception& e) {
-    line = e.what();
+    line = e.message();
+    if (!under_mpi_launcher()) {
+      std::fprintf(stderr, "lattice: error: %s\n", line.c_str());
+      return 1;
+    }
+  }
+  comm::MpiRuntime mpi(argc, argv, options);
+  if (line.empty()) {
+    try {
+      return body(mpi);
+    } catch (const ConfigError& e) {
+      line = e.message();
+    } catch (const Error& e) {
+      line = e.describe();
+    } catch (const std::exception& e) {
+      line = e.what();
+    }
   }
   if (mpi.world_size() > 1) fail_job(line, mpi);
   std::fprintf(stderr, "lattice: error: %s\n", line.c_str());

@@ -10,21 +10,19 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
+BENCH_NAME=bench/checkpoint/run.sh
+# shellcheck source=bench/common.sh
+source "$here/../common.sh"
 bench="${BENCH:-$repo/build/bin/bench_checkpoint}"
 repeats="${REPEATS:-3}"
-dir=/tmp
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --dir) dir="$2"; shift 2 ;;
-    -h|--help) sed -n '2,10p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
-[[ -x "$bench" ]] || { echo "run.sh: no bench_checkpoint at $bench (build with -DLATTICE_BENCH=ON)" >&2; exit 2; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+bench_parse_args "${BASH_SOURCE[0]}" 2,9 --dir /tmp "$@"
+dir="$BENCH_ARG"
+bench_need_exe "$bench" "build it: scripts/build.sh; or set BENCH=..."
+bench_allow_mpirun_as_root
 work="$dir/lattice-ckpt-bench.$$"
 mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
+bench="$(bench_private_copy "$bench" "$work")"
 
 echo "# Lattice checkpoint bench ($(date -u '+%Y-%m-%d %H:%M UTC'))"
 echo "machine: $(lscpu | sed -n 's/^Model name:[[:space:]]*//p'), $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB;" \
@@ -32,7 +30,7 @@ echo "machine: $(lscpu | sed -n 's/^Model name:[[:space:]]*//p'), $(nproc) cores
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo "(page cache dropped)" || echo "(page cache NOT dropped: loads may be cached)"; }
 
 echo "dd: 1 GiB written with conv=fsync, 3 runs:"
-for i in 1 2 3; do
+for _ in 1 2 3; do
   dd if=/dev/zero of="$work/dd.bin" bs=1M count=1024 conv=fsync 2>&1 | tail -1
   rm -f "$work/dd.bin"
 done

@@ -203,7 +203,7 @@ struct CollectiveCase {
   }
 
   int64_t wrong() const {
-    const Tensor host = out.device().is_cpu() ? out : out.to(Device::cpu());
+    const Tensor host = out.on_host();
     const float* o = host.data<float>();
     int64_t bad = 0;
     for (int64_t i = 0; i < shape.out; ++i) bad += o[i] != expected_value(op, rank, n, shape.block, i);

@@ -22,24 +22,20 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
+BENCH_NAME=bench/dp/run.sh
+# shellcheck source=bench/common.sh
+source "$here/../common.sh"
 lattice="${LATTICE:-$repo/build/bin/lattice}"
 steps="${STEPS:-12}"
 skip="${SKIP:-3}"
-out=""
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
-[[ -x "$lattice" ]] || { echo "run.sh: no lattice binary at $lattice (set LATTICE=...)" >&2; exit 2; }
-(( skip < steps )) || { echo "run.sh: SKIP ($skip) must be below STEPS ($steps)" >&2; exit 2; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+bench_parse_args "${BASH_SOURCE[0]}" 2,20 --out "" "$@"
+out="$BENCH_ARG"
+bench_need_exe "$lattice" "set LATTICE=..."
+bench_check_steps "$steps" "$skip"
+bench_allow_mpirun_as_root
 work="${out:-$(mktemp -d /tmp/lattice-dp.XXXXXX)}"
-mkdir -p "$work/bin" "$work/runs" "$work/logs"
-cp "$lattice" "$work/bin/lattice"  # a rebuild during the bench cannot mix two binaries
-lattice="$work/bin/lattice"
+mkdir -p "$work/runs" "$work/logs"
+lattice="$(bench_private_copy "$lattice" "$work")"
 
 mapfile -t inputs < <(find /usr/share/common-licenses -maxdepth 1 -type f | sort)
 "$lattice" data prepare --input "${inputs[@]}" --tokenizer bytes --out "$work/data/lic" > "$work/logs/prepare.log"

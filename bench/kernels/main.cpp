@@ -155,9 +155,16 @@ std::vector<Kernel> loss_kernels(const Shapes& d) {
   };
 }
 
+// The operand type a float gemm runs with under --precision (cpu::gemm<float>
+// follows cpu::set_matmul_dtype), as rows name it.
+std::string gemm_dtype_label() {
+  const DType mode = cpu::matmul_dtype();
+  return mode == DType::f32 ? "fp32" : std::string(dtype_name(mode));
+}
+
 // The linear backward of the MLP's first layer and of the LM head (matmuls,
 // but under --precision bf16 they also round their inputs to bf16: the
-// packing is the non-matmul part).
+// packing is the non-matmul part), labelled with the dtype they run in.
 std::vector<Kernel> linear_kernels(const Shapes& d) {
   const int64_t N = d.B * d.T, C = d.C;
   static std::vector<Tensor> keep;
@@ -167,7 +174,7 @@ std::vector<Kernel> linear_kernels(const Shapes& d) {
     Tensor w = uniform_tensor({OC, C}, 0.1f, 62), dw = uniform_tensor({OC, C}, 0.0f, 63);
     Tensor dinp = uniform_tensor({N, C}, 0.0f, 64);
     keep.insert(keep.end(), {dout, inp, w, dw, dinp});
-    out.push_back({fmt::format("linear bwd {} ({} x {} -> {})", name, N, C, OC), nullptr,
+    out.push_back({fmt::format("linear bwd {} {} ({} x {} -> {})", name, gemm_dtype_label(), N, C, OC), nullptr,
                    [=]() mutable { ops::linear_backward(&dinp, &dw, nullptr, dout, inp, w); }});
   }
   return out;
@@ -196,7 +203,9 @@ std::vector<Kernel> optimizer_kernels(const BenchConfig& cfg) {
 
 // One head's gemm shapes inside attention (row block 128 of T, head size HS),
 // the B * NH heads spread over the threads as attention spreads them, so each
-// gemm runs single-threaded: fp32 OpenBLAS against the bf16 path.
+// gemm runs single-threaded: the gemm attention calls (labelled with the
+// dtype it runs in: fp32 OpenBLAS, or bf16 under --precision bf16) and, when
+// that is not already bf16, the bf16 path next to it.
 std::vector<Kernel> attention_gemm_kernels(const Shapes& d) {
   const int64_t T = d.T, HS = d.C / d.NH, rows = std::min<int64_t>(128, T), heads = d.B * d.NH;
   static std::vector<Tensor> keep;
@@ -215,8 +224,9 @@ std::vector<Kernel> attention_gemm_kernels(const Shapes& d) {
     }
   };
   const std::string shape = fmt::format("({}x{}x{}) x {} heads", rows, T, HS, heads);
-  std::vector<Kernel> out = {{"attention q k^T gemm fp32 " + shape, nullptr, [=]() mutable { qk(false); }}};
-  if (cpu::bf16_matmul_available())
+  std::vector<Kernel> out = {
+      {"attention q k^T gemm " + gemm_dtype_label() + " " + shape, nullptr, [=]() mutable { qk(false); }}};
+  if (cpu::matmul_dtype() != DType::bf16 && cpu::bf16_matmul_available())
     out.push_back({"attention q k^T gemm bf16 " + shape, nullptr, [=]() mutable { qk(true); }});
   return out;
 }

@@ -27,6 +27,9 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
+BENCH_NAME=bench/scaling/run.sh
+# shellcheck source=bench/common.sh
+source "$here/../common.sh"
 helper="$here/scaling.py"
 lattice="${LATTICE:-$repo/build/bin/lattice}"
 runs="${RUNS:-5}"
@@ -37,44 +40,29 @@ max_wait="${MAX_WAIT_S:-600}"
 coretype="default"
 out=""
 
+# --coretype is this script's own; the rest is bench_parse_args'.
+args=()
 while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --coretype) coretype="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
+  if [[ "$1" == --coretype ]]; then
+    [[ $# -ge 2 ]] || bench_die "--coretype needs a value (see --help)"
+    coretype="$2"
+    shift 2
+  else
+    args+=("$1")
+    shift
+  fi
 done
-case "$coretype" in default|SkylakeX|both) ;; *) echo "run.sh: --coretype default|SkylakeX|both" >&2; exit 2 ;; esac
-[[ -x "$lattice" ]] || { echo "run.sh: no lattice binary at $lattice (set LATTICE=...)" >&2; exit 2; }
-(( skip < steps )) || { echo "run.sh: SKIP ($skip) must be below STEPS ($steps)" >&2; exit 2; }
-(( runs >= 1 )) || { echo "run.sh: RUNS ($runs) must be at least 1" >&2; exit 2; }
+bench_parse_args "${BASH_SOURCE[0]}" 2,25 --out "" ${args[@]+"${args[@]}"}
+out="$BENCH_ARG"
+case "$coretype" in default|SkylakeX|both) ;; *) bench_die "--coretype default|SkylakeX|both" ;; esac
+bench_need_exe "$lattice" "set LATTICE=..."
+bench_check_steps "$steps" "$skip"
+(( runs >= 1 )) || bench_die "RUNS ($runs) must be at least 1"
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+bench_allow_mpirun_as_root
 work="${out:-$(mktemp -d /tmp/lattice-scaling.XXXXXX)}"
-mkdir -p "$work/bin"
-# A private copy, so a rebuild of the original during the bench cannot mix two binaries.
-cp "$lattice" "$work/bin/lattice"
 lattice_src="$lattice"
-lattice="$work/bin/lattice"
-
-load1() { cut -d' ' -f1 /proc/loadavg; }
-
-# --- wait for a quiet machine -------------------------------------------------------------
-# MAX_WAIT_S is the budget of the whole invocation (both suites together).
-waited=0
-wait_for_quiet() {
-  local start=$waited
-  while awk -v l="$(load1)" -v m="$load_max" 'BEGIN { exit !(l > m) }'; do
-    if (( waited >= max_wait )); then
-      echo "load $(load1) still above $load_max after $((waited - start))s (wait budget spent): running anyway"
-      return
-    fi
-    echo "load $(load1) > $load_max: waiting ($((waited - start))s; budget ${max_wait}s, $((max_wait - waited))s left)"
-    sleep 20; waited=$((waited + 20))
-  done
-  echo "load $(load1) <= $load_max after waiting $((waited - start))s"
-}
+lattice="$(bench_private_copy "$lattice" "$work")"
 
 # --- data and config ------------------------------------------------------------------------
 prepare() {
@@ -104,7 +92,7 @@ run_case() {
   local -a env_x=(-x OMP_NUM_THREADS=1)
   [[ -n "${OPENBLAS_CORETYPE:-}" ]] && env_x+=(-x OPENBLAS_CORETYPE)
   local l0 s0 t0 t1 l1 s1 rc=0
-  l0="$(load1)"; s0="$(python3 "$helper" cpu-snap)"; t0="$(date +%s.%N)"
+  l0="$(bench_load1)"; s0="$(python3 "$helper" cpu-snap)"; t0="$(date +%s.%N)"
   if (( ranks == 1 )); then
     OMP_NUM_THREADS="$threads" python3 "$helper" wrap "$prefix" -- \
         "$lattice" train "$work/scaling.yaml" runtime.threads="$threads" log.dir="$dir" "$@" > "$log" 2>&1 || rc=$?
@@ -112,7 +100,7 @@ run_case() {
     mpirun -q -np "$ranks" --oversubscribe --bind-to none "${env_x[@]}" python3 "$helper" wrap "$prefix" -- \
         "$lattice" train "$work/scaling.yaml" runtime.threads="$threads" log.dir="$dir" "$@" > "$log" 2>&1 || rc=$?
   fi
-  t1="$(date +%s.%N)"; l1="$(load1)"; s1="$(python3 "$helper" cpu-snap)"
+  t1="$(date +%s.%N)"; l1="$(bench_load1)"; s1="$(python3 "$helper" cpu-snap)"
   local wall stages sgemm
   wall="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')"
   # The layer-to-stage map and the start-up sgemm rate, as rank 0 printed them.
@@ -171,11 +159,11 @@ sed 's/^/    /' "$work/scaling.yaml"
 
 suite_failed=0
 if [[ "$coretype" == default || "$coretype" == both ]]; then
-  wait_for_quiet
+  bench_wait_for_quiet "$load_max" "$max_wait"  # MAX_WAIT_S: the budget of both suites together
   (unset OPENBLAS_CORETYPE; run_suite default) || suite_failed=1
 fi
 if [[ "$coretype" == SkylakeX || "$coretype" == both ]]; then
-  wait_for_quiet
+  bench_wait_for_quiet "$load_max" "$max_wait"
   (export OPENBLAS_CORETYPE=SkylakeX; run_suite skylakex) || suite_failed=1
 fi
 echo

@@ -1,5 +1,5 @@
-// Measuring Lattice on one rank: the sgemm rate of this machine at the current
-// thread count (the MFU denominator) and the training step of any registered
+// Measuring Lattice on one rank: the float matmul rate of this machine at the
+// current thread count and matmul dtype (the MFU denominator) and the training step of any registered
 // model (zero_grad + forward + backward + AdamW), timed per phase. The model
 // is built by ModelConfig through the registry (models/registry.h), its
 // vocabulary padded as the trainer pads it (model.vocab_multiple), and its
@@ -20,7 +20,8 @@
 
 namespace lattice::bench {
 
-// sgemm GFLOP/s, best of `reps` timed products after one warm-up:
+// Float matmul GFLOP/s (ops::gemm: sgemm, or the bf16 / fp16 path that
+// cpu::set_matmul_dtype selected), best of `reps` timed products after one warm-up:
 // square = 1024 x 1024 x 1024; model = the MLP input shape (B*T, F, C) as
 // linear_forward calls it (inp @ weight^T).
 struct SgemmRate {

@@ -15,8 +15,10 @@
 // tiny|all) or the given FILE.yaml, against bench/train_step/torch_<arch>_bench.py,
 // which gets the shapes of the config on its command line.
 //
-// --peak 0 (default) measures the sgemm rate per thread count in this run and
-// uses it as the MFU denominator; a positive value replaces the measurement.
+// --peak 0 (default) measures the float matmul rate per thread count in this
+// run (sgemm; the bf16 gemm under --precision bf16, and named so: RESULT
+// lines carry sgemm_GFLOPs or bf16_gemm_GFLOPs) and uses it as the MFU
+// denominator; a positive value replaces the measurement.
 // Each gpt2 row also gets the step split into phases (matmuls, attention,
 // norms, activations, cross-entropy, other: a replay of the ops one at a time,
 // op_breakdown.h; optimizer and data: measured in the timed steps) and a
@@ -63,6 +65,22 @@ struct Options {
   std::string zoo_dir = LATTICE_BENCH_ZOO_DIR;  // the llama / bert reference scripts
   double peak = 0;
 };
+
+// The measured float matmul's name, by the operand dtype it runs in
+// (cpu::matmul_dtype(), which --precision sets): "sgemm" in fp32, "bf16_gemm"
+// under bf16. RESULT lines carry <name>_GFLOPs (the MFU denominator),
+// <name>_1024_GFLOPs and <name>_model_GFLOPs; summarize_runs.py reads them.
+std::string matmul_rate_name() {
+  const DType t = cpu::matmul_dtype();
+  return t == DType::f32 ? "sgemm" : std::string(dtype_name(t)) + "_gemm";
+}
+
+// The same for prose and table headers: "sgemm", "bf16 gemm".
+std::string matmul_rate_label() {
+  std::string s = matmul_rate_name();
+  std::replace(s.begin(), s.end(), '_', ' ');
+  return s;
+}
 
 struct Row {
   BenchConfig cfg;
@@ -246,8 +264,8 @@ Row measure(const Options& o, const BenchConfig& cfg, int threads) {
   say(fmt::format("{} load average before: {}", tag, r.load_before));
   r.sgemm = measure_sgemm(cfg, 5);
   r.peak = o.peak > 0 ? o.peak : r.sgemm.peak();
-  say(fmt::format("{} sgemm GFLOP/s: 1024^3 {:.1f}, MLP-in shape ({}, {}, {}) {:.1f}; MFU denominator {:.1f}", tag,
-                  r.sgemm.square, cfg.B * cfg.T, cfg.F, cfg.C, r.sgemm.model, r.peak));
+  say(fmt::format("{} {} GFLOP/s: 1024^3 {:.1f}, MLP-in shape ({}, {}, {}) {:.1f}; MFU denominator {:.1f}", tag,
+                  matmul_rate_label(), r.sgemm.square, cfg.B * cfg.T, cfg.F, cfg.C, r.sgemm.model, r.peak));
   if (!cfg.source.empty()) say(fmt::format("{} model from {} (dropout 0), B {} T {}", tag, cfg.source, cfg.B, cfg.T));
   r.lat = run_lattice(cfg, o.steps, o.warmup, o.precision == "bf16-per-call",
                       [&](const std::string& l) { say(tag + " " + l); });
@@ -267,8 +285,8 @@ double lattice_gflops(const Row& r) { return r.lat.flops_per_step / (r.lat.step_
 double lattice_tokens(const Row& r) { return double(r.lat.tokens_per_step) / (r.lat.step_ms.median * 1e-3); }
 
 void print_tables(const std::vector<Row>& rows) {
-  say("\n| system | config | threads | median ms/step | min | max | tokens/s | GFLOP/s | MFU | sgemm GFLOP/s | "
-      "torch ms / lattice ms |");
+  say("\n| system | config | threads | median ms/step | min | max | tokens/s | GFLOP/s | MFU | " + matmul_rate_label() +
+      " GFLOP/s | torch ms / lattice ms |");
   say("|---|---|---|---|---|---|---|---|---|---|---|");
   for (const Row& r : rows) {
     const double g = lattice_gflops(r);
@@ -336,6 +354,7 @@ void print_breakdown(const Row& r) {
 }
 
 void print_raw(const std::vector<Row>& rows, const std::string& precision) {
+  const std::string mm = matmul_rate_name();
   say("");
   for (const Row& r : rows) {
     const double g = lattice_gflops(r);
@@ -345,11 +364,11 @@ void print_raw(const std::vector<Row>& rows, const std::string& precision) {
     say(fmt::format(
         "RESULT system=lattice arch={} config={} threads={} precision={} median_ms={:.1f} min_ms={:.1f} "
         "max_ms={:.1f} "
-        "tokens_per_s={:.0f} achieved_GFLOPs={:.1f} MFU={:.1f}% sgemm_GFLOPs={:.1f} "
-        "sgemm_1024_GFLOPs={:.1f} sgemm_model_GFLOPs={:.1f} zero_grad_ms={:.1f} forward_ms={:.1f} "
+        "tokens_per_s={:.0f} achieved_GFLOPs={:.1f} MFU={:.1f}% {}_GFLOPs={:.1f} "
+        "{}_1024_GFLOPs={:.1f} {}_model_GFLOPs={:.1f} zero_grad_ms={:.1f} forward_ms={:.1f} "
         "backward_ms={:.1f} adamw_ms={:.1f}{} blas_core={} load_before={}{}",
         enum_name(r.cfg.model.arch), r.cfg.name, r.threads, precision, r.lat.step_ms.median, r.lat.step_ms.min,
-        r.lat.step_ms.max, lattice_tokens(r), g, 100 * g / r.peak, r.peak, r.sgemm.square, r.sgemm.model,
+        r.lat.step_ms.max, lattice_tokens(r), g, 100 * g / r.peak, mm, r.peak, mm, r.sgemm.square, mm, r.sgemm.model,
         r.lat.zero_ms.median, r.lat.fwd_ms.median, r.lat.bwd_ms.median, r.lat.opt_ms.median, phase_fields(r),
         lattice::blas_core(), r.load_before.empty() ? "?" : r.load_before.substr(0, r.load_before.find(' ')), torch));
     if (r.torch) say(r.torch->result_line);

@@ -21,6 +21,13 @@ def results(path):
     return out
 
 
+def matmul_rate(x):
+    """The run's measured matmul rate: named by the dtype it ran in (sgemm_GFLOPs for fp32,
+    bf16_gemm_GFLOPs for bf16); logs from before that naming call every rate sgemm_GFLOPs."""
+    name = "sgemm_GFLOPs" if x["precision"] == "fp32" else f"{x['precision']}_gemm_GFLOPs"
+    return float(x.get(name, x.get("sgemm_GFLOPs")))
+
+
 def cell(xs, fmt):
     if not xs:
         return "—"
@@ -46,7 +53,7 @@ def main(paths):
             rows.setdefault(("Lattice", cfg, prec), []).append(x)
             if prec == "fp32":
                 ratios["sgemm"].setdefault(cfg, []).append(
-                    float(x["achieved_GFLOPs"]) / float(x["sgemm_GFLOPs"]))
+                    float(x["achieved_GFLOPs"]) / matmul_rate(x))
                 if cfg in torch:
                     ratios["torch"].setdefault(cfg, []).append(
                         float(torch[cfg]["median_ms"]) / float(x["median_ms"]))
@@ -59,7 +66,7 @@ def main(paths):
     print("| system | shape | precision | ms/step | tokens/s | GFLOP/s | matmul rate in the same run (GFLOP/s) |")
     print("|---|---|---|---|---|---|---|")
     for (system, cfg, prec), xs in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0] != "PyTorch", kv[0][2])):
-        rate = cell([float(x["sgemm_GFLOPs"]) for x in xs], "{:.1f}") if system == "Lattice" else ""
+        rate = cell([matmul_rate(x) for x in xs], "{:.1f}") if system == "Lattice" else ""
         print(f"| {system} | {cfg} | {prec} | {cell([float(x['median_ms']) for x in xs], '{:.0f}')} | "
               f"{cell([float(x['tokens_per_s']) for x in xs], '{:.0f}')} | "
               f"{cell([float(x['achieved_GFLOPs']) for x in xs], '{:.1f}')} | {rate} |")

@@ -67,10 +67,6 @@ std::string write_stage_file(const std::string& dir, const std::string& index, c
   return fmt::format("F\t{}\t{}\t{}\t{}\n", file, d.size, checkpoint::checksum_hex(d.checksum), data) + lines;
 }
 
-// A host copy of a device tensor (the tensor itself on the CPU): checkpoints
-// gather and write through the mesh's MPI groups.
-Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
-
 // Rank 0: the digests, indexes and trainer state, then the commit.
 void commit_on_rank0(checkpoint::CheckpointWriter& w, const std::vector<std::string>& reports,
                      const TrainerState& state) {
@@ -201,7 +197,7 @@ void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerSta
 
   std::string report;
   if (gathers) {
-    checkpoint::NamedTensors model = gather_stage(r.params, on_host(r.params.values()), "", mesh.tp(), writer);
+    checkpoint::NamedTensors model = gather_stage(r.params, r.params.values().on_host(), "", mesh.tp(), writer);
     if (writer) {
       report += write_stage_file(tmp, kModelIndex, checkpoint::shard_file_name("model", me.pp + 1, stages), model);
       pause_for_tests(state.step);
@@ -212,10 +208,10 @@ void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerSta
     Tensor local;
     if (r.zero) {  // every dp rank holds one shard: the whole local buffer first (collective over dp)
       local = Tensor::zeros({r.params.padded_numel()}, buf->dtype());
-      mesh.dp().all_gather(local, on_host(*buf))->wait();
+      mesh.dp().all_gather(local, buf->on_host())->wait();
     }
     if (!gathers) continue;
-    if (!r.zero) local = on_host(*buf);
+    if (!r.zero) local = buf->on_host();
     checkpoint::NamedTensors part = gather_stage(r.params, local, name + ".", mesh.tp(), writer);
     for (auto& t : part) optim.push_back(std::move(t));
   }

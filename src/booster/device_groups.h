@@ -13,35 +13,24 @@
 // reference mesh has. Host scalars (loss sums, token counts, norms) keep
 // using the mesh's MPI groups either way.
 //
-// The node-local rank comes from the world's host names (node_local_rank),
-// the same numbering MpiRuntime gives, so the placement is a pure function
-// tested on the CPU. A cuda config on a host without a usable GPU fails with
-// one ConfigError line naming runtime.device, the host, the reason and the
-// fix.
+// The node-local rank is MpiRuntime's (comm::node_local()), so the device
+// choice itself (comm::choose_cuda_device) is a pure function tested on the
+// CPU. A cuda config on a host without a usable GPU fails with one
+// ConfigError line naming runtime.device, the host, the reason and the fix.
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include "comm/communicator.h"
+#include "comm/mpi_runtime.h"
 #include "config/config.h"
 #include "mesh/process_group_mesh.h"
 
 namespace lattice {
 
-struct NodeLocal {
-  int rank = 0;  // this rank among the ranks on its host
-  int size = 1;  // ranks on its host
-};
-
-// This rank's place on its host, from every world rank's host name.
-NodeLocal node_local_rank(const std::vector<std::string>& hosts, int world_rank);
-
-// Where a rank runs: its device, and its place on its host, from which the
+// Where a rank runs: its device, and its place on its node, from which the
 // NCCL communicators choose the same device.
 struct RankPlacement {
   Device device = Device::cpu();
-  NodeLocal local;
+  comm::NodeLocal local;
 };
 
 // Which communicator moves a rank's tensors over one of its mesh groups.
@@ -52,10 +41,10 @@ enum class DeviceComm {
 };
 DeviceComm device_comm_for(Device device, int group_size);
 
-// The device runtime.device asks for, placed for this rank (on cuda
-// collective over the mesh's world: gathers the host names). Throws
-// ConfigError (one line) when cuda is asked for and this rank has no device.
-RankPlacement place_rank(const Config& cfg, mesh::ProcessGroupMesh& mesh);
+// The device runtime.device asks for, placed for this rank (no collective).
+// Throws ConfigError (one line) when cuda is asked for and this rank has no
+// device.
+RankPlacement place_rank(const Config& cfg);
 
 class DeviceGroups {
  public:

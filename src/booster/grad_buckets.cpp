@@ -6,7 +6,8 @@
 
 namespace lattice {
 
-GradBuckets::GradBuckets(FlatParams& params, comm::Group& dp, double bucket_mb) : params_(params), dp_(dp) {
+GradBuckets::GradBuckets(FlatParams& params, comm::Group& dp, double bucket_mb)
+    : params_(params), dp_(dp), progress_(dp.comm().progresses_in_calls() ? comm::mpi_progress() : nullptr) {
   const int64_t limit = std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024) / dtype_size(params.dtype()));
   const std::vector<ParamEntry>& entries = params.entries();
   std::vector<size_t> order(entries.size());
@@ -34,6 +35,10 @@ GradBuckets::GradBuckets(FlatParams& params, comm::Group& dp, double bucket_mb) 
   begin_step();
 }
 
+GradBuckets::~GradBuckets() {
+  if (holding_) progress_->release();  // a step that ended in an error
+}
+
 void GradBuckets::begin_step() {
   for (Bucket& b : buckets_) {
     LATTICE_CHECK(b.work == nullptr, "grad buckets: a bucket's all-reduce is still open at the start of a step");
@@ -45,8 +50,9 @@ void GradBuckets::begin_step() {
 }
 
 void GradBuckets::start(Bucket& b) {
-  if (!progress_ && dp_.comm().progresses_in_calls()) {
-    progress_ = std::make_unique<comm::MpiProgress>(comm::mpi_progress_interval());
+  if (progress_ && !holding_) {
+    progress_->hold();
+    holding_ = true;
   }
   Tensor view = params_.grads().view(b.begin, {b.end - b.begin});
   b.work = dp_.all_reduce(view);
@@ -81,7 +87,10 @@ void GradBuckets::finish() {
       b.work->wait();
       b.work.reset();
     }
-  progress_.reset();
+  if (holding_) {
+    progress_->release();
+    holding_ = false;
+  }
 }
 
 }  // namespace lattice

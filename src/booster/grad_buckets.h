@@ -9,12 +9,12 @@
 // of each model chunk, the model reports each layer whose gradients are final
 // (LanguageModel::on_grads_ready) and layer_ready() starts every bucket that
 // layer completes as a non-blocking all-reduce. MPI progresses only inside MPI
-// calls, so layer_ready() tests the open buckets, and while any bucket is
-// open a comm::MpiProgress thread can drive MPI's progress engine (opt-in:
-// LATTICE_MPI_PROGRESS_US; only when the dp group needs it and MPI runs with
-// THREAD_MULTIPLE). finish()
-// starts whatever is left (nothing, when every layer reported), waits, and
-// stops the thread.
+// calls, so layer_ready() tests the open buckets, and from the first bucket's
+// start until finish() the buckets hold the job's MPI progress thread, when
+// it runs (comm::mpi_progress(): opt-in, LATTICE_MPI_PROGRESS_US) and the dp
+// group progresses only inside calls. finish() starts whatever is left
+// (nothing, when every layer reported), waits, and releases the thread, which
+// then sleeps until the next step's first bucket.
 //
 // Every dp rank of a stage runs the same chunks and schedule, so buckets start
 // in the same order on each (the MPI ordering rule for collectives on a group).
@@ -23,11 +23,10 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/mpi_progress.h"
+#include "comm/mpi_runtime.h"
 #include "core/param.h"
 
 namespace lattice {
@@ -35,6 +34,9 @@ namespace lattice {
 class GradBuckets {
  public:
   GradBuckets(FlatParams& params, comm::Group& dp, double bucket_mb);
+  ~GradBuckets();
+  GradBuckets(const GradBuckets&) = delete;
+  GradBuckets& operator=(const GradBuckets&) = delete;
 
   void begin_step();            // every bucket back to "waiting for its layers"
   void layer_ready(int layer);  // the gradients of `layer` (a ParamSpec layer) are final
@@ -60,7 +62,8 @@ class GradBuckets {
   std::vector<std::pair<int, int>> layer_bucket_;  // (layer, bucket) per bucketed entry, sorted by layer
   std::vector<int> reported_;                      // layers reported this step
   int64_t started_early_ = 0;
-  std::unique_ptr<comm::MpiProgress> progress_;  // while buckets are open, when dp_ needs it
+  comm::MpiProgress* progress_ = nullptr;  // the job's progress thread, when it runs and dp_ needs it
+  bool holding_ = false;                   // progress_ held: a bucket of this step is open
 };
 
 }  // namespace lattice

@@ -61,15 +61,6 @@ void set_matmul_precision(const Config& cfg, Device device) {
   cpu::set_matmul_dtype(operands);
 }
 
-optim::LossScalerOptions loss_scaler_options(const LossScaleConfig& c) {
-  return {.initial_scale = c.initial,
-          .growth_factor = c.growth_factor,
-          .backoff_factor = c.backoff_factor,
-          .growth_interval = c.growth_interval,
-          .min_scale = c.min,
-          .max_scale = c.max};
-}
-
 constexpr int64_t kTracedSteps = 3;  // a timeline of the first steps is what a user reads
 
 double all_reduce_scalar(comm::Group& g, double v, comm::ReduceOp op) {
@@ -86,13 +77,12 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
     : cfg_(cfg),
       mesh_(mesh),
       layout_(resolve_layout(cfg, mesh.world_size())),
-      scaler_(
-          optim::make_loss_scaler(compute_dtype(cfg.runtime.precision), loss_scaler_options(cfg.runtime.loss_scale))) {
+      scaler_(optim::make_loss_scaler(compute_dtype(cfg.runtime.precision), cfg.runtime.loss_scale)) {
   LATTICE_CHECK(layout_.tp == mesh.size(mesh::Axis::tp) && layout_.pp == mesh.size(mesh::Axis::pp) &&
                     layout_.dp == mesh.size(mesh::Axis::dp),
                 "plugin: config layout (tp {}, pp {}, dp {}) differs from the mesh's", layout_.tp, layout_.pp,
                 layout_.dp);
-  placement_ = placement ? *placement : place_rank(cfg, mesh);
+  placement_ = placement ? *placement : place_rank(cfg);
   set_matmul_precision(cfg, placement_.device);
   groups_ = std::make_unique<DeviceGroups>(mesh, placement_, cfg.runtime.comm_timeout_s);
   const int stage = mesh.this_coord().pp;
@@ -227,6 +217,7 @@ StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
   // fp16: the gradients are those of the loss times the scale (1 for bf16 and fp32).
   const float dloss = (s.valid_tokens > 0 ? float(1.0 / double(s.valid_tokens)) : 0.0f) * scaler_.scale();
   params_.zero_grad();
+  if (on_zeroed_grads_for_tests) on_zeroed_grads_for_tests(step, params_);
   if (buckets_) buckets_->begin_step();
   pipeline::RunStats run;
   double loss = run_plan(train_plan_, StepCoords{cfg_.runtime.seed, step, 0, true}, first, dloss, &run);

@@ -28,6 +28,7 @@
 // init, each optimizer step and a checkpoint load.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -83,6 +84,14 @@ class HybridParallelPlugin final : public Plugin {
   FlatParams& params() { return params_; }
   const pipeline::PipelineStageManager& stages() const { return *stages_; }
   const GradBuckets* grad_buckets() const { return buckets_.get(); }  // null: no bucketed dp all-reduce
+
+  // Tests only; unset in training. Called on this rank every step right after
+  // its gradients are zeroed, before backward accumulates into them: a value
+  // written here is part of this rank's local gradient as if backward had
+  // produced it, so it reaches the dp buckets, the tie and dp sums and the
+  // norm like one (tests/booster/test_hybrid_parallel_plugin_mpi.cpp makes one
+  // rank's gradient non-finite with it).
+  std::function<void(int64_t step, FlatParams& params)> on_zeroed_grads_for_tests;
 
  private:
   // Runs `plan` over the microbatches of inputs_/targets_; returns the loss sum of this rank.

@@ -55,6 +55,7 @@ std::string run_info_json(const Config& cfg, const RunInfo& info) {
   j["layout"] = {{"world", info.world_size}, {"tp", info.tp}, {"pp", info.pp}, {"dp", info.dp}};
   j["device"] = info.device;
   j["threads_per_rank"] = info.threads;
+  j["mpi_progress_us"] = info.mpi_progress_us;
   j["host"] = host_name();
   j["started_unix"] =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();

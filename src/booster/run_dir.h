@@ -26,6 +26,7 @@ struct RunDir {
 struct RunInfo {
   int world_size = 1, tp = 1, pp = 1, dp = 1, threads = 1;
   std::string device = "cpu";
+  int64_t mpi_progress_us = 0;  // the MPI progress thread's interval; 0: off (comm/mpi_progress.h)
 };
 
 // Creates log.dir (and parents) and writes config.yaml and run_info.json.

@@ -8,14 +8,20 @@
 
 namespace lattice::comm {
 
-MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+namespace {
+// What node_local() and mpi_progress() report: the one MpiRuntime's, while it lives.
+NodeLocal g_node_local;
+MpiProgress* g_progress = nullptr;
+}  // namespace
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv, const MpiRuntimeOptions& options) {
   int initialized = 0;
   MPI_CHECK(MPI_Initialized(&initialized));
   LATTICE_CHECK(!initialized, "MPI is already initialised: create one MpiRuntime per process, in main");
+  const bool progress = options.progress_interval.count() > 0;
+  const int wanted = progress ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
   int provided = MPI_THREAD_SINGLE;
-  // MULTIPLE lets comm::MpiProgress drive the progress engine from its own
-  // thread; everything else calls MPI from the main thread only.
-  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+  MPI_CHECK(MPI_Init_thread(argc, argv, wanted, &provided));
   LATTICE_CHECK(provided >= MPI_THREAD_FUNNELED, "the MPI library offers thread level {}, Lattice needs FUNNELED",
                 provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -25,12 +31,19 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
 
   MPI_Comm node = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node));
-  MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
-  MPI_CHECK(MPI_Comm_size(node, &local_size_));
+  MPI_CHECK(MPI_Comm_rank(node, &local_.rank));
+  MPI_CHECK(MPI_Comm_size(node, &local_.size));
   MPI_Comm_free(&node);
+  g_node_local = local_;
+
+  if (progress) progress_ = std::make_unique<MpiProgress>(options.progress_interval);  // checks MULTIPLE
+  g_progress = progress_.get();
 }
 
 MpiRuntime::~MpiRuntime() {
+  g_progress = nullptr;
+  g_node_local = {};
+  progress_.reset();  // its thread calls MPI: joined before MPI ends
   if (mpi_active()) MPI_Finalize();
 }
 
@@ -45,5 +58,9 @@ bool mpi_active() {
   MPI_Finalized(&finalized);
   return initialized && !finalized;
 }
+
+NodeLocal node_local() { return g_node_local; }
+
+MpiProgress* mpi_progress() { return g_progress; }
 
 }  // namespace lattice::comm

@@ -224,11 +224,10 @@ struct LogConfig {
   bool operator==(const LogConfig&) const = default;
 };
 
-// runtime.loss_scale: dynamic loss scaling, fp16 only. The defaults are
-// optim::LossScalerOptions' (optim/loss_scaler.h says what each one does;
-// test_config checks that they agree).
+// runtime.loss_scale: dynamic loss scaling, fp16 only; these are the options
+// optim::LossScaler runs with (optim/loss_scaler.h says what each one does).
 struct LossScaleConfig {
-  double initial = 65536.0;     // 2^16
+  double initial = 65536.0;     // 2^16: the scale of step 1
   double growth_factor = 2.0;   // > 1
   double backoff_factor = 0.5;  // in (0, 1)
   int growth_interval = 1000;   // finite steps before the scale grows
@@ -236,6 +235,17 @@ struct LossScaleConfig {
   double max = 16777216.0;      // 2^24; growth clamps here
   bool operator==(const LossScaleConfig&) const = default;
 };
+
+// What is wrong with one runtime.loss_scale value: its key under
+// runtime.loss_scale ("growth_factor") and why ("must be > 1 (got 1) — 2
+// doubles the scale").
+struct LossScaleProblem {
+  std::string key, message;
+};
+// The first value a loss scaler cannot run with, or nullopt. The one check of
+// these values: config validation reports it at the key's location in the
+// file, optim::LossScaler's constructor as an Error naming the same key.
+std::optional<LossScaleProblem> loss_scale_problem(const LossScaleConfig& s);
 
 struct RuntimeConfig {
   DeviceType device = DeviceType::cpu;

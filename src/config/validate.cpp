@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "config/config.h"
@@ -231,8 +232,37 @@ void validate_io(const Config& c) {
   require_positive(c, "log.every", c.log.every, "the steps between metric lines");
 }
 
+}  // namespace
+
+std::optional<LossScaleProblem> loss_scale_problem(const LossScaleConfig& s) {
+  constexpr double kMax = std::numeric_limits<float>::max();  // the loss is scaled in fp32
+  auto problem = [](const char* key, std::string message) {
+    return std::optional<LossScaleProblem>(LossScaleProblem{key, std::move(message)});
+  };
+  if (!(s.min > 0 && s.min <= kMax))
+    return problem("min", fmt::format("must be > 0 and finite in fp32 (got {})", s.min));
+  if (!(s.max >= s.min && s.max <= kMax))
+    return problem("max", fmt::format("must lie in [runtime.loss_scale.min = {}, {:g}] (got {})", s.min, kMax, s.max));
+  if (!(s.initial >= s.min && s.initial <= s.max))
+    return problem("initial", fmt::format("must lie in [min = {}, max = {}] (got {}) — raise max to start higher",
+                                          s.min, s.max, s.initial));
+  if (!(s.growth_factor > 1 && std::isfinite(s.growth_factor)))
+    return problem("growth_factor",
+                   fmt::format("must be > 1 (got {}) and finite — 2 doubles the scale", s.growth_factor));
+  if (!(s.backoff_factor > 0 && s.backoff_factor < 1))
+    return problem("backoff_factor",
+                   fmt::format("must lie in (0, 1) (got {}) — 0.5 halves the scale", s.backoff_factor));
+  if (s.growth_interval < 1)
+    return problem(
+        "growth_interval",
+        fmt::format("must be at least 1 step (got {}) — the finite steps before the scale grows", s.growth_interval));
+  return std::nullopt;
+}
+
+namespace {
+
 // runtime.loss_scale: only fp16 scales the loss, so setting it with another
-// precision is a mistake worth a line; its values as optim::LossScaler checks them.
+// precision is a mistake worth a line; its values as loss_scale_problem says.
 void validate_loss_scale(const Config& c) {
   const Precision p = c.runtime.precision;
   // The first key set under it names the mistake best (an override locates only its own key).
@@ -243,19 +273,8 @@ void validate_loss_scale(const Config& c) {
           "is set, but runtime.precision is {} and only fp16 scales the loss — remove runtime.loss_scale or set "
           "runtime.precision: fp16",
           enum_name(p));
-  const LossScaleConfig& s = c.runtime.loss_scale;
-  constexpr double kMax = std::numeric_limits<float>::max();  // the loss is scaled in fp32
-  require(s.min > 0 && s.min <= kMax, c, "runtime.loss_scale.min", "must be > 0 and finite in fp32 (got {})", s.min);
-  require(s.max >= s.min && s.max <= kMax, c, "runtime.loss_scale.max",
-          "must lie in [runtime.loss_scale.min = {}, {:g}] (got {})", s.min, kMax, s.max);
-  require(s.initial >= s.min && s.initial <= s.max, c, "runtime.loss_scale.initial",
-          "must lie in [min = {}, max = {}] (got {}) — raise max to start higher", s.min, s.max, s.initial);
-  require(s.growth_factor > 1, c, "runtime.loss_scale.growth_factor", "must be > 1 (got {}) — 2 doubles the scale",
-          s.growth_factor);
-  require(s.backoff_factor > 0 && s.backoff_factor < 1, c, "runtime.loss_scale.backoff_factor",
-          "must lie in (0, 1) (got {}) — 0.5 halves the scale", s.backoff_factor);
-  require(s.growth_interval >= 1, c, "runtime.loss_scale.growth_interval",
-          "must be at least 1 step (got {}) — the finite steps before the scale grows", s.growth_interval);
+  if (auto bad = loss_scale_problem(c.runtime.loss_scale))
+    config_fail(c, "runtime.loss_scale." + bad->key, bad->message);
 }
 
 void validate_runtime(const Config& c) {

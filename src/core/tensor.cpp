@@ -94,6 +94,8 @@ Tensor Tensor::to(Device device) const {
   return t;
 }
 
+Tensor Tensor::on_host() const { return device().is_cpu() ? *this : to(Device::cpu()); }
+
 Tensor Tensor::clone() const { return to(device()); }
 
 Tensor Tensor::to(DType dtype) const {

@@ -83,6 +83,9 @@ class Tensor {
   Tensor to(Device device) const;  // copy (a new storage) on `device`
   Tensor to(DType dtype) const;    // converted copy, CPU only
   Tensor clone() const;
+  // This tensor when it is in host memory, else a copy there (to(Device::cpu())):
+  // host code reads device tensors through it without copying host ones.
+  Tensor on_host() const;
 
   void zero_();
   void copy_from(const Tensor& src);  // same dtype and numel; any devices

@@ -175,7 +175,7 @@ double ChunkModel::lm_loss_forward(Context& ctx, int vocab_size) {
   const int64_t vocab_start = int64_t(tp_.rank()) * h.logits.dim(2);
   tp::vocab_parallel_cross_entropy_forward(h.losses, h.lse, h.logits, ctx.targets, vocab_start, vocab_size,
                                            kIgnoreIndex, tp_);
-  const Tensor host = h.losses.device().is_cpu() ? h.losses : h.losses.to(Device::cpu());
+  const Tensor host = h.losses.on_host();
   double sum = 0;
   for (int64_t i = 0; i < host.numel(); ++i)
     sum += host.dtype() == DType::f64 ? host.data<double>()[i] : double(host.data<float>()[i]);

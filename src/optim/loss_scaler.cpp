@@ -15,20 +15,6 @@ namespace {
 // A positive scale that stays finite in fp32, where the loss is multiplied by it.
 bool usable_scale(double s) { return s > 0 && s <= double(std::numeric_limits<float>::max()); }
 
-void check_options(const LossScalerOptions& o) {
-  LATTICE_CHECK(usable_scale(o.min_scale), "loss scaler: min_scale {} must be > 0 and finite in fp32", o.min_scale);
-  LATTICE_CHECK(usable_scale(o.max_scale) && o.max_scale >= o.min_scale,
-                "loss scaler: max_scale {} must be finite in fp32 and >= min_scale {}", o.max_scale, o.min_scale);
-  LATTICE_CHECK(o.initial_scale >= o.min_scale && o.initial_scale <= o.max_scale,
-                "loss scaler: initial_scale {} must lie in [min_scale {}, max_scale {}]", o.initial_scale, o.min_scale,
-                o.max_scale);
-  LATTICE_CHECK(o.growth_factor > 1 && std::isfinite(o.growth_factor),
-                "loss scaler: growth_factor {} must be finite and > 1 (2 doubles the scale)", o.growth_factor);
-  LATTICE_CHECK(o.backoff_factor > 0 && o.backoff_factor < 1,
-                "loss scaler: backoff_factor {} must lie in (0, 1) (0.5 halves the scale)", o.backoff_factor);
-  LATTICE_CHECK(o.growth_interval >= 1, "loss scaler: growth_interval {} must be >= 1 step", o.growth_interval);
-}
-
 }  // namespace
 
 nlohmann::json loss_scaler_state_json(const LossScalerState& s) {
@@ -46,20 +32,20 @@ LossScalerState loss_scaler_state_from_json(const nlohmann::json& j) {
   return {scale.get<double>(), good.get<int64_t>()};
 }
 
-LossScaler::LossScaler(const LossScalerOptions& o) : enabled_(true), opts_(o) {
-  check_options(o);
-  state_.scale = o.initial_scale;
+LossScaler::LossScaler(const LossScaleConfig& o) : enabled_(true), opts_(o) {
+  if (auto p = loss_scale_problem(o)) LATTICE_FAIL("runtime.loss_scale.{}: {}", p->key, p->message);
+  state_.scale = o.initial;
 }
 
 bool LossScaler::update(bool found_inf) {
   if (!enabled_) return false;
   if (found_inf) {
-    state_.scale = std::max(state_.scale * opts_.backoff_factor, opts_.min_scale);
+    state_.scale = std::max(state_.scale * opts_.backoff_factor, opts_.min);
     state_.good_steps = 0;
     return true;
   }
   if (++state_.good_steps >= opts_.growth_interval) {
-    state_.scale = std::min(state_.scale * opts_.growth_factor, opts_.max_scale);
+    state_.scale = std::min(state_.scale * opts_.growth_factor, opts_.max);
     state_.good_steps = 0;
   }
   return false;
@@ -73,10 +59,10 @@ void LossScaler::load_state(const LossScalerState& s) {
                   s.scale, s.good_steps);
     return;
   }
-  LATTICE_CHECK(s.scale >= opts_.min_scale && s.scale <= opts_.max_scale,
-                "loss scaler state: scale {} is outside [min_scale {}, max_scale {}]: resume with the loss scaler "
-                "options the checkpoint was written with",
-                s.scale, opts_.min_scale, opts_.max_scale);
+  LATTICE_CHECK(s.scale >= opts_.min && s.scale <= opts_.max,
+                "loss scaler state: scale {} is outside runtime.loss_scale [min {}, max {}]: resume with the loss "
+                "scaler options the checkpoint was written with",
+                s.scale, opts_.min, opts_.max);
   LATTICE_CHECK(s.good_steps >= 0 && s.good_steps < opts_.growth_interval,
                 "loss scaler state: good_steps {} must lie in [0, growth_interval {}): resume with the loss scaler "
                 "options the checkpoint was written with",
@@ -84,7 +70,7 @@ void LossScaler::load_state(const LossScalerState& s) {
   state_ = s;
 }
 
-LossScaler make_loss_scaler(DType compute, const LossScalerOptions& o) {
+LossScaler make_loss_scaler(DType compute, const LossScaleConfig& o) {
   return compute == DType::f16 ? LossScaler(o) : LossScaler();
 }
 

@@ -6,16 +6,18 @@
 // that must be the same on every rank (the trainer uses the global gradient
 // norm, a sum over the ranks: booster/hybrid_parallel_plugin.cpp):
 //   - overflow (any rank saw inf/nan): the step is skipped (no update), the
-//     scale is multiplied by backoff_factor (clamped at min_scale) and the
+//     scale is multiplied by backoff_factor (clamped at min) and the
 //     good-step counter restarts at 0;
 //   - finite: the counter grows; when it reaches growth_interval the scale
-//     is multiplied by growth_factor (clamped at max_scale) and the counter
+//     is multiplied by growth_factor (clamped at max) and the counter
 //     restarts at 0.
+// The options are runtime.loss_scale's struct (LossScaleConfig,
+// config/config.h), checked by its one check (loss_scale_problem).
 // Because the verdict is the same on every rank, every rank skips the same
 // steps and holds the same state, which is what a checkpoint stores
 // (LossScalerState, to/from JSON) and a resume restores.
 //
-// min_scale clamps rather than fails: an overflow at the minimum skips the
+// min clamps rather than fails: an overflow at the minimum skips the
 // step and leaves the scale there. One bad batch can overflow at any scale and
 // the next step may be fine, so ending the run there would lose runs that
 // recover; a run that keeps overflowing shows it in the skipped-step count and
@@ -33,18 +35,10 @@
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 
+#include "config/config.h"
 #include "core/dtype.h"
 
 namespace lattice::optim {
-
-struct LossScalerOptions {
-  double initial_scale = 65536.0;  // 2^16
-  double growth_factor = 2.0;      // > 1
-  double backoff_factor = 0.5;     // in (0, 1)
-  int64_t growth_interval = 1000;  // consecutive finite steps before the scale grows
-  double min_scale = 1.0;          // backoff clamps here
-  double max_scale = 16777216.0;   // 2^24; growth clamps here
-};
 
 // What a checkpoint carries. good_steps counts the finite steps since the
 // last growth or overflow.
@@ -65,32 +59,32 @@ class LossScaler {
  public:
   // Disabled: scale 1, no growth, no skips.
   LossScaler() = default;
-  // Dynamic, starting at o.initial_scale. Throws lattice::Error (one line)
-  // naming the option when the options are inconsistent.
-  explicit LossScaler(const LossScalerOptions& o);
+  // Dynamic, starting at o.initial. Throws lattice::Error (one line) naming
+  // the runtime.loss_scale key when loss_scale_problem finds one.
+  explicit LossScaler(const LossScaleConfig& o);
 
   bool enabled() const { return enabled_; }
   float scale() const { return float(state_.scale); }  // multiply the loss by this
   float inv_scale() const { return float(1.0 / state_.scale); }
   const LossScalerState& state() const { return state_; }
-  const LossScalerOptions& options() const { return opts_; }
+  const LossScaleConfig& options() const { return opts_; }
 
   // Advances one step with the verdict shared by every rank;
   // true: skip this step's update. Disabled: never skips, never changes.
   bool update(bool found_inf);
 
   // Restores a checkpointed state. Dynamic: the scale must lie in
-  // [min_scale, max_scale]; disabled: only the state of a disabled scaler
+  // [min, max]; disabled: only the state of a disabled scaler
   // (scale 1, no good steps) is accepted. Throws lattice::Error otherwise.
   void load_state(const LossScalerState& s);
 
  private:
   bool enabled_ = false;
-  LossScalerOptions opts_;
+  LossScaleConfig opts_;
   LossScalerState state_;
 };
 
 // Dynamic scaling for f16 compute, disabled for every other dtype.
-LossScaler make_loss_scaler(DType compute, const LossScalerOptions& o = {});
+LossScaler make_loss_scaler(DType compute, const LossScaleConfig& o = {});
 
 }  // namespace lattice::optim

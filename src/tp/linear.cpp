@@ -64,7 +64,7 @@ void ColumnParallelLinear::backward(Tensor* dinp, Tensor* dweight, Tensor* dbias
   // gradients, which do not depend on it (Megatron's asynchronous
   // tensor-parallel all-reduce). NCCL runs it on its own stream; MPI
   // advances it only inside MPI calls (the progress thread of
-  // comm/mpi_progress.h lives only while dp buckets are open, not here).
+  // comm/mpi_progress.h polls only while dp buckets are open, not here).
   ops::linear_backward(dinp, nullptr, nullptr, dlocal, inp, weight);
   comm::WorkPtr sum = tp_.all_reduce(*dinp, {.op = comm::ReduceOp::sum});
   ops::linear_backward(nullptr, dweight, dbias, dlocal, inp, weight);

@@ -6,8 +6,6 @@ namespace lattice::tp {
 
 namespace {
 
-Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
-
 void copy_elems(char* dst, int64_t di, const char* src, int64_t si, int64_t n, size_t es) {
   std::memcpy(dst + di * es, src + si * es, size_t(n) * es);
 }
@@ -35,7 +33,7 @@ Tensor gather_logical(const ParamEntry& e, const Tensor& local, const TpShard& s
   const bool padded =
       e.spec.placement == Placement::vocab && shape_numel(e.local_shape) * shard.size != shape_numel(e.spec.shape);
   if (e.spec.placement == Placement::replicated || (shard.size == 1 && !padded))
-    return on_host(local).clone().reshape(e.spec.shape);
+    return local.on_host().clone().reshape(e.spec.shape);
 
   // Gather every rank's shard (equal sizes), then place each element at its logical index.
   Tensor all = Tensor::empty({shard.size * e.numel}, local.dtype(), local.device());
@@ -43,7 +41,7 @@ Tensor gather_logical(const ParamEntry& e, const Tensor& local, const TpShard& s
     tp.all_gather(all, local)->wait();
   else
     all.copy_from(local);
-  Tensor host = on_host(all);
+  Tensor host = all.on_host();
   Tensor out = Tensor::zeros(e.spec.shape, local.dtype());
   const size_t es = dtype_size(local.dtype());
   const char* src = static_cast<const char*>(host.raw());
@@ -66,7 +64,7 @@ Tensor shard_from_logical(const ParamSpec& spec, const TpShard& shard, const Ten
                 "tp::shard_from_logical: '{}' expects a source tensor {}{}, got {}", spec.name, shape_str(source_shape),
                 transposed ? " (stored transposed, (C, OC))" : "",
                 logical.defined() ? shape_str(logical.shape()) : "undefined");
-  const Tensor host = on_host(logical);
+  const Tensor host = logical.on_host();
   const Shape ls = local_shape(spec, shard);
   Tensor out = Tensor::zeros(ls, logical.dtype());
   const size_t es = dtype_size(logical.dtype());

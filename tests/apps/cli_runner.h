@@ -1,6 +1,7 @@
 // Running the lattice binary from a test: LATTICE_BIN (set by CTest) in a
-// given directory, optionally under mpirun with N ranks; stdout and stderr
-// come back together with the exit status.
+// given directory, optionally under mpirun with N ranks and with extra
+// environment variables; stdout and stderr come back together with the exit
+// status.
 #pragma once
 
 #include <sys/wait.h>
@@ -31,13 +32,16 @@ inline std::string file_bytes(const std::string& path) {
   return ss.str();
 }
 
-inline CmdResult run_lattice(const std::string& args, const std::string& cwd, int ranks = 0) {
+// env: "VAR=value ..." set for the command (under mpirun every local rank inherits it).
+inline CmdResult run_lattice(const std::string& args, const std::string& cwd, int ranks = 0,
+                             const std::string& env = "") {
   // ranks > 0: under mpirun; -q keeps Open MPI's own abort banner out of the output.
   std::string launcher = ranks > 0 ? std::string(LATTICE_MPIEXEC) +
                                          " -q --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -np " +
                                          std::to_string(ranks) + " "
                                    : "";
-  std::string cmd = "cd '" + cwd + "' && " + launcher + "'" + lattice_bin() + "' " + args + " 2>&1";
+  std::string cmd = "cd '" + cwd + "' && " + (env.empty() ? "" : "env " + env + " ") + launcher + "'" + lattice_bin() +
+                    "' " + args + " 2>&1";
   CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   char buf[4096];

@@ -4,8 +4,9 @@
 // not once per rank, and no rank is left running.
 //
 // One table row per bad config: the base config below with one edit (or a set
-// of overrides), run single-process or under mpirun. Also log.per_rank: a
-// 2-rank run writes one log per rank with a line per logged step.
+// of overrides, or a bad environment variable), run single-process or under
+// mpirun. Also log.per_rank: a 2-rank run writes one log per rank with a line
+// per logged step.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -80,6 +81,7 @@ struct BadConfig {
   int ranks = 0;                     // 0: one process; else under mpirun
   std::vector<std::string> needles;  // each must be in the one line
   std::string config = "";           // the config argument; "" = <case>/bad.yaml
+  std::string env = "";              // "VAR=value" for the run
 };
 
 std::ostream& operator<<(std::ostream& os, const BadConfig& c) { return os << c.name; }
@@ -280,12 +282,25 @@ std::vector<BadConfig> bad_device_and_overrides() {
   };
 }
 
+// The environment Lattice reads at start-up, on runs that would not use it
+// (one rank; tp 2, no dp): every run checks it, once, before MPI starts.
+std::vector<BadConfig> bad_environment() {
+  return {
+      {"MpiProgressUsNotANumber", kBase, "", 0,
+       {"LATTICE_MPI_PROGRESS_US='fast'", "whole number of microseconds", "unset it"}, "",
+       "LATTICE_MPI_PROGRESS_US=fast"},
+      {"MpiProgressUsWithUnit_np2", kBase, "parallel.tp=2", 2,
+       {"LATTICE_MPI_PROGRESS_US='50us'", "in [0, 1000000]", "LATTICE_MPI_PROGRESS_US=50"}, "",
+       "LATTICE_MPI_PROGRESS_US=50us"},
+  };
+}
+
 // clang-format on
 
 std::vector<BadConfig> all_cases() {
   std::vector<BadConfig> all;
   for (auto part : {malformed_yaml(), unknown_keys(), wrong_types(), bad_sizes(), bad_models(), bad_layouts(),
-                    bad_files(), bad_device_and_overrides()})
+                    bad_files(), bad_device_and_overrides(), bad_environment()})
     all.insert(all.end(), part.begin(), part.end());
   return all;
 }
@@ -349,7 +364,7 @@ TEST_P(BadConfigs, FailsWithOneLine) {
   if (c.yaml != kNoFile) write(config, c.yaml);
   if (!c.config.empty()) config = c.config;
   const auto t0 = std::chrono::steady_clock::now();
-  CmdResult r = lattice::test::run_lattice("train '" + config + "' " + c.args, dir_, c.ranks);
+  CmdResult r = lattice::test::run_lattice("train '" + config + "' " + c.args, dir_, c.ranks, c.env);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   EXPECT_NE(r.status, 0) << r.out;

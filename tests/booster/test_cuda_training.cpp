@@ -39,7 +39,7 @@ namespace {
 std::string why_not_every_rank_has_a_gpu(comm::Group& world) {
   std::string why;
   const int count = cuda_available(&why) ? cuda_backend().device_count(&why) : 0;
-  const NodeLocal local = node_local_rank(comm::all_gather_strings(world, host_name()), world.rank());
+  const comm::NodeLocal local = comm::node_local();
   std::string mine;  // the placement rules' own refusal (comm/device_placement.h), if any
   try {
     comm::choose_cuda_device({.local_rank = local.rank,

@@ -1,9 +1,10 @@
-// RankPlacement of a rank on its device (booster/device_groups.h): the node-local
-// numbering from host names, the CPU path (the mesh's own groups, no
-// collective), which communicator a group gets on each device and size, the
-// groups of a one-rank mesh on cuda (self communicators, so no NCCL and no
-// device is touched: verify-layout's reference), and the one-line refusal of
-// runtime.device: cuda on a host without a GPU. The GPU path itself runs in
+// RankPlacement of a rank on its device (booster/device_groups.h): the CPU
+// path (the mesh's own groups, no collective), which communicator a group
+// gets on each device and size, the groups of a one-rank mesh on cuda (self
+// communicators, so no NCCL and no device is touched: verify-layout's
+// reference), and the one-line refusal of runtime.device: cuda on a host
+// without a GPU. The node-local rank it uses is MpiRuntime's
+// (test_node_local); the GPU path itself runs in
 // test_cuda_training.
 #include <gtest/gtest.h>
 
@@ -30,22 +31,9 @@ runtime: { device: )" + device +
 
 }  // namespace
 
-TEST(NodeLocalRank, NumbersTheRanksOfEachHostInWorldOrder) {
-  const std::vector<std::string> hosts = {"a", "b", "a", "a", "b"};
-  EXPECT_EQ(node_local_rank(hosts, 0).rank, 0);
-  EXPECT_EQ(node_local_rank(hosts, 0).size, 3);
-  EXPECT_EQ(node_local_rank(hosts, 2).rank, 1);
-  EXPECT_EQ(node_local_rank(hosts, 3).rank, 2);
-  EXPECT_EQ(node_local_rank(hosts, 1).rank, 0);
-  EXPECT_EQ(node_local_rank(hosts, 4).rank, 1);
-  EXPECT_EQ(node_local_rank(hosts, 4).size, 2);
-  EXPECT_EQ(node_local_rank({"solo"}, 0).size, 1);
-  EXPECT_THROW(node_local_rank(hosts, 5), Error);
-}
-
 TEST(DeviceGroups, OnTheCpuTensorsUseTheMeshGroups) {
   auto mesh = mesh::ProcessGroupMesh::create(comm::self_group("world"), {1, 1, 1});
-  const RankPlacement p = place_rank(config("cpu"), mesh);
+  const RankPlacement p = place_rank(config("cpu"));
   EXPECT_TRUE(p.device.is_cpu());
   DeviceGroups g(mesh, p, 10);
   EXPECT_EQ(&g.tp(), &mesh.tp());
@@ -87,9 +75,8 @@ TEST(DeviceGroups, AOneRankMeshOnCudaGetsSelfCommunicators) {
 
 TEST(DeviceGroups, CudaWithoutAGpuIsOneLineNamingTheKey) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is visible: test_cuda_training covers this machine";
-  auto mesh = mesh::ProcessGroupMesh::create(comm::self_group("world"), {1, 1, 1});
   try {
-    place_rank(config("cuda"), mesh);
+    place_rank(config("cuda"));
     FAIL() << "runtime.device: cuda placed without a GPU";
   } catch (const ConfigError& e) {
     const std::string m = e.what();

@@ -18,25 +18,11 @@ namespace {
 
 std::string exe_dir() { return std::filesystem::read_symlink("/proc/self/exe").parent_path().string(); }
 
-struct NodeRank {
-  int rank = 0, size = 1;
-};
-
-NodeRank node_local_rank(MpiCommunicator& world) {
-  MPI_Comm node;
-  MPI_Comm_split_type(world.mpi_comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node);
-  NodeRank r;
-  MPI_Comm_rank(node, &r.rank);
-  MPI_Comm_size(node, &r.size);
-  MPI_Comm_free(&node);
-  return r;
-}
-
 TEST(NcclCommunicator, RefusesClearlyWithoutAGpuOrLibrary) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is visible: the device test below covers this machine";
   auto world = make_world_communicator(60);
   try {
-    const NodeRank local = node_local_rank(*world);
+    const NodeLocal local = node_local();
     make_nccl_communicator(*world, local.rank, local.size);
     FAIL() << "make_nccl_communicator succeeded without a GPU";
   } catch (const Error& e) {
@@ -57,7 +43,7 @@ TEST(NcclCommunicator, RefusesClearlyWithoutAGpuOrLibrary) {
 TEST(NcclCommunicator, AllReduceAndRingOnDeviceMemory) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU: covered by RefusesClearlyWithoutAGpuOrLibrary";
   auto world = make_world_communicator(60);
-  const NodeRank local = node_local_rank(*world);
+  const NodeLocal local = node_local();
   auto nccl = make_nccl_communicator(*world, local.rank, local.size);
   const int p = nccl->size(), r = nccl->rank();
   const Device dev = Device::cuda(choose_cuda_device({.local_rank = local.rank,

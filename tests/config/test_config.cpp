@@ -10,7 +10,6 @@
 #include <sstream>
 
 #include "config/config.h"
-#include "optim/loss_scaler.h"
 #include "support/test_support.h"
 
 namespace lattice {
@@ -267,17 +266,10 @@ TEST(Config, ToYamlRoundTrip) {
   }
 }
 
-// runtime.loss_scale: the defaults are the loss scaler's, it is read with fp16
-// only, and a bad value names its key.
+// runtime.loss_scale: it is read with fp16 only, and a bad value names its
+// key (optim::LossScaler runs this struct and its check: test_loss_scaler).
 TEST(Config, LossScale) {
-  const LossScaleConfig d;
-  const optim::LossScalerOptions o;
-  EXPECT_EQ(d.initial, o.initial_scale);
-  EXPECT_EQ(d.growth_factor, o.growth_factor);
-  EXPECT_EQ(d.backoff_factor, o.backoff_factor);
-  EXPECT_EQ(d.growth_interval, o.growth_interval);
-  EXPECT_EQ(d.min, o.min_scale);
-  EXPECT_EQ(d.max, o.max_scale);
+  EXPECT_FALSE(loss_scale_problem(LossScaleConfig{}).has_value());  // the defaults run
   Config c = parse_config(kMinimal, "t.yaml",
                           {"runtime.precision=fp16", "runtime.loss_scale.initial=1024", "runtime.loss_scale.max=4096"});
   EXPECT_EQ(c.runtime.loss_scale.initial, 1024.0);
@@ -518,7 +510,7 @@ TEST(Config, ValidateChecks) {
       {{"runtime.device=tpu"}, "runtime.device: unknown value 'tpu' — expected one of cpu|cuda"},
       {{"runtime.precision=fp8"}, "runtime.precision: unknown value 'fp8' — expected one of fp32|bf16|fp16"},
       {{"runtime.precision=fp16", "runtime.loss_scale.growth_factor=1"},
-       "runtime.loss_scale.growth_factor: must be > 1 (got 1) — 2 doubles the scale"},
+       "runtime.loss_scale.growth_factor: must be > 1 (got 1) and finite — 2 doubles the scale"},
       {{"runtime.precision=fp16", "runtime.loss_scale.backoff_factor=1"},
        "runtime.loss_scale.backoff_factor: must lie in (0, 1) (got 1)"},
       {{"runtime.precision=fp16", "runtime.loss_scale.growth_interval=0"},

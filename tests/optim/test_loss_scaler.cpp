@@ -4,9 +4,11 @@
 // one-line errors, and the state's JSON round trip (also inside an
 // ordered_json, as checkpoint files are written).
 // The joint decision across ranks is the trainer's (the global gradient norm):
-// test_fp16_cpu checks that layouts of 2 and 8 ranks skip the steps one rank skips.
+// test_fp16_cpu checks that layouts of 2 and 8 ranks skip the steps one rank
+// skips, test_hybrid_parallel_plugin_mpi that one rank's inf skips the step on all.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "comm/self_communicator.h"
@@ -16,12 +18,12 @@
 namespace lattice::optim {
 namespace {
 
-LossScalerOptions small(double initial, int64_t interval) {
-  return {.initial_scale = initial, .growth_interval = interval, .min_scale = 1.0, .max_scale = 1024.0};
+LossScaleConfig small(double initial, int64_t interval) {
+  return {.initial = initial, .growth_interval = interval, .min = 1.0, .max = 1024.0};
 }
 
 TEST(LossScaler, DefaultsAreFp16Practice) {
-  LossScaler s{LossScalerOptions{}};
+  LossScaler s{LossScaleConfig{}};
   EXPECT_TRUE(s.enabled());
   EXPECT_EQ(s.scale(), 65536.0f);
   EXPECT_EQ(s.inv_scale(), 1.0f / 65536.0f);
@@ -61,17 +63,17 @@ TEST(LossScaler, OverflowSkipsBacksOffAndRestartsTheCount) {
 }
 
 TEST(LossScaler, ClampsAtMinAndMax) {
-  LossScaler low({.initial_scale = 4, .growth_interval = 2, .min_scale = 1.5, .max_scale = 8});
+  LossScaler low({.initial = 4, .growth_interval = 2, .min = 1.5, .max = 8});
   EXPECT_TRUE(low.update(true));
   EXPECT_EQ(low.scale(), 2.0f);
   EXPECT_TRUE(low.update(true));
-  EXPECT_EQ(low.scale(), 1.5f);   // 1 is below min_scale
+  EXPECT_EQ(low.scale(), 1.5f);   // 1 is below min
   EXPECT_TRUE(low.update(true));  // an overflow at the minimum still skips, and stays there
   EXPECT_EQ(low.state(), (LossScalerState{1.5, 0}));
 
-  LossScaler high({.initial_scale = 4, .growth_interval = 1, .min_scale = 1, .max_scale = 6});
+  LossScaler high({.initial = 4, .growth_interval = 1, .min = 1, .max = 6});
   EXPECT_FALSE(high.update(false));
-  EXPECT_EQ(high.state(), (LossScalerState{6, 0}));  // 8 is above max_scale
+  EXPECT_EQ(high.state(), (LossScalerState{6, 0}));  // 8 is above max
   EXPECT_FALSE(high.update(false));
   EXPECT_EQ(high.state(), (LossScalerState{6, 0}));  // the count still restarts at the maximum
   EXPECT_TRUE(high.update(true));
@@ -102,21 +104,24 @@ TEST(LossScaler, DynamicOnlyForF16) {
   }
 }
 
-TEST(LossScaler, BadOptionsNameTheOption) {
-  auto text = [](LossScalerOptions o) { return test::error_text([&] { LossScaler s(o); }); };
-  EXPECT_HAS(text({.min_scale = 0}), "min_scale 0 must be > 0");
-  EXPECT_HAS(text({.max_scale = 1e39}), "max_scale 1e+39 must be finite in fp32");
-  EXPECT_HAS(text({.min_scale = 8, .max_scale = 4}), "max_scale 4 must be finite in fp32 and >= min_scale 8");
-  EXPECT_HAS(text({.initial_scale = 0.5}), "initial_scale 0.5 must lie in [min_scale 1, max_scale 16777216]");
-  EXPECT_HAS(text({.growth_factor = 1}), "growth_factor 1 must be finite and > 1");
-  EXPECT_HAS(text({.backoff_factor = 1}), "backoff_factor 1 must lie in (0, 1)");
-  EXPECT_HAS(text({.backoff_factor = 0}), "backoff_factor 0 must lie in (0, 1)");
-  EXPECT_HAS(text({.growth_interval = 0}), "growth_interval 0 must be >= 1");
+// The options' one check (config's loss_scale_problem): one line naming the runtime.loss_scale key.
+TEST(LossScaler, BadOptionsNameTheKey) {
+  auto text = [](LossScaleConfig o) { return test::error_text([&] { LossScaler s(o); }); };
+  EXPECT_HAS(text({.min = 0}), "runtime.loss_scale.min: must be > 0 and finite in fp32 (got 0)");
+  EXPECT_HAS(text({.max = 1e39}), "runtime.loss_scale.max: must lie in [runtime.loss_scale.min = 1,");
+  EXPECT_HAS(text({.min = 8, .max = 4}), "runtime.loss_scale.max: must lie in [runtime.loss_scale.min = 8,");
+  EXPECT_HAS(text({.initial = 0.5}), "runtime.loss_scale.initial: must lie in [min = 1, max = 16777216] (got 0.5)");
+  EXPECT_HAS(text({.growth_factor = 1}), "runtime.loss_scale.growth_factor: must be > 1 (got 1)");
+  EXPECT_HAS(text({.growth_factor = std::numeric_limits<double>::infinity()}),
+             "runtime.loss_scale.growth_factor: must be > 1 (got inf) and finite");
+  EXPECT_HAS(text({.backoff_factor = 1}), "runtime.loss_scale.backoff_factor: must lie in (0, 1) (got 1)");
+  EXPECT_HAS(text({.backoff_factor = 0}), "runtime.loss_scale.backoff_factor: must lie in (0, 1) (got 0)");
+  EXPECT_HAS(text({.growth_interval = 0}), "runtime.loss_scale.growth_interval: must be at least 1 step (got 0)");
 }
 
 TEST(LossScaler, StateRoundTripsThroughJson) {
-  LossScalerOptions o = small(1000.0 / 3, 7);  // a scale with no short decimal form
-  o.max_scale = 1e6;
+  LossScaleConfig o = small(1000.0 / 3, 7);  // a scale with no short decimal form
+  o.max = 1e6;
   LossScaler a(o);
   for (bool inf : {false, false, true, false, false, false, false, false, false, false, false})
     a.update(inf);  // 1000/3 -> halved -> doubled -> 1 good step
@@ -152,12 +157,15 @@ TEST(LossScaler, BadStateJsonNamesTheField) {
 
 TEST(LossScaler, LoadStateChecksItAgainstTheOptions) {
   LossScaler s(small(8, 5));
-  EXPECT_HAS(test::error_text([&] { s.load_state({2048, 0}); }), "scale 2048 is outside [min_scale 1, max_scale 1024]");
+  EXPECT_HAS(test::error_text([&] {
+               s.load_state({2048, 0});
+             }),
+             "scale 2048 is outside runtime.loss_scale [min 1, max 1024]");
   EXPECT_HAS(test::error_text([&] { s.load_state({8, 5}); }), "good_steps 5 must lie in [0, growth_interval 5)");
   EXPECT_EQ(s.state(), (LossScalerState{8, 0}));  // a refused state changes nothing
   s.load_state({1024, 4});
   EXPECT_FALSE(s.update(false));
-  EXPECT_EQ(s.state(), (LossScalerState{1024, 0}));  // grew, clamped at max_scale
+  EXPECT_EQ(s.state(), (LossScalerState{1024, 0}));  // grew, clamped at max
 }
 
 }  // namespace

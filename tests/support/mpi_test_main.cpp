@@ -7,6 +7,8 @@
 // - A test that failed on a rank aborts the whole job when it ends on that
 //   rank (MPI_Abort, exit code 1): the other ranks may be blocked in a
 //   collective the failed rank will never join, so waiting is not an option.
+// - MPI starts as the lattice binary starts it: the progress thread (and
+//   MPI_THREAD_MULTIPLE) only when $LATTICE_MPI_PROGRESS_US asks for it.
 // - Otherwise every rank's result is combined (MPI_Allreduce of "failed"),
 //   so the process exit code is non-zero if any rank failed.
 #include <gtest/gtest.h>
@@ -45,7 +47,9 @@ class AbortOnFailure : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
-  lattice::comm::MpiRuntime mpi(&argc, &argv);
+  // As the lattice binary starts MPI: the progress thread (and MPI_THREAD_MULTIPLE) only when
+  // $LATTICE_MPI_PROGRESS_US asks for it (test_mpi_progress sets it).
+  lattice::comm::MpiRuntime mpi(&argc, &argv, {.progress_interval = lattice::comm::mpi_progress_interval()});
   ::testing::InitGoogleTest(&argc, argv);
   auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
   if (mpi.world_rank() != 0) delete listeners.Release(listeners.default_result_printer());

@@ -54,7 +54,7 @@ Tensor random_tensor(Shape shape, DType dtype, uint64_t seed, double scale) {
 }
 
 Tensor to_f64(const Tensor& t) {
-  Tensor c = t.device().is_cpu() ? t : t.to(Device::cpu());
+  Tensor c = t.on_host();
   return c.dtype() == DType::f64 ? c.clone() : c.to(DType::f64);
 }
 

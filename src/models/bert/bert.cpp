@@ -219,7 +219,7 @@ void Bert::embed_forward(Context& ctx, const Tensor& ids) {
   const int64_t B = ctx.B, T = ctx.T, C = cfg_.d_model;
   auto& e = as<EmbedActs>(*ctx.embed);
   // The key padding mask, only when some id is [PAD] (loader windows never are).
-  const Tensor host = ids.device().is_cpu() ? ids : ids.to(Device::cpu());
+  const Tensor host = ids.on_host();
   const int32_t* id = host.data<int32_t>();
   const bool padded = std::any_of(id, id + B * T, [&](int32_t v) { return v == ids_.pad; });
   LATTICE_CHECK(!padded || whole_model(),

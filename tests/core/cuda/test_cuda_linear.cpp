@@ -30,8 +30,6 @@ Tensor gpu_at(const Tensor& t, int64_t off) {
   return v;
 }
 
-Tensor on_host(const Tensor& t) { return t.to(Device::cpu()); }
-
 void expect_linear_matches_cpu(const Case& c) {
   SCOPED_TRACE(testing::Message() << "N " << c.N << " C " << c.C << " OC " << c.OC << " bias " << c.bias << " offsets "
                                   << c.inp_off << "/" << c.weight_off << "/" << c.out_off << "/" << c.bias_off);
@@ -46,10 +44,10 @@ void expect_linear_matches_cpu(const Case& c) {
   Tensor inp_g = gpu_at(inp, c.inp_off), weight_g = gpu_at(weight, c.weight_off), bias_g = gpu_at(bias, c.bias_off);
   Tensor out_g = gpu_at(random_tensor({c.N, c.OC}, DType::f32, 4), c.out_off);  // overwritten
   ops::linear_forward(out_g, inp_g, weight_g, c.bias ? &bias_g : nullptr);
-  EXPECT_TENSOR_NEAR(on_host(out_g), out, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(out_g.on_host(), out, tolerance(DType::f32));
   Tensor again = gpu_at(Tensor::zeros({c.N, c.OC}, DType::f32), c.out_off);
   ops::linear_forward(again, inp_g, weight_g, c.bias ? &bias_g : nullptr);
-  EXPECT_TRUE(same_bits(on_host(again), on_host(out_g)));
+  EXPECT_TRUE(same_bits(again.on_host(), out_g.on_host()));
 }
 
 // linear_gelu_forward: pre and act against the CPU's linear_forward then
@@ -71,8 +69,8 @@ void expect_linear_gelu_matches_cpu(const Case& c) {
   Tensor pre_g = gpu_at(random_tensor({c.N, c.OC}, DType::f32, 4), c.out_off);  // both overwritten
   Tensor act_g = gpu_at(random_tensor({c.N, c.OC}, DType::f32, 5), 0);
   ops::linear_gelu_forward(act_g, pre_g, inp_g, weight_g, c.bias ? &bias_g : nullptr);
-  EXPECT_TENSOR_NEAR(on_host(pre_g), pre, tolerance(DType::f32));
-  EXPECT_TENSOR_NEAR(on_host(act_g), act, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(pre_g.on_host(), pre, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(act_g.on_host(), act, tolerance(DType::f32));
 }
 
 TEST_F(CudaOps, LinearGeluForwardMatchesCpu) {
