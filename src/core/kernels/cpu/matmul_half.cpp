@@ -48,11 +48,13 @@ void with_format(const char* op, DType dtype, Fn&& fn) {
   fn(F16{});
 }
 
-// This thread's scratch buffer `slot` for format F, at least n elements.
+// This thread's scratch buffer `slot` for format F, at least n elements. It
+// only grows: resizing down and up again would zero the regrown part on
+// every call (for the LM head's dlogits, ~100 MB per backward).
 template <class F>
 typename F::Elem* scratch(int slot, int64_t n) {
   thread_local std::vector<typename F::Elem> bufs[3];
-  bufs[slot].resize(size_t(n));
+  if (bufs[slot].size() < size_t(n)) bufs[slot].resize(size_t(n));
   return bufs[slot].data();
 }
 
