@@ -89,8 +89,7 @@ TEST(CudaTraining, EveryLayoutOnGpusMatchesOneCpuRank) {
     {
       SCOPED_TRACE("verify-layout's one-rank reference on cuda");
       const Config cuda_one = config(glob, {1, 1, 1}, model, {"runtime.device=cuda"});
-      auto job = mesh::ProcessGroupMesh::create(comm::Group(comm::make_world_communicator(60)), {1, 1, world});
-      const RankPlacement placed = place_rank(cuda_one, job);  // each rank its own GPU, as verify-layout places
+      const RankPlacement placed = place_rank(cuda_one);  // each rank its own GPU, as verify-layout places
       auto self_mesh = mesh::ProcessGroupMesh::create(comm::self_group("world"), {1, 1, 1});
       expect_close_to_ref(train(cuda_one, self_mesh, placed));
       if (HasFailure()) return;

@@ -38,7 +38,6 @@ Tensor gpu_half(const Tensor& w, DType d, int64_t off) {
   return v;
 }
 
-Tensor on_host(const Tensor& t) { return t.to(Device::cpu()); }
 Tensor on_gpu(const Tensor& t) { return t.to(Device::cuda(0)); }
 
 struct Case {
@@ -69,17 +68,17 @@ void expect_linear_with_half_weight(DType d, const Case& c) {
   const Tensor* b = c.bias ? &bias_g : nullptr;
   Tensor out_g = Tensor::zeros({c.N, c.OC}, DType::f32, Device::cuda(0));
   ops::linear_forward(out_g, inp_g, w16, b);
-  EXPECT_TENSOR_NEAR(on_host(out_g), out, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(out_g.on_host(), out, tolerance(DType::f32));
   Tensor act_g = Tensor::zeros({c.N, c.OC}, DType::f32, Device::cuda(0)), pre_g = act_g.clone();
   ops::linear_gelu_forward(act_g, pre_g, inp_g, w16, b);
-  EXPECT_TENSOR_NEAR(on_host(pre_g), out, tolerance(DType::f32));
-  EXPECT_TENSOR_NEAR(on_host(act_g), act, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(pre_g.on_host(), out, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(act_g.on_host(), act, tolerance(DType::f32));
   Tensor dinp_g = Tensor::zeros({c.N, c.C}, DType::f32, Device::cuda(0)), dw_g = on_gpu(dw0);
   Tensor db_g = Tensor::zeros({c.OC}, DType::f32, Device::cuda(0));
   ops::linear_backward(&dinp_g, &dw_g, &db_g, dout_g, inp_g, w16);
-  EXPECT_TENSOR_NEAR(on_host(dinp_g), dinp, tolerance(DType::f32));
-  EXPECT_TENSOR_NEAR(on_host(dw_g), dw, tolerance(DType::f32));
-  EXPECT_TENSOR_NEAR(on_host(db_g), db, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(dinp_g.on_host(), dinp, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(dw_g.on_host(), dw, tolerance(DType::f32));
+  EXPECT_TENSOR_NEAR(db_g.on_host(), db, tolerance(DType::f32));
 
   // The same calls with the fp32 weight, rounded per call.
   Tensor out_pc = Tensor::zeros({c.N, c.OC}, DType::f32, Device::cuda(0));
@@ -87,11 +86,11 @@ void expect_linear_with_half_weight(DType d, const Case& c) {
   Tensor dinp_pc = Tensor::zeros({c.N, c.C}, DType::f32, Device::cuda(0));
   ops::linear_backward(&dinp_pc, nullptr, nullptr, dout_g, inp_g, w_g);
   if (c.weight_off == 0) {
-    EXPECT_TRUE(same_bits(on_host(out_pc), on_host(out_g))) << "forward: shadow and per-call rounding differ";
-    EXPECT_TRUE(same_bits(on_host(dinp_pc), on_host(dinp_g))) << "backward dinp: shadow and per-call rounding differ";
+    EXPECT_TRUE(same_bits(out_pc.on_host(), out_g.on_host())) << "forward: shadow and per-call rounding differ";
+    EXPECT_TRUE(same_bits(dinp_pc.on_host(), dinp_g.on_host())) << "backward dinp: shadow and per-call rounding differ";
   } else {
-    EXPECT_TENSOR_NEAR(on_host(out_pc), on_host(out_g), tolerance(DType::f32));
-    EXPECT_TENSOR_NEAR(on_host(dinp_pc), on_host(dinp_g), tolerance(DType::f32));
+    EXPECT_TENSOR_NEAR(out_pc.on_host(), out_g.on_host(), tolerance(DType::f32));
+    EXPECT_TENSOR_NEAR(dinp_pc.on_host(), dinp_g.on_host(), tolerance(DType::f32));
   }
 }
 
@@ -120,9 +119,9 @@ TEST_F(CudaOps, GemmTakesA16BitOperandOnEitherSide) {
           Tensor a_g = which != 1 ? gpu_half(a, d, 0) : on_gpu(a), b_g = which != 0 ? gpu_half(b, d, 0) : on_gpu(b);
           Tensor c_g = on_gpu(c), per_call = on_gpu(c);
           ops::gemm(c_g, a_g, b_g, ta, tb, 0.5f, 0.25f);
-          EXPECT_TENSOR_NEAR(on_host(c_g), want, tolerance(DType::f32)) << "16-bit operand(s) " << which;
+          EXPECT_TENSOR_NEAR(c_g.on_host(), want, tolerance(DType::f32)) << "16-bit operand(s) " << which;
           ops::gemm(per_call, on_gpu(a), on_gpu(b), ta, tb, 0.5f, 0.25f);
-          EXPECT_TRUE(same_bits(on_host(per_call), on_host(c_g))) << "16-bit operand(s) " << which;
+          EXPECT_TRUE(same_bits(per_call.on_host(), c_g.on_host())) << "16-bit operand(s) " << which;
         }
       }
 }
@@ -141,7 +140,7 @@ TEST_F(CudaOps, ShadowRefreshOnTheDeviceGivesTheCpuBits) {
     gpu_p.init(9);
     cpu_p.refresh_shadow();
     gpu_p.refresh_shadow();
-    EXPECT_TRUE(same_bits(on_host(gpu_p.shadow()), cpu_p.shadow()));
+    EXPECT_TRUE(same_bits(gpu_p.shadow().on_host(), cpu_p.shadow()));
     const ShadowView w = gpu_p.shadow_view(gpu_p.entry("w"));
     EXPECT_NO_THROW(w.get());
   }
