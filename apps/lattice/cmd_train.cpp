@@ -168,6 +168,7 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
                  .pp = layout.pp,
                  .dp = layout.dp,
                  .threads = num_threads(),
+                 .device = plugin->device().str(),
                  .mpi_progress_us = progress ? int64_t(progress->interval().count()) : 0};
     RunDir run = prepare_run_dir(cfg, info, start.resume ? start.resumed.step : -1);
     metrics_path = run.metrics_path;

@@ -9,10 +9,14 @@ namespace lattice {
 
 std::string_view placement_name(Placement p) {
   switch (p) {
-    case Placement::replicated: return "replicated";
-    case Placement::column: return "column";
-    case Placement::row: return "row";
-    case Placement::vocab: return "vocab";
+    case Placement::replicated:
+      return "replicated";
+    case Placement::column:
+      return "column";
+    case Placement::row:
+      return "row";
+    case Placement::vocab:
+      return "vocab";
   }
   return "?";
 }
@@ -51,10 +55,17 @@ Shape local_shape(const ParamSpec& s, const TpShard& shard) {
   check_shardable(s, shard);
   Shape out = s.shape;
   switch (s.placement) {
-    case Placement::replicated: break;
-    case Placement::column: out[0] /= shard.size / tp_replicas(s, shard); break;
-    case Placement::row: out.back() /= shard.size; break;
-    case Placement::vocab: out[0] = padded_vocab(s.shape[0], shard) / shard.size; break;
+    case Placement::replicated:
+      break;
+    case Placement::column:
+      out[0] /= shard.size / tp_replicas(s, shard);
+      break;
+    case Placement::row:
+      out.back() /= shard.size;
+      break;
+    case Placement::vocab:
+      out[0] = padded_vocab(s.shape[0], shard) / shard.size;
+      break;
   }
   return out;
 }
@@ -78,7 +89,8 @@ int64_t local_to_logical(const ParamSpec& s, const TpShard& shard, int64_t local
       const int64_t row = shard.rank * ls[0] + local / inner;
       return row < s.shape[0] ? row * inner + local % inner : -1;
     }
-    case Placement::replicated: break;
+    case Placement::replicated:
+      break;
   }
   return local;
 }
@@ -126,15 +138,23 @@ double init_value(const ParamSpec& s, const RngKey& key, int64_t e) {
   auto uniform = [&](double a) { return a * (2.0 * rng_uniform(key, 0, uint64_t(e)) - 1.0); };
   auto normal = [&](double std) { return std * rng_normal(key, 0, uint64_t(e)); };
   switch (s.init) {
-    case InitKind::zeros: return 0.0;
-    case InitKind::ones: return 1.0;
+    case InitKind::zeros:
+      return 0.0;
+    case InitKind::ones:
+      return 1.0;
     case InitKind::normal:
-    case InitKind::scaled_normal: return normal(s.init_std);
-    case InitKind::uniform: return uniform(s.init_std);
-    case InitKind::xavier_uniform: return uniform(std::sqrt(6.0 / (fan_in + fan_out)));
-    case InitKind::xavier_normal: return normal(std::sqrt(2.0 / (fan_in + fan_out)));
-    case InitKind::kaiming_uniform: return uniform(std::sqrt(3.0 / fan_in));
-    case InitKind::kaiming_normal: return normal(std::sqrt(1.0 / fan_in));
+    case InitKind::scaled_normal:
+      return normal(s.init_std);
+    case InitKind::uniform:
+      return uniform(s.init_std);
+    case InitKind::xavier_uniform:
+      return uniform(std::sqrt(6.0 / (fan_in + fan_out)));
+    case InitKind::xavier_normal:
+      return normal(std::sqrt(2.0 / (fan_in + fan_out)));
+    case InitKind::kaiming_uniform:
+      return uniform(std::sqrt(3.0 / fan_in));
+    case InitKind::kaiming_normal:
+      return normal(std::sqrt(1.0 / fan_in));
   }
   return 0.0;
 }
@@ -189,7 +209,7 @@ void FlatParams::enable_shadow(DType half) {
 }
 
 void FlatParams::refresh_shadow() {
-  if (!has_shadow()) return;
+  if (!has_shadow() || shadow_current()) return;  // nothing written since the last rounding
   ops::round_to_half(shadow_, padded_values_);
   versions_->shadow = versions_->values;
 }

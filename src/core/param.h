@@ -199,8 +199,8 @@ class FlatParams {
   bool has_shadow() const { return shadow_.defined(); }
   DType shadow_dtype() const { return shadow_.dtype(); }
   void mark_written() { ++versions_->values; }
-  // Rounds all values into the shadow now and records their version. Nothing
-  // without a shadow.
+  // Rounds all values into the shadow and records their version. Nothing
+  // without a shadow, or when nothing was written since the last rounding.
   void refresh_shadow();
   bool shadow_current() const { return versions_->shadow == versions_->values; }
   uint64_t values_version() const { return versions_->values; }
