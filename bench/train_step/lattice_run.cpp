@@ -106,17 +106,19 @@ SgemmRate measure_sgemm(const BenchConfig& cfg, int reps) {
   return r;
 }
 
-LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup, bool per_call_rounding,
+LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup, HalfMode half,
                           const std::function<void(const std::string&)>& log) {
   const ModelConfig& mcfg = cfg.model;
   const ModelEntry& entry = model_entry(mcfg.arch);
   const TpShard shard{.rank = 0, .size = 1, .vocab_multiple = mcfg.vocab_multiple};  // as the trainer pads
   FlatParams params(model_param_specs(mcfg), DType::f32, Device::cpu(), shard);
-  if (cpu::matmul_dtype() != DType::f32 && !per_call_rounding) params.enable_shadow(cpu::matmul_dtype());
+  const DType mm = cpu::matmul_dtype();
+  if (mm != DType::f32 && half.shadow) params.enable_shadow(mm);
   params.init(1234);
   params.refresh_shadow();
   comm::Group tp = comm::self_group("tp");  // one rank: the tp mappings are no-ops
   std::unique_ptr<LanguageModel> model = build_model(mcfg, params, tp);
+  if (half.act16) model->set_activation_dtype(mm);
   auto opt = optim::make_optimizer({.name = "adamw", .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1}, params);
   auto ctx = model->make_context(cfg.B, cfg.T);
 

@@ -50,13 +50,21 @@ struct LatticeResult {
   int64_t activation_bytes = 0;
 };
 
+// How a run under 16-bit matmuls (cpu::set_matmul_dtype) holds its weights
+// and activations; nothing changes under f32 matmuls.
+struct HalfMode {
+  // Weights from the parameters' 16-bit shadow, refreshed in the optimizer
+  // phase as the trainer does; false: rounded on every call (the path before
+  // the shadow; the same bits).
+  bool shadow = true;
+  // Activations stored in the matmul type, as the trainer stores them; false:
+  // fp32 activations (the path before 16-bit activations).
+  bool act16 = true;
+};
+
 // Times `warmup` untimed + `steps` timed training steps of cfg.model on random
-// token ids. Under 16-bit matmuls (cpu::set_matmul_dtype) the weights are
-// read from the parameters' 16-bit shadow, refreshed in the optimizer phase,
-// as the trainer does; with per_call_rounding they are rounded on every call
-// instead (the path before the shadow; the same bits).
-// `log` receives one line per step.
-LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup, bool per_call_rounding,
+// token ids. `log` receives one line per step.
+LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup, HalfMode half,
                           const std::function<void(const std::string&)>& log);
 
 }  // namespace lattice::bench

@@ -7,7 +7,7 @@
 //   bench_train_step [--arch gpt2|llama|bert|all[,...]] [--config NAME|all|FILE.yaml]
 //                    [--threads N[,N...]] [--steps S] [--warmup W] [--torch]
 //                    [--reference PATH] [--python PATH] [--peak GFLOPS] [--no-breakdown]
-//                    [--precision fp32|bf16|bf16-per-call]
+//                    [--precision fp32|bf16|bf16-f32act|bf16-per-call]
 //
 // --arch (default gpt2): gpt2 runs the built-in shapes small and tiny (--config
 // small|tiny|all, reference shared/reference/torch_gpt2_bench.py, or
@@ -23,12 +23,14 @@
 // norms, activations, cross-entropy, other: a replay of the ops one at a time,
 // op_breakdown.h; optimizer and data: measured in the timed steps) and a
 // per-op table; --no-breakdown skips the replay (--breakdown, its old switch,
-// is accepted and does nothing). --precision bf16 runs Lattice's matmuls as
-// runtime.precision: bf16 does on the CPU (core/kernels/cpu/matmul_bf16.h),
-// weights read from the parameters' bf16 shadow (core/param.h);
-// bf16-per-call rounds the fp32 weights on every call instead, as before the
-// shadow existed (the same bits; for before/after timings in one binary). The
-// PyTorch reference stays fp32.
+// is accepted and does nothing). --precision bf16 runs Lattice as
+// runtime.precision: bf16 does on the CPU: bf16 matmuls
+// (core/kernels/cpu/matmul_bf16.h), weights read from the parameters' bf16
+// shadow (core/param.h), activations stored in bf16. bf16-f32act keeps fp32
+// activations (the path before 16-bit activations); bf16-per-call also rounds
+// the fp32 weights on every call, as before the shadow existed (the same
+// bits). For before/after timings in one binary. The PyTorch reference stays
+// fp32.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -184,8 +186,8 @@ Options parse_options(int argc, char** argv) {
     for (const BenchConfig& c : configs_for(arch, config)) o.configs.push_back(c);
   if (o.threads.empty()) o.threads = {int(std::max(1u, std::thread::hardware_concurrency()))};
   if (o.steps < 1 || o.warmup < 0) throw std::invalid_argument("--steps must be >= 1 and --warmup >= 0");
-  if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "bf16-per-call")
-    throw std::invalid_argument("--precision " + o.precision + ": expected fp32, bf16 or bf16-per-call");
+  if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "bf16-f32act" && o.precision != "bf16-per-call")
+    throw std::invalid_argument("--precision " + o.precision + ": expected fp32, bf16, bf16-f32act or bf16-per-call");
   return o;
 }
 
@@ -267,14 +269,16 @@ Row measure(const Options& o, const BenchConfig& cfg, int threads) {
   say(fmt::format("{} {} GFLOP/s: 1024^3 {:.1f}, MLP-in shape ({}, {}, {}) {:.1f}; MFU denominator {:.1f}", tag,
                   matmul_rate_label(), r.sgemm.square, cfg.B * cfg.T, cfg.F, cfg.C, r.sgemm.model, r.peak));
   if (!cfg.source.empty()) say(fmt::format("{} model from {} (dropout 0), B {} T {}", tag, cfg.source, cfg.B, cfg.T));
-  r.lat = run_lattice(cfg, o.steps, o.warmup, o.precision == "bf16-per-call",
+  const HalfMode half{.shadow = o.precision != "bf16-per-call", .act16 = o.precision == "bf16"};
+  r.lat = run_lattice(cfg, o.steps, o.warmup, half,
                       [&](const std::string& l) { say(tag + " " + l); });
   say(
       fmt::format("{} params {} (N for flops {}), GFLOP/step {:.2f}, scored targets/step {:.0f}, activations "
                   "{:.1f} MiB",
                   tag, r.lat.n_params, r.lat.n_flop_params, r.lat.flops_per_step / 1e9, r.lat.scored_per_step,
                   double(r.lat.activation_bytes) / (1 << 20)));
-  if (o.breakdown && cfg.model.arch == ModelArch::gpt2) r.ops = op_breakdown(cfg, 2);
+  if (o.breakdown && cfg.model.arch == ModelArch::gpt2)
+    r.ops = op_breakdown(cfg, 2, half.act16 ? cpu::matmul_dtype() : DType::f32);
   if (o.breakdown && cfg.model.arch != ModelArch::gpt2)
     say(tag + " --breakdown: only the gpt2 op sequence is replayed");
   if (o.torch) run_reference(o, cfg, r);

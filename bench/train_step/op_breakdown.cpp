@@ -46,7 +46,10 @@ struct Buffers {
   Tensor dw_qkv, db_qkv, dw_proj, db_proj, dw_fc, db_fc, dw_fp, db_fp, dln_w, dln_b;
   Tensor dx, dres, c1, c3, f1, f2, dqkv, datt, logits, losses, lse;
 
-  explicit Buffers(const BenchConfig& cfg) : B(cfg.B), T(cfg.T), C(cfg.C), F(4 * int64_t(cfg.C)), NH(cfg.NH), V(cfg.V) {
+  // Activations in `act` (16-bit as the model stores them under bf16/fp16),
+  // statistics and gradients of parameters f32.
+  Buffers(const BenchConfig& cfg, DType act_dtype)
+      : B(cfg.B), T(cfg.T), C(cfg.C), F(4 * int64_t(cfg.C)), NH(cfg.NH), V(cfg.V) {
     ids = Tensor::empty({B, T}, DType::i32);
     RngKey k;
     k.seed = 3;
@@ -54,10 +57,11 @@ struct Buffers {
     for (int64_t i = 0; i < B * T; ++i) ids.data<int32_t>()[i] = int32_t(rng_uniform(k, 0, uint64_t(i)) * float(V - 1));
     uint64_t seed = 10;
     auto w = [&](Shape s) { return uniform_tensor(std::move(s), 0.04f, seed++); };
-    auto act = [&](Shape s) { return uniform_tensor(std::move(s), 2.0f, seed++); };
+    auto stat = [&](Shape s) { return uniform_tensor(std::move(s), 2.0f, seed++); };
+    auto act = [&](Shape s) { return stat(std::move(s)).to(act_dtype); };
     wte = w({V, C}), dwte = Tensor::zeros({V, C}, DType::f32), wpe = w({T, C});
-    x = act({B, T, C}), ln = act({B, T, C}), mean = act({B, T}), rstd = act({B, T}), qkv = act({B, T, 3 * C});
-    att = Tensor::zeros({B, NH, T, T}, DType::f32), atty = act({B, T, C}), tmp = act({B, T, C});
+    x = act({B, T, C}), ln = act({B, T, C}), mean = stat({B, T}), rstd = stat({B, T}), qkv = act({B, T, 3 * C});
+    att = Tensor::zeros({B, NH, T, T}, act_dtype), atty = act({B, T, C}), tmp = act({B, T, C});
     res = act({B, T, C}), fch = act({B, T, F}), fg = act({B, T, F});
     w_qkv = w({3 * C, C}), b_qkv = w({3 * C}), w_proj = w({C, C}), b_proj = w({C});
     w_fc = w({F, C}), b_fc = w({F}), w_fp = w({C, F}), b_fp = w({C}), ln_w = w({C}), ln_b = w({C});
@@ -68,7 +72,7 @@ struct Buffers {
     dln_w = Tensor::zeros({C}, DType::f32), dln_b = Tensor::zeros({C}, DType::f32);
     dx = act({B, T, C}), dres = act({B, T, C}), c1 = act({B, T, C}), c3 = act({B, T, C});
     f1 = act({B, T, F}), f2 = act({B, T, F}), dqkv = act({B, T, 3 * C}), datt = act({B, NH, T, T});
-    logits = act({B, T, V}), losses = act({B, T}), lse = act({B, T});
+    logits = act({B, T, V}), losses = stat({B, T}), lse = stat({B, T});
     m_qkv = matmul_weight(w_qkv), m_proj = matmul_weight(w_proj), m_fc = matmul_weight(w_fc);
     m_fp = matmul_weight(w_fp), m_wte = matmul_weight(wte);
   }
@@ -194,8 +198,8 @@ std::vector<double> phase_times(const std::vector<OpTime>& ops) {
   return ms;
 }
 
-std::vector<OpTime> op_breakdown(const BenchConfig& cfg, int reps) {
-  Buffers b(cfg);
+std::vector<OpTime> op_breakdown(const BenchConfig& cfg, int reps, DType act_dtype) {
+  Buffers b(cfg, act_dtype);
   OpClock warm, clock;
   one_step(warm, b, cfg.L);
   for (int r = 0; r < reps; ++r) one_step(clock, b, cfg.L);

@@ -37,6 +37,8 @@ std::vector<double> phase_times(const std::vector<OpTime>& ops);
 
 // Mean per-step times over `reps` replays after one untimed replay, in the
 // order the kinds first occur.
-std::vector<OpTime> op_breakdown(const BenchConfig& cfg, int reps);
+// act_dtype: the activations' dtype (f32, or the 16-bit matmul type as the
+// model stores activations under bf16/fp16).
+std::vector<OpTime> op_breakdown(const BenchConfig& cfg, int reps, DType act_dtype);
 
 }  // namespace lattice::bench

@@ -37,18 +37,13 @@ int64_t count_valid(const Tensor& targets) {
   return n;
 }
 
-// The matmul operand type of runtime.precision; everything else stays fp32.
-DType compute_dtype(Precision p) {
-  return p == Precision::bf16 ? DType::bf16 : p == Precision::fp16 ? DType::f16 : DType::f32;
-}
-
 // runtime.precision: bf16 and fp16 run the matmuls with 16-bit operands and
 // fp32 accumulation: on the GPU through cuBLAS (core/backend.h); on the CPU
 // bf16 through oneDNN (core/kernels/cpu/matmul_bf16.h) where this CPU and
 // build have it, fp16 as an emulation on sgemm (matmul_f16.h). The weights
 // come from the parameters' 16-bit shadow (the constructor enables it).
 void set_matmul_precision(const Config& cfg, Device device) {
-  const DType operands = compute_dtype(cfg.runtime.precision);
+  const DType operands = precision_dtype(cfg.runtime.precision);
   if (device.is_cuda()) {
     cuda_backend().set_matmul_dtype(operands);
     return;
@@ -77,7 +72,7 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
     : cfg_(cfg),
       mesh_(mesh),
       layout_(resolve_layout(cfg, mesh.world_size())),
-      scaler_(optim::make_loss_scaler(compute_dtype(cfg.runtime.precision), cfg.runtime.loss_scale)) {
+      scaler_(optim::make_loss_scaler(precision_dtype(cfg.runtime.precision), cfg.runtime.loss_scale)) {
   LATTICE_CHECK(layout_.tp == mesh.size(mesh::Axis::tp) && layout_.pp == mesh.size(mesh::Axis::pp) &&
                     layout_.dp == mesh.size(mesh::Axis::dp),
                 "plugin: config layout (tp {}, pp {}, dp {}) differs from the mesh's", layout_.tp, layout_.pp,
@@ -97,11 +92,14 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
   const int64_t pad = cfg.parallel.zero == 1 ? layout_.dp : 1;  // ZeRO-1 splits the buffers into dp equal shards
   params_ = FlatParams(select_stage_params(model_param_specs(cfg.model), spans_, cfg.model.n_layer), DType::f32,
                        placement_.device, shard, pad);
-  const DType operands = compute_dtype(cfg.runtime.precision);
+  const DType operands = precision_dtype(cfg.runtime.precision);
   if (operands != DType::f32 && half_weights == HalfWeights::shadow) params_.enable_shadow(operands);
   params_.init(cfg.runtime.seed);
   params_.refresh_shadow();  // before the models bind their views, which check it on every read
-  for (const StageSpan& span : spans_) chunks_.push_back(build_model(cfg.model, params_, tp, span));
+  for (const StageSpan& span : spans_) {
+    chunks_.push_back(build_model(cfg.model, params_, tp, span));
+    chunks_.back()->set_activation_dtype(operands);  // 16-bit activations beside 16-bit matmuls
+  }
   const int64_t T = cfg.train.seq_len, B = cfg.train.micro_batch;
   contexts_ = std::make_unique<ContextPool>([this, B, T](int v) { return chunks_[size_t(v)]->make_context(B, T); });
   if (cfg.parallel.zero == 0 && layout_.dp > 1 && cfg.parallel.dp_bucket_mb > 0) {
@@ -174,6 +172,7 @@ double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoor
   double loss = 0;
   pipeline::StageCallbacks cb;
   cb.activation_shape = {B, cfg_.train.seq_len, cfg_.model.d_model};
+  cb.dtype = chunks_.front()->activation_dtype();
   cb.device = placement_.device;
   cb.forward = [&](int v, int mb, const Tensor& in, Tensor& out) {
     StepCoords c = base;

@@ -25,7 +25,10 @@
 // factor of the unscaled norm. The scale is saved with the trainer state.
 // runtime.precision bf16 and fp16 keep a 16-bit shadow of the parameters
 // (core/param.h) that every matmul weight is read from; it is refreshed after
-// init, each optimizer step and a checkpoint load.
+// init, each optimizer step and a checkpoint load. Their activations, and the
+// pipeline's boundary buffers, are 16-bit too (LanguageModel::
+// set_activation_dtype); statistics, losses and every parameter gradient stay
+// fp32.
 #pragma once
 
 #include <functional>

@@ -207,7 +207,7 @@ ActivationPeak simulate_activations(const pipeline::Plan& plan, const std::vecto
 
 RankMemory predict_rank_memory(const Config& cfg, const Layout& layout, const mesh::ProcessGroupMesh& mesh,
                                const pipeline::StageLayout& stages, int rank) {
-  constexpr int64_t kF32 = 4, kI32 = 4, kHalf = 2;  // the plugin's parameters and activations are f32
+  constexpr int64_t kF32 = 4, kI32 = 4, kHalf = 2;  // the plugin's parameters are f32
   RankMemory m;
   m.rank = rank;
   m.coord = mesh.coord(rank);
@@ -228,11 +228,13 @@ RankMemory predict_rank_memory(const Config& cfg, const Layout& layout, const me
   const int64_t B = cfg.train.micro_batch, T = cfg.train.seq_len;
   m.data = 2 * int64_t(layout.microbatches) * B * T * kI32;  // token ids and targets of the step
 
+  // Activations in the precision's type (16-bit under bf16/fp16), statistics f32.
+  const DType act = precision_dtype(cfg.runtime.precision);
   std::vector<ChunkActivations> chunks;
   for (const StageSpan& span : spans)
-    chunks.push_back({model_activation_bytes(cfg.model, span, tp, DType::f32, B, T), span.embedding, span.head});
-  m.activations =
-      simulate_activations(train_plan_of(cfg, layout, m.coord.pp), chunks, B * T * cfg.model.d_model * kF32);
+    chunks.push_back({model_activation_bytes(cfg.model, span, tp, act, B, T), span.embedding, span.head});
+  m.activations = simulate_activations(train_plan_of(cfg, layout, m.coord.pp), chunks,
+                                       B * T * cfg.model.d_model * int64_t(dtype_size(act)));
   return m;
 }
 

@@ -39,6 +39,11 @@ enum class OptimizerName : uint8_t { adamw, sgd };
 enum class LrDecay : uint8_t { cosine, linear, constant };
 enum class TokenizerName : uint8_t { gpt2, bytes };
 enum class Precision : uint8_t { fp32, bf16, fp16 };
+// The type the matmul operands and the activations of a precision are stored
+// in: f32, bf16 or f16 (parameters, gradients and statistics stay f32).
+constexpr DType precision_dtype(Precision p) {
+  return p == Precision::bf16 ? DType::bf16 : p == Precision::fp16 ? DType::f16 : DType::f32;
+}
 // runtime.device uses core's DeviceType { cpu, cuda }.
 
 // names[i] is the YAML name of E(i).

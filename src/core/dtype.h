@@ -39,6 +39,11 @@ constexpr std::string_view dtype_name(DType t) {
 }
 DType dtype_from_name(std::string_view name);  // throws lattice::Error on unknown names
 
+// The dtype of the tensors kept beside activations of dtype `activation`
+// (parameters, their gradients, saved statistics, losses): f64 beside f64,
+// otherwise f32 (bf16/f16 activations have fp32 masters).
+constexpr DType master_dtype(DType activation) { return activation == DType::f64 ? DType::f64 : DType::f32; }
+
 enum class DeviceType : uint8_t { cpu, cuda };
 
 struct Device {

@@ -88,10 +88,6 @@ S* sp(const Tensor& t) {
   return static_cast<S*>(t.raw());
 }
 
-// The dtype of the fp32 (f64 on the f64 path) tensors beside activations of
-// dtype `act`: parameters, parameter gradients and saved statistics.
-inline DType master_dtype(DType act) { return act == DType::f64 ? DType::f64 : DType::f32; }
-
 // Every tensor of `ts` is defined, on the device of `act`, and of
 // master_dtype(act.dtype()).
 inline void check_master(const char* op, const Tensor& act, std::initializer_list<const Tensor*> ts) {

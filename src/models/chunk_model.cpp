@@ -22,8 +22,8 @@ ops::Dropout dropout_at(const StepCoords& c, float p, int layer_id, uint32_t sit
 
 std::unique_ptr<SavedTensors> ChunkActivations::embedding(const MakeTensor&, int64_t, int64_t) const { return nullptr; }
 
-int64_t ChunkActivations::transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType dtype) const {
-  return span.head ? 3 * B * T * int64_t(dtype_size(dtype)) : 0;
+int64_t ChunkActivations::transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType activation) const {
+  return span.head ? 3 * B * T * int64_t(dtype_size(master_dtype(activation))) : 0;
 }
 
 ChunkModel::ChunkModel(std::unique_ptr<ChunkActivations> acts, FlatParams& params, comm::Group& tp, StageSpan span)
@@ -34,6 +34,7 @@ ChunkModel::ChunkModel(std::unique_ptr<ChunkActivations> acts, FlatParams& param
                 params.shard().size, tp.name(), tp.rank(), tp.size());
   shard_ = params.shard();
   dtype_ = params.dtype();
+  act_dtype_ = dtype_;
   device_ = params.values().device();
   if (span_.end_layer < 0) span_.end_layer = acts_->n_layer;
   LATTICE_CHECK(0 <= span_.first_layer && span_.first_layer <= span_.end_layer && span_.end_layer <= acts_->n_layer,
@@ -42,6 +43,15 @@ ChunkModel::ChunkModel(std::unique_ptr<ChunkActivations> acts, FlatParams& param
 }
 
 ChunkModel::~ChunkModel() = default;
+
+void ChunkModel::set_activation_dtype(DType dtype) {
+  const bool half = dtype == DType::bf16 || dtype == DType::f16;
+  LATTICE_CHECK(dtype == dtype_ || (half && dtype_ == DType::f32),
+                "{}: activations in {} beside {} parameters; they take the parameters' dtype, or bf16/f16 beside f32",
+                acts_->arch, dtype_name(dtype), dtype_name(dtype_));
+  if (dtype != act_dtype_) ws_ = Workspace();  // reallocated in the new dtype on the next use
+  act_dtype_ = dtype;
+}
 
 ParamView ChunkModel::bind(FlatParams& params, const std::string& name) const {
   const ParamEntry& e = params.entry(name);
@@ -94,7 +104,7 @@ void ChunkModel::fill_workspace(Workspace& ws, const ChunkActivations& acts, con
 
 ChunkModel::Workspace& ChunkModel::workspace(int64_t B, int64_t T) {
   if (ws_.B == B && ws_.T == T) return ws_;
-  const MakeTensor alloc = [this](Shape s) { return Tensor::zeros(std::move(s), dtype_, device_); };
+  const MakeTensor alloc([this](Shape s, DType t) { return Tensor::zeros(std::move(s), t, device_); }, act_dtype_);
   fill_workspace(ws_, *acts_, span_, alloc, B, T);
   return ws_;
 }
@@ -102,24 +112,28 @@ ChunkModel::Workspace& ChunkModel::workspace(int64_t B, int64_t T) {
 std::unique_ptr<ModelContext> ChunkModel::make_context(int64_t B, int64_t T) const {
   auto ctx = std::make_unique<Context>();
   Context& c = *ctx;
-  const MakeTensor alloc = [this, &c](Shape s) {
-    Tensor t = Tensor::empty(std::move(s), dtype_, device_);
-    c.bytes_ += int64_t(t.nbytes());
-    return t;
-  };
+  const MakeTensor alloc(
+      [this, &c](Shape s, DType dtype) {
+        Tensor t = Tensor::empty(std::move(s), dtype, device_);
+        c.bytes_ += int64_t(t.nbytes());
+        return t;
+      },
+      act_dtype_);
   fill_context(c, *acts_, span_, alloc, B, T);
   return ctx;
 }
 
-ActivationBytes ChunkModel::activation_bytes_of(const ChunkActivations& acts, StageSpan span, DType dtype, int64_t B,
-                                                int64_t T) {
+ActivationBytes ChunkModel::activation_bytes_of(const ChunkActivations& acts, StageSpan span, DType activation,
+                                                int64_t B, int64_t T) {
   if (span.end_layer < 0) span.end_layer = acts.n_layer;
   int64_t counted = 0;
   // The allocator takes at least one byte per tensor (core/allocator.cpp).
-  const MakeTensor count = [&](Shape s) {
-    counted += std::max<int64_t>(1, shape_numel(s) * int64_t(dtype_size(dtype)));
-    return Tensor();
-  };
+  const MakeTensor count(
+      [&](Shape s, DType dtype) {
+        counted += std::max<int64_t>(1, shape_numel(s) * int64_t(dtype_size(dtype)));
+        return Tensor();
+      },
+      activation);
   ActivationBytes out;
   Context ctx;
   fill_context(ctx, acts, span, count, B, T);
@@ -127,12 +141,12 @@ ActivationBytes ChunkModel::activation_bytes_of(const ChunkActivations& acts, St
   Workspace ws;
   fill_workspace(ws, acts, span, count, B, T);
   out.workspace = std::exchange(counted, 0);
-  out.transient = acts.transient_bytes(span, B, T, dtype);
+  out.transient = acts.transient_bytes(span, B, T, activation);
   return out;
 }
 
 ActivationBytes ChunkModel::activation_bytes(int64_t B, int64_t T) const {
-  return activation_bytes_of(*acts_, span_, dtype_, B, T);
+  return activation_bytes_of(*acts_, span_, act_dtype_, B, T);
 }
 
 // A recomputed block's tensors live in the workspace, shared by every context.
@@ -148,9 +162,9 @@ Tensor ChunkModel::logits(const ModelContext& base) const {
 std::unique_ptr<LmHeadTensors> ChunkActivations::layernorm_head(const MakeTensor& make, int64_t B, int64_t T,
                                                                 int64_t V_l) const {
   auto h = std::make_unique<LayerNormHeadTensors>();
-  h->lnf = make({B, T, C}), h->lnf_mean = make({B, T}), h->lnf_rstd = make({B, T});
+  h->lnf = make({B, T, C}), h->lnf_mean = make.master({B, T}), h->lnf_rstd = make.master({B, T});
   h->logits = make({B, T, V_l});
-  h->losses = make({B, T}), h->lse = make({B, T});
+  h->losses = make.master({B, T}), h->lse = make.master({B, T});
   return h;
 }
 

@@ -68,8 +68,23 @@ struct LayerNormHeadTensors : LmHeadTensors {
   Tensor lnf, lnf_mean, lnf_rstd;  // (B, T, C), (B, T), (B, T)
 };
 
-// Makes one tensor of a shape: allocates it, or only counts its bytes.
-using MakeTensor = std::function<Tensor(Shape)>;
+// Makes the tensors of a chunk: allocates each, or only counts its bytes.
+// make(shape) is an activation (or an activation's gradient) in the chunk's
+// activation dtype: bf16 or f16 under runtime.precision bf16/fp16, else the
+// parameters' dtype. make.master(shape) is a tensor that stays in the master
+// dtype beside 16-bit activations (core/dtype.h master_dtype): saved
+// statistics (norm mean/rstd), losses and lse, parameter-gradient scratch.
+class MakeTensor {
+ public:
+  using Fn = std::function<Tensor(Shape, DType)>;
+  MakeTensor(Fn fn, DType activation) : fn_(std::move(fn)), act_(activation), master_(master_dtype(activation)) {}
+  Tensor operator()(Shape s) const { return fn_(std::move(s), act_); }
+  Tensor master(Shape s) const { return fn_(std::move(s), master_); }
+
+ private:
+  Fn fn_;
+  DType act_, master_;
+};
 
 // What a chunk of one model allocates, from its config and tp shard alone.
 class ChunkActivations {
@@ -87,7 +102,7 @@ class ChunkActivations {
                                                 int64_t T) const = 0;
   // Bytes allocated and freed again inside one forward; by default the loss's
   // row max and [sum exp; target logit] (tp/cross_entropy.cpp) with the head.
-  virtual int64_t transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType dtype) const;
+  virtual int64_t transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType activation) const;
 
   std::string arch;  // for messages
   int64_t C = 0;     // width of the activation between blocks and chunks
@@ -108,9 +123,13 @@ class ChunkModel : public LanguageModel {
   // which overwrites them with dlogits.
   Tensor logits(const ModelContext& ctx) const;
 
-  // What chunk `span` of a model with these activations holds at (B, T) in
-  // `dtype`, counted without allocating (lattice plan).
-  static ActivationBytes activation_bytes_of(const ChunkActivations& acts, StageSpan span, DType dtype, int64_t B,
+  DType activation_dtype() const final { return act_dtype_; }
+  void set_activation_dtype(DType dtype) final;
+
+  // What chunk `span` of a model with these activations holds at (B, T) with
+  // activations in `activation` (statistics in its master dtype), counted
+  // without allocating (lattice plan).
+  static ActivationBytes activation_bytes_of(const ChunkActivations& acts, StageSpan span, DType activation, int64_t B,
                                              int64_t T);
 
  protected:
@@ -195,7 +214,8 @@ class ChunkModel : public LanguageModel {
   StageSpan span_;
   comm::Group& tp_;
   TpShard shard_;
-  DType dtype_ = DType::f32;
+  DType dtype_ = DType::f32;      // the parameters'
+  DType act_dtype_ = DType::f32;  // the activations' (set_activation_dtype)
   Device device_;
 
  private:

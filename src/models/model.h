@@ -68,6 +68,13 @@ class LanguageModel {
  public:
   virtual ~LanguageModel() = default;
   virtual std::string arch() const = 0;
+  // The dtype of the activations make_context allocates and forward/backward
+  // take and give at a chunk boundary: the parameters' dtype by default;
+  // bf16 or f16 (beside f32 parameters) under runtime.precision bf16/fp16,
+  // whose matmuls must then run in that type. Set it before the first
+  // make_context; statistics, losses and gradients stay in the parameters'.
+  virtual DType activation_dtype() const = 0;
+  virtual void set_activation_dtype(DType dtype) = 0;
   virtual std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const = 0;
   // What make_context(B, T) and the chunk's workspace allocate, without allocating.
   virtual ActivationBytes activation_bytes(int64_t B, int64_t T) const = 0;

@@ -35,8 +35,9 @@ void vocab_parallel_cross_entropy_forward(Tensor& losses, Tensor& lse, const Ten
   const int64_t n_valid = valid_columns(logits_local, vocab_start, vocab_size);
   check_targets(targets, vocab_size, ignore_index);
   const int64_t N = targets.numel();
-  Tensor row_max = Tensor::empty({N}, logits_local.dtype(), logits_local.device());
-  Tensor sums = Tensor::empty({2, N}, logits_local.dtype(), logits_local.device());  // [sum exp; target logit]
+  const DType stats = master_dtype(logits_local.dtype());  // fp32 beside 16-bit logits
+  Tensor row_max = Tensor::empty({N}, stats, logits_local.device());
+  Tensor sums = Tensor::empty({2, N}, stats, logits_local.device());  // [sum exp; target logit]
   if (tp.size() == 1) {
     ops::shard_softmax_stats(row_max, sums, logits_local, targets, vocab_start, n_valid);  // one pass
   } else {

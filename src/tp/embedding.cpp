@@ -35,14 +35,14 @@ ParallelEmbedding::ParallelEmbedding(comm::Group& tp) : tp_(tp) {}
 
 void ParallelEmbedding::forward(Tensor& out, const Tensor& ids, const Tensor& weight) {
   check_table("ParallelEmbedding::forward", weight);
-  Tensor local = Tensor::empty({ids.numel(), weight.dim(1)}, weight.dtype(), weight.device());  // (N, C/p)
+  Tensor local = Tensor::empty({ids.numel(), weight.dim(1)}, out.dtype(), weight.device());  // (N, C/p)
   ops::embedding_forward(local, ids, weight);
   gather_from_tp_region_forward(out, local, tp_);
 }
 
 void ParallelEmbedding::backward(Tensor& dweight, const Tensor& dout, const Tensor& ids) {
   check_table("ParallelEmbedding::backward", dweight);
-  Tensor dlocal = Tensor::empty({ids.numel(), dweight.dim(1)}, dweight.dtype(), dweight.device());
+  Tensor dlocal = Tensor::empty({ids.numel(), dweight.dim(1)}, dout.dtype(), dweight.device());
   gather_from_tp_region_backward(dlocal, dout, tp_);
   ops::embedding_backward(dweight, dlocal, ids);
 }

@@ -19,6 +19,15 @@ Tensor with_last_dim(const Tensor& like, int64_t last) {
   return Tensor::empty({rows_of(like), last}, like.dtype(), like.device());
 }
 
+bool is_16bit(const Tensor& t) { return t.dtype() == DType::bf16 || t.dtype() == DType::f16; }
+
+// An fp32 temporary shaped like `like` (16-bit activations): tensor-parallel
+// partial sums are reduced in fp32 and rounded once, so a tp layout rounds
+// what the one-rank product rounds (ops.h linear_forward's f32 output).
+Tensor master_like(const Tensor& like) {
+  return Tensor::empty(like.shape(), master_dtype(like.dtype()), like.device());
+}
+
 }  // namespace
 
 // ---- ColumnParallelLinear -------------------------------------------------
@@ -54,7 +63,7 @@ void ColumnParallelLinear::backward(Tensor* dinp, Tensor* dweight, Tensor* dbias
     dlocal = with_last_dim(dout, weight.dim(0));
     gather_from_tp_region_backward(dlocal, dout, tp_, opts_.n_fused);
   }
-  if (!dinp || tp_.size() == 1 || (!dweight && !dbias)) {
+  if (!dinp || tp_.size() == 1) {
     ops::linear_backward(dinp, dweight, dbias, dlocal, inp, weight);
     if (dinp) copy_to_tp_region_backward(*dinp, tp_);
     return;
@@ -65,10 +74,13 @@ void ColumnParallelLinear::backward(Tensor* dinp, Tensor* dweight, Tensor* dbias
   // tensor-parallel all-reduce). NCCL runs it on its own stream; MPI
   // advances it only inside MPI calls (the progress thread of
   // comm/mpi_progress.h polls only while dp buckets are open, not here).
-  ops::linear_backward(dinp, nullptr, nullptr, dlocal, inp, weight);
-  comm::WorkPtr sum = tp_.all_reduce(*dinp, {.op = comm::ReduceOp::sum});
-  ops::linear_backward(nullptr, dweight, dbias, dlocal, inp, weight);
+  // 16-bit activations: the partial input gradient is summed in fp32, then rounded.
+  Tensor partial = is_16bit(*dinp) ? master_like(*dinp) : *dinp;
+  ops::linear_backward(&partial, nullptr, nullptr, dlocal, inp, weight);
+  comm::WorkPtr sum = tp_.all_reduce(partial, {.op = comm::ReduceOp::sum});
+  if (dweight || dbias) ops::linear_backward(nullptr, dweight, dbias, dlocal, inp, weight);
   sum->wait();
+  if (partial.raw() != dinp->raw()) ops::convert(*dinp, partial);
 }
 
 // ---- RowParallelLinear ----------------------------------------------------
@@ -82,9 +94,20 @@ void RowParallelLinear::forward(Tensor& out, const Tensor& inp, const Tensor& we
     x = with_last_dim(inp, weight.dim(-1));  // (N, C/p)
     scatter_to_tp_region_forward(x, inp, tp_);
   }
-  ops::linear_forward(out, x, weight, nullptr);
-  reduce_from_tp_region_forward(out, tp_);
-  if (bias) ops::add_bias_forward(out, *bias);
+  if (!is_16bit(out)) {
+    ops::linear_forward(out, x, weight, nullptr);
+    reduce_from_tp_region_forward(out, tp_);
+    if (bias) ops::add_bias_forward(out, *bias);
+    return;
+  }
+  // 16-bit activations: one rounding of the whole sum and the bias, as one
+  // rank's linear_forward rounds it; the tp partial sums are reduced in fp32.
+  if (tp_.size() == 1) return ops::linear_forward(out, x, weight, bias);
+  Tensor partial = master_like(out);
+  ops::linear_forward(partial, x, weight, nullptr);
+  reduce_from_tp_region_forward(partial, tp_);
+  if (bias) ops::add_bias_forward(partial, *bias);
+  ops::convert(out, partial);
 }
 
 void RowParallelLinear::backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,

@@ -107,6 +107,27 @@ runtime: { threads: 1 }
   }
 }
 
+// runtime.precision fp16 (which every CPU runs): activations and the
+// boundary buffers in 16 bits, statistics and losses fp32, plus the
+// parameters' fp16 shadow, in the prediction and in the allocator alike.
+TEST(PlanMemory, SixteenBitActivations) {
+  const int world = world_size();
+  const std::string dir = write_shards("planmem16", 20000, 256);
+  const std::string base = R"(
+model: { arch: gpt2, n_layer: 4, n_head: 4, d_model: 32, vocab_size: 300, max_seq_len: 64 }
+train: { steps: 5, global_batch: 16, micro_batch: 2, seq_len: 64 }
+optimizer: { lr: 0.001 }
+data: { train: ")" + dir + R"(/m_train_*.bin", tokenizer: bytes }
+runtime: { threads: 1, precision: fp16 }
+)";
+  const std::string n = std::to_string(world);
+  for (const std::vector<std::string>& o : std::vector<std::vector<std::string>>{
+           {"parallel.pp=" + n}, {"parallel.tp=" + n}, {"parallel.dp=" + n, "parallel.zero=1"}}) {
+    SCOPED_TRACE(testing::PrintToString(o));
+    expect_prediction_within_10_percent(parse_config(base, "tiny16.yaml", o));
+  }
+}
+
 TEST(PlanMemory, Gpt2SmallAtTwoStages) {
   if (world_size() != 2) GTEST_SKIP() << "the GPT-2 124M check runs at pp = 2 on 2 ranks";
   const char* src = std::getenv("LATTICE_SOURCE_DIR");
@@ -119,4 +140,9 @@ TEST(PlanMemory, Gpt2SmallAtTwoStages) {
   ASSERT_EQ(cfg.model.d_model, 768);
   ASSERT_EQ(cfg.model.vocab_size, 50257);
   expect_prediction_within_10_percent(cfg);
+  // The same under fp16: half the bytes of every activation (the logits above
+  // all), the fp16 shadow on top of the parameters.
+  Config half = cfg;
+  half.runtime.precision = Precision::fp16;
+  expect_prediction_within_10_percent(half);
 }

@@ -65,23 +65,23 @@ class Activations final : public ChunkActivations {
   }
   std::unique_ptr<SavedTensors> embedding(const MakeTensor& make, int64_t B, int64_t T) const override {
     auto e = std::make_unique<EmbedActs>();
-    e->sum = make({B, T, C}), e->mean = make({B, T}), e->rstd = make({B, T});
+    e->sum = make({B, T, C}), e->mean = make.master({B, T}), e->rstd = make.master({B, T});
     return e;
   }
   std::unique_ptr<SavedTensors> block(const MakeTensor& make, int64_t B, int64_t T) const override {
     auto a = std::make_unique<BlockActs>();
     a->qkv = make({B, T, 3 * C_l}), a->att = make({B, NH_l, T, T}), a->atty = make({B, T, C_l});
-    a->res1 = make({B, T, C}), a->h1 = make({B, T, C}), a->h1_mean = make({B, T}), a->h1_rstd = make({B, T});
+    a->res1 = make({B, T, C}), a->h1 = make({B, T, C}), a->h1_mean = make.master({B, T}), a->h1_rstd = make.master({B, T});
     a->fch = make({B, T, F_l}), a->fch_gelu = make({B, T, F_l});
-    a->res2 = make({B, T, C}), a->out_mean = make({B, T}), a->out_rstd = make({B, T});
+    a->res2 = make({B, T, C}), a->out_mean = make.master({B, T}), a->out_rstd = make.master({B, T});
     return a;
   }
   std::unique_ptr<LmHeadTensors> head(const MakeTensor& make, int64_t B, int64_t T) const override {
     auto h = std::make_unique<HeadActs>();
     h->tr = make({B, T, C}), h->tr_gelu = make({B, T, C});
-    h->tr_ln = make({B, T, C}), h->tr_mean = make({B, T}), h->tr_rstd = make({B, T});
+    h->tr_ln = make({B, T, C}), h->tr_mean = make.master({B, T}), h->tr_rstd = make.master({B, T});
     h->logits = make({B, T, V_l});
-    h->losses = make({B, T}), h->lse = make({B, T});
+    h->losses = make.master({B, T}), h->lse = make.master({B, T});
     return h;
   }
   std::unique_ptr<SavedTensors> scratch(const MakeTensor& make, const StageSpan& span, int64_t B,
@@ -90,8 +90,8 @@ class Activations final : public ChunkActivations {
     w->c1 = make({B, T, C}), w->c2 = make({B, T, C}), w->c3 = make({B, T, C});
     w->f1 = make({B, T, F_l}), w->f2 = make({B, T, F_l});
     w->qkv_grad = make({B, T, 3 * C_l}), w->att_grad = make({B, NH_l, T, T});
-    w->qkv_bias_grad = make({3 * C_l});
-    if (span.head) w->bias_full = make({1, V_pad}), w->bias_l = make({1, V_l});
+    w->qkv_bias_grad = make.master({3 * C_l});
+    if (span.head) w->bias_full = make.master({1, V_pad}), w->bias_l = make.master({1, V_l});
     return w;
   }
   int64_t NH_l = 0, C_l = 0, F_l = 0, V_l = 0, V_pad = 0;

@@ -66,18 +66,18 @@ class Activations final : public ChunkActivations {
   }
   std::unique_ptr<SavedTensors> block(const MakeTensor& make, int64_t B, int64_t T) const override {
     auto a = std::make_unique<BlockActs>();
-    a->ln1 = make({B, T, C}), a->ln1_rstd = make({B, T});
+    a->ln1 = make({B, T, C}), a->ln1_rstd = make.master({B, T});
     a->qkv = make({B, T, 3 * C_l}), a->att = make({B, NH_l, T, T}), a->atty = make({B, T, C_l});
     a->res1 = make({B, T, C});
-    a->ln2 = make({B, T, C}), a->ln2_rstd = make({B, T});
+    a->ln2 = make({B, T, C}), a->ln2_rstd = make.master({B, T});
     a->gu = make({B, T, 2 * F_l}), a->act = make({B, T, F_l});
     return a;
   }
   std::unique_ptr<LmHeadTensors> head(const MakeTensor& make, int64_t B, int64_t T) const override {
     auto h = std::make_unique<HeadActs>();
-    h->lnf = make({B, T, C}), h->lnf_rstd = make({B, T});
+    h->lnf = make({B, T, C}), h->lnf_rstd = make.master({B, T});
     h->logits = make({B, T, V_l});
-    h->losses = make({B, T}), h->lse = make({B, T});
+    h->losses = make.master({B, T}), h->lse = make.master({B, T});
     return h;
   }
   std::unique_ptr<SavedTensors> scratch(const MakeTensor& make, const StageSpan& span, int64_t B,
@@ -87,14 +87,14 @@ class Activations final : public ChunkActivations {
     w->packed = make({B, T, W_l});
     w->f1 = make({B, T, F_l}), w->f2 = make({B, T, 2 * F_l});
     w->qkv_grad = make({B, T, 3 * C_l}), w->att_grad = make({B, NH_l, T, T});
-    if (kv_replicas > 1 && span.end_layer > span.first_layer) w->qkv_wgrad = make({W_l, C});
+    if (kv_replicas > 1 && span.end_layer > span.first_layer) w->qkv_wgrad = make.master({W_l, C});
     return w;
   }
   // The loss's buffers with the head; the replicated-k/v gradient sum's (KV_l
   // blocks of tp / R) buffer per block (tp/replicas.cpp).
-  int64_t transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType dtype) const override {
-    int64_t n = ChunkActivations::transient_bytes(span, B, T, dtype);
-    if (kv_replicas > 1) n += 2 * KV_l * HS * C * kv_groups * int64_t(dtype_size(dtype));
+  int64_t transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType activation) const override {
+    int64_t n = ChunkActivations::transient_bytes(span, B, T, activation);
+    if (kv_replicas > 1) n += 2 * KV_l * HS * C * kv_groups * int64_t(dtype_size(master_dtype(activation)));
     return n;
   }
   int64_t HS = 0, NH_l = 0, KV_l = 0, C_l = 0, W_l = 0, F_l = 0, V_l = 0;

@@ -45,9 +45,9 @@ class Activations final : public ChunkActivations {
   }
   std::unique_ptr<SavedTensors> block(const MakeTensor& make, int64_t B, int64_t T) const override {
     auto a = std::make_unique<BlockActs>();
-    a->ln1 = make({B, T, C}), a->ln1_mean = make({B, T}), a->ln1_rstd = make({B, T});
+    a->ln1 = make({B, T, C}), a->ln1_mean = make.master({B, T}), a->ln1_rstd = make.master({B, T});
     a->qkv = make({B, T, 3 * C_l}), a->att = make({B, NH_l, T, T}), a->atty = make({B, T, C_l});
-    a->ln2 = make({B, T, C}), a->ln2_mean = make({B, T}), a->ln2_rstd = make({B, T});
+    a->ln2 = make({B, T, C}), a->ln2_mean = make.master({B, T}), a->ln2_rstd = make.master({B, T});
     a->fch = make({B, T, F_l}), a->fch_gelu = make({B, T, F_l});
     return a;
   }
