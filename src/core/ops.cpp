@@ -515,13 +515,3 @@ void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum, float lr, f
 }
 
 }  // namespace lattice::ops
-
-namespace lattice::ops {
-// TEMPORARY (models16 branch, replaced by the mm16 merge): CPU-only convert.
-void convert(Tensor& out, const Tensor& in) {
-  LATTICE_CHECK(out.numel() == in.numel() && in.device().is_cpu() && out.device().is_cpu(), "ops::convert: temp");
-  if (out.dtype() == in.dtype()) return out.copy_from(in);
-  if (in.dtype() == DType::f32) return round_to_half(out, in);
-  LATTICE_FAIL("ops::convert: temp");
-}
-}  // namespace lattice::ops

@@ -156,7 +156,6 @@ bool all_finite(const Tensor& x);
 // f32_to_bf16 / f32_to_f16): the rounding a 16-bit matmul applies to an f32
 // operand; a parameter shadow's refresh (core/param.h).
 void round_to_half(Tensor& out, const Tensor& inp);
-void convert(Tensor& out, const Tensor& in);  // TEMPORARY
 
 // ---- optimizer updates (one tensor, usually a view into the flat buffer) -----
 struct AdamWStep {
