@@ -97,7 +97,8 @@ class CudaBackend {
   // (each skipped when null): ops::linear_backward. Under f32 matmuls the
   // products run through cuBLASLt with dbias in the dweight matmul's BGRADB
   // epilogue where it can be (core/cuda/lt_plan.h); under 16-bit matmuls
-  // through gemm and the column-sum kernel.
+  // dout is rounded once for both 16-bit gemms, and the column-sum kernel
+  // sums the fp32 dout.
   virtual void linear_backward(int dev, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                MatmulOperand weight, int64_t N, int64_t C, int64_t OC) = 0;
   virtual void add_bias(int dev, float* out, const float* bias, int64_t rows, int64_t cols) = 0;
@@ -216,6 +217,39 @@ class CudaBackend {
   virtual void shard_cross_entropy_backward16(int dev, DType act, void* dlogits, const void* logits, const float* lse,
                                               const int32_t* targets, float dloss, int64_t col_start, int64_t n_valid,
                                               int ignore_index, int64_t N, int64_t K) = 0;
+
+  // ---- matmuls on 16-bit activations (core/ops.h's contract) ----
+  // `act` (bf16 or f16) is the activations' type and must be the matmul type
+  // (set_matmul_dtype), else these throw. The void pointers are of type `act`
+  // unless a DType beside them says f32; a weight is fp32 (rounded on the
+  // call) or `act` (its shadow); bias, dweight and dbias are fp32. Every
+  // product is cublasGemmEx with 16-bit A and B and CUBLAS_COMPUTE_32F into
+  // fp32 (the output itself, or a grow-only fp32 scratch in blocks of rows),
+  // then one kernel adds the bias (and GELU) and rounds to nearest even once.
+  // c (m, n) = round(alpha * op(a) op(b) + beta * widen(c)); a, b fp32 or `act`.
+  virtual void gemm16(int dev, DType act, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      MatmulOperand a, MatmulOperand b, float beta, void* c) = 0;
+  // out (N, OC) of `out_dtype` (act, or f32 unrounded) = inp (N, C) @ weight^T + bias.
+  virtual void linear_forward16(int dev, DType act, void* out, DType out_dtype, const void* inp, MatmulOperand weight,
+                                const float* bias, int64_t N, int64_t C, int64_t OC) = 0;
+  // pre (N, OC) = round(inp @ weight^T + bias), gelu (N, OC) = round(gelu(pre)) (tanh form).
+  virtual void linear_gelu_forward16(int dev, DType act, void* gelu, void* pre, const void* inp, MatmulOperand weight,
+                                     const float* bias, int64_t N, int64_t C, int64_t OC) = 0;
+  // dinp (N, C) of `dinp_dtype` (act, or f32 unrounded) = dout @ weight, or
+  // null; dweight (OC, C) += dout^T @ inp and dbias (OC) += column sums of
+  // dout, each fp32 or null. dout is 16-bit already: nothing is rounded but dinp.
+  virtual void linear_backward16(int dev, DType act, void* dinp, DType dinp_dtype, float* dweight, float* dbias,
+                                 const void* dout, const void* inp, MatmulOperand weight, int64_t N, int64_t C,
+                                 int64_t OC) = 0;
+
+  // ---- mixed dtypes (f32 beside one 16-bit type) ----
+  // out (n) = round(widen(a) + widen(b)) in out's dtype; each of out, a, b f32
+  // or one 16-bit type; out may alias a or b (ops::add_inplace).
+  virtual void add_mixed(int dev, void* out, DType out_dtype, const void* a, DType a_dtype, const void* b,
+                         DType b_dtype, int64_t n) = 0;
+  // out (n) = in (n) converted between two distinct dtypes of f32, bf16, f16
+  // (ops::convert: round to nearest even; widening exact).
+  virtual void convert(int dev, void* out, DType out_dtype, const void* in, DType in_dtype, int64_t n) = 0;
 
   // ---- attention ----
   // Two paths behind one pair of calls. The plain one (core/cuda/attention.h)

@@ -1,19 +1,19 @@
 // The op dispatch layer (see ops.h): check shapes, dtypes and devices, then
-// call the CPU kernel for f32/f64 or the CUDA backend for f32. Every failure
-// names the op and the offending shapes, dtypes or device.
+// call the CPU kernel for f32/f64 (and bf16/f16 activations) or the CUDA
+// backend. Every failure names the op and the offending shapes, dtypes or
+// device. The matmul section is ops_matmul.cpp, the layers' ops ops_nn.cpp.
 #include "core/ops.h"
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <initializer_list>
+#include <iterator>
 #include <type_traits>
 
 #include "core/backend.h"
 #include "core/kernels/cpu/activation.h"
-#include "core/kernels/cpu/bias.h"
 #include "core/kernels/cpu/elementwise.h"
-#include "core/kernels/cpu/matmul.h"
 #include "core/kernels/cpu/matmul_half.h"
 #include "core/kernels/cpu/norm.h"
 #include "core/kernels/cpu/optimizer.h"
@@ -22,188 +22,6 @@
 namespace lattice::ops {
 
 using namespace detail;
-
-// ---- matmul -------------------------------------------------------------
-
-namespace {
-
-// The type the matmuls on `device` run in (runtime.precision).
-DType matmul_dtype_on(Device device) { return device.is_cuda() ? cuda_backend().matmul_dtype() : cpu::matmul_dtype(); }
-
-// A matmul operand `name` of a product into `like`: like's dtype, or, for an
-// f32 product, the 16-bit type the matmuls on that device run in (a
-// parameter's 16-bit shadow, core/param.h).
-void check_operand(const char* op, const char* name, const Tensor& x, const Tensor& like) {
-  LATTICE_CHECK(x.defined(), "ops::{}: {} is undefined", op, name);
-  const bool half = x.dtype() == DType::bf16 || x.dtype() == DType::f16;
-  LATTICE_CHECK(x.device() == like.device() && (x.dtype() == like.dtype() || (half && like.dtype() == DType::f32)),
-                "ops::{}: mixed tensors {} and {} {}", op, desc(like), name, desc(x));
-  if (!half) return;
-  const DType matmuls = matmul_dtype_on(x.device());
-  LATTICE_CHECK(x.dtype() == matmuls,
-                "ops::{}: {} {} is a 16-bit copy, but the matmuls on {} run in {}: a {} operand needs "
-                "runtime.precision {}",
-                op, name, desc(x), x.device().str(), dtype_name(matmuls), dtype_name(x.dtype()),
-                x.dtype() == DType::bf16 ? "bf16" : "fp16");
-}
-
-MatmulOperand operand(const Tensor& t) { return {t.raw(), t.dtype()}; }
-
-}  // namespace
-
-void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta) {
-  check_same("gemm", {&c});
-  check_operand("gemm", "a", a, c);
-  check_operand("gemm", "b", b, c);
-  LATTICE_CHECK(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2, "ops::gemm: needs 2-D tensors, got a {} b {} c {}",
-                shape_str(a.shape()), shape_str(b.shape()), shape_str(c.shape()));
-  int64_t m = trans_a ? a.dim(1) : a.dim(0), k = trans_a ? a.dim(0) : a.dim(1);
-  int64_t kb = trans_b ? b.dim(1) : b.dim(0), n = trans_b ? b.dim(0) : b.dim(1);
-  LATTICE_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, "ops::gemm: op(a) {}{} times op(b) {}{} does not give c {}",
-                shape_str(a.shape()), trans_a ? "^T" : "", shape_str(b.shape()), trans_b ? "^T" : "",
-                shape_str(c.shape()));
-  if (cuda_f32(c))
-    return cuda_backend().gemm(c.device().index, trans_a, trans_b, m, n, k, alpha, operand(a), operand(b), beta, fp(c));
-  on_cpu("gemm", c, [&](auto t) {
-    using T = decltype(t);
-    if constexpr (std::is_same_v<T, float>)  // packed: each row stride is the stored width
-      cpu::gemm(trans_a, trans_b, m, n, k, alpha, operand(a), std::max<int64_t>(1, a.dim(1)), operand(b),
-                std::max<int64_t>(1, b.dim(1)), beta, c.data<float>(), std::max<int64_t>(1, n));
-    else
-      cpu::gemm<T>(trans_a, trans_b, m, n, k, T(alpha), a.data<T>(), b.data<T>(), T(beta), c.data<T>());
-  });
-}
-
-namespace {
-// (N, C, OC) of a linear layer, checked.
-struct LinearDims {
-  int64_t N, C, OC;
-};
-LinearDims linear_dims(const char* op, const Tensor& out, const Tensor& inp, const Tensor& weight) {
-  LATTICE_CHECK(weight.ndim() == 2, "ops::{}: weight must be (OC, C), got {}", op, shape_str(weight.shape()));
-  int64_t OC = weight.dim(0), C = weight.dim(1);
-  Rows r = rows_of(inp);
-  LATTICE_CHECK(r.c == C && out.numel() == r.n * OC && rows_of(out).c == OC,
-                "ops::{}: inp {} and weight {} (OC, C) need out (N, OC), got out {}", op, shape_str(inp.shape()),
-                shape_str(weight.shape()), shape_str(out.shape()));
-  return {r.n, C, OC};
-}
-
-// linear_forward's checks (out, inp, weight and bias), shared with linear_gelu_forward.
-LinearDims check_linear_forward(const char* op, const Tensor& out, const Tensor& inp, const Tensor& weight,
-                                const Tensor* bias) {
-  check_same(op, {&out, &inp});
-  check_operand(op, "weight", weight, out);
-  LinearDims d = linear_dims(op, out, inp, weight);
-  if (bias) {
-    check_same(op, {&out, bias});
-    LATTICE_CHECK(bias->numel() == d.OC, "ops::{}: bias {} for OC = {}", op, shape_str(bias->shape()), d.OC);
-  }
-  return d;
-}
-}  // namespace
-
-void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias) {
-  LinearDims d = check_linear_forward("linear_forward", out, inp, weight, bias);
-  if (cuda_f32(out))
-    return cuda_backend().linear_forward(out.device().index, fp(out), fp(inp), operand(weight),
-                                         bias ? fp(*bias) : nullptr, d.N, d.C, d.OC);
-  on_cpu("linear_forward", out, [&](auto t) {
-    using T = decltype(t);
-    if constexpr (std::is_same_v<T, float>)
-      cpu::linear_forward(out.data<float>(), inp.data<float>(), operand(weight), ptr<float>(bias), d.N, d.C, d.OC);
-    else
-      cpu::linear_forward<T>(out.data<T>(), inp.data<T>(), weight.data<T>(), ptr<T>(bias), d.N, d.C, d.OC);
-  });
-}
-
-void linear_gelu_forward(Tensor& act, Tensor& pre, const Tensor& inp, const Tensor& weight, const Tensor* bias) {
-  check_same("linear_gelu_forward", {&act, &pre});
-  LATTICE_CHECK(act.numel() == pre.numel(), "ops::linear_gelu_forward: act {} for pre {}", shape_str(act.shape()),
-                shape_str(pre.shape()));
-  if (cuda_f32(pre)) {
-    LinearDims d = check_linear_forward("linear_gelu_forward", pre, inp, weight, bias);
-    return cuda_backend().linear_gelu_forward(pre.device().index, fp(act), fp(pre), fp(inp), operand(weight),
-                                              bias ? fp(*bias) : nullptr, d.N, d.C, d.OC);
-  }
-  linear_forward(pre, inp, weight, bias);
-  gelu_forward(act, pre);
-}
-
-void linear_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
-                     const Tensor& weight) {
-  check_same("linear_backward", {&dout, &inp});
-  check_operand("linear_backward", "weight", weight, dout);
-  LinearDims d = linear_dims("linear_backward", dout, inp, weight);
-  if (dinp) {
-    check_same("linear_backward", {&dout, dinp});
-    LATTICE_CHECK(dinp->numel() == inp.numel(), "ops::linear_backward: dinp {} for inp {}", shape_str(dinp->shape()),
-                  shape_str(inp.shape()));
-  }
-  if (dweight) {
-    check_same("linear_backward", {&dout, dweight});
-    LATTICE_CHECK(dweight->numel() == weight.numel(), "ops::linear_backward: dweight {} for weight {}",
-                  shape_str(dweight->shape()), shape_str(weight.shape()));
-  }
-  if (dbias) {
-    check_same("linear_backward", {&dout, dbias});
-    LATTICE_CHECK(dbias->numel() == d.OC, "ops::linear_backward: dbias {} for OC = {}", shape_str(dbias->shape()),
-                  d.OC);
-  }
-  if (cuda_f32(dout)) {
-    return cuda_backend().linear_backward(dout.device().index, dinp ? fp(*dinp) : nullptr,
-                                          dweight ? fp(*dweight) : nullptr, dbias ? fp(*dbias) : nullptr, fp(dout),
-                                          fp(inp), operand(weight), d.N, d.C, d.OC);
-  }
-  on_cpu("linear_backward", dout, [&](auto t) {
-    using T = decltype(t);
-    if constexpr (std::is_same_v<T, float>)
-      cpu::linear_backward(ptr<float>(dinp), ptr<float>(dweight), ptr<float>(dbias), dout.data<float>(),
-                           inp.data<float>(), operand(weight), d.N, d.C, d.OC);
-    else
-      cpu::linear_backward<T>(ptr<T>(dinp), ptr<T>(dweight), ptr<T>(dbias), dout.data<T>(), inp.data<T>(),
-                              weight.data<T>(), d.N, d.C, d.OC);
-  });
-}
-
-namespace {
-// rows: activations (f32, f64, bf16, f16); the bias: f32 beside 16-bit rows.
-Rows bias_dims(const char* op, const Tensor& rows, const Tensor& bias) {
-  check_same(op, {&rows});
-  check_master(op, rows, {&bias});
-  Rows r = rows_of(rows);
-  LATTICE_CHECK(bias.numel() == r.c, "ops::{}: bias {} for rows {} (N, OC)", op, shape_str(bias.shape()),
-                shape_str(rows.shape()));
-  return r;
-}
-}  // namespace
-
-void add_bias_forward(Tensor& out, const Tensor& bias) {
-  Rows r = bias_dims("add_bias_forward", out, bias);
-  if (cuda_f32(out)) return cuda_backend().add_bias(out.device().index, fp(out), fp(bias), r.n, r.c);
-  if (cuda_16(out)) return cuda_backend().add_bias16(out.device().index, out.dtype(), out.raw(), fp(bias), r.n, r.c);
-  on_cpu_act("add_bias_forward", out, [&](auto t) {
-    using T = decltype(t);
-    if constexpr (std::is_same_v<T, compute_t<T>>)
-      cpu::add_bias<T>(out.data<T>(), bias.data<T>(), r.n, r.c);
-    else
-      cpu::add_bias16<T>(sp<T>(out), fp(bias), r.n, r.c);
-  });
-}
-
-void add_bias_backward(Tensor& dbias, const Tensor& dout) {
-  Rows r = bias_dims("add_bias_backward", dout, dbias);
-  if (cuda_f32(dout)) return cuda_backend().bias_backward(dout.device().index, fp(dbias), fp(dout), r.n, r.c);
-  if (cuda_16(dout))
-    return cuda_backend().bias_backward16(dout.device().index, dout.dtype(), fp(dbias), dout.raw(), r.n, r.c);
-  on_cpu_act("add_bias_backward", dout, [&](auto t) {
-    using T = decltype(t);
-    if constexpr (std::is_same_v<T, compute_t<T>>)
-      cpu::bias_backward<T>(dbias.data<T>(), dout.data<T>(), r.n, r.c);
-    else
-      cpu::bias_backward16<T>(fp(dbias), sp<T>(dout), r.n, r.c);
-  });
-}
 
 // ---- normalisation ------------------------------------------------------
 
@@ -405,7 +223,61 @@ void softmax_backward(Tensor& dinp, const Tensor& dout, const Tensor& out) {
 
 // ---- element-wise and reductions --------------------------------------------
 
+namespace {
+// The one 16-bit type among tensors that are each f32 or that type, on one
+// device (a mixed add); anything else fails.
+DType mixed_half(const char* op, std::initializer_list<const Tensor*> ts) {
+  DType half = DType::f32;
+  bool ok = true;
+  const Tensor* first = *ts.begin();
+  for (const Tensor* t : ts) {
+    LATTICE_CHECK(t->defined(), "ops::{}: an argument tensor is undefined", op);
+    ok = ok && t->device() == first->device();
+    if (is_16bit(t->dtype()) && half == DType::f32) half = t->dtype();
+    ok = ok && (t->dtype() == DType::f32 || t->dtype() == half);
+  }
+  LATTICE_CHECK(ok && half != DType::f32,
+                "ops::{}: mixed tensors {} and {}: mixed dtypes are f32 beside one 16-bit type (bf16 or f16) on "
+                "one device",
+                op, desc(*first), desc(**std::prev(ts.end())));
+  return half;
+}
+
+// Calls f(float{}) for an f32 tensor, else f(S{}).
+template <typename S, typename F>
+void f32_or(const Tensor& t, F&& f) {
+  if (t.dtype() == DType::f32)
+    f(float{});
+  else
+    f(S{});
+}
+
+// out = narrow(widen(a) + widen(b)) with each of out, a, b f32 or one 16-bit type.
+void add_mixed(const char* op, Tensor& out, const Tensor& a, const Tensor& b) {
+  const DType half = mixed_half(op, {&out, &a, &b});
+  LATTICE_CHECK(a.numel() == b.numel() && out.numel() == a.numel(), "ops::{}: out {} = a {} + b {}", op,
+                shape_str(out.shape()), shape_str(a.shape()), shape_str(b.shape()));
+  if (out.device().is_cuda())
+    return cuda_backend().add_mixed(out.device().index, out.raw(), out.dtype(), a.raw(), a.dtype(), b.raw(), b.dtype(),
+                                    out.numel());
+  with_16bit(op, half, [&](auto s) {
+    using S = decltype(s);
+    f32_or<S>(out, [&](auto o) {
+      f32_or<S>(a, [&](auto x) {
+        f32_or<S>(b, [&](auto y) {
+          using O = decltype(o);
+          using A = decltype(x);
+          using B = decltype(y);
+          cpu::add<O, A, B>(sp<O>(out), sp<A>(a), sp<B>(b), out.numel());
+        });
+      });
+    });
+  });
+}
+}  // namespace
+
 void add(Tensor& out, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != out.dtype() || b.dtype() != out.dtype()) return add_mixed("add", out, a, b);
   check_same("add", {&out, &a, &b});
   LATTICE_CHECK(a.numel() == b.numel() && out.numel() == a.numel(), "ops::add: out {} = a {} + b {}",
                 shape_str(out.shape()), shape_str(a.shape()), shape_str(b.shape()));
@@ -419,6 +291,7 @@ void add(Tensor& out, const Tensor& a, const Tensor& b) {
 }
 
 void add_inplace(Tensor& acc, const Tensor& x) {
+  if (x.dtype() != acc.dtype()) return add_mixed("add_inplace", acc, acc, x);
   check_same("add_inplace", {&acc, &x});
   LATTICE_CHECK(acc.numel() == x.numel(), "ops::add_inplace: acc {} += x {}", shape_str(acc.shape()),
                 shape_str(x.shape()));
@@ -472,6 +345,30 @@ void round_to_half(Tensor& out, const Tensor& inp) {
   if (inp.device().is_cuda())
     return cuda_backend().round_to_half(inp.device().index, out.raw(), out.dtype(), fp(inp), inp.numel());
   cpu::round_to_half(out.dtype(), static_cast<uint16_t*>(out.raw()), inp.data<float>(), inp.numel());
+}
+
+namespace {
+// out of storage O = in of storage I, where they differ (the same dtype is a copy).
+template <typename O, typename I>
+void convert_as(Tensor& out, const Tensor& in) {
+  if constexpr (!std::is_same_v<O, I>) cpu::convert<O, I>(sp<O>(out), sp<I>(in), out.numel());
+}
+}  // namespace
+
+void convert(Tensor& out, const Tensor& in) {
+  auto takes = [](const Tensor& t) { return t.defined() && (t.dtype() == DType::f32 || is_16bit(t.dtype())); };
+  LATTICE_CHECK(takes(out) && takes(in) && out.device() == in.device() && out.numel() == in.numel(),
+                "ops::convert: needs f32, bf16 or f16 tensors of one size on one device, got out {} and in {}",
+                out.defined() ? desc(out) : "undefined", in.defined() ? desc(in) : "undefined");
+  if (out.dtype() == in.dtype()) return out.copy_from(in);
+  if (out.device().is_cuda())
+    return cuda_backend().convert(out.device().index, out.raw(), out.dtype(), in.raw(), in.dtype(), out.numel());
+  auto storage = [](DType t, auto&& f) {  // f(float{}), f(Bf16{}) or f(F16{})
+    if (t == DType::f32) return f(float{});
+    with_16bit("convert", t, f);
+  };
+  storage(out.dtype(),
+          [&](auto o) { storage(in.dtype(), [&](auto i) { convert_as<decltype(o), decltype(i)>(out, in); }); });
 }
 
 // ---- optimizer updates --------------------------------------------------------

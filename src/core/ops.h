@@ -3,8 +3,10 @@
 // Each op takes Tensors, checks shapes and dtypes, and dispatches by device
 // and dtype: CPU f32 and f64 go to the templated kernels in
 // core/kernels/cpu/ (OpenBLAS for matmuls, OpenMP loops for the rest); CUDA f32
-// goes to the CUDA backend (core/backend.h); anything else is an Error that
-// names the op, dtype and device.
+// goes to the CUDA backend (core/backend.h); bf16/f16 activations (the ops
+// that have 16-bit kernels, under runtime.precision bf16|fp16) go to both's
+// 16-bit kernels; anything else is an Error that names the op, dtype and
+// device.
 //
 // Conventions (ARCHITECTURE.md §2): forward and backward sit side by side with
 // mirrored signatures (outputs, saved state, inputs, parameters). Parameter
@@ -29,20 +31,39 @@ namespace lattice::ops {
 // bits as the result. Any other 16-bit operand is an error naming the
 // precision it needs.
 //
+// 16-bit activations. Activations (inp, dout, a 16-bit c) of type S = bf16 or
+// f16 need the matmuls on their device to run in S (cpu::matmul_dtype(),
+// CudaBackend::matmul_dtype(); runtime.precision bf16|fp16); otherwise the
+// op fails naming itself, both dtypes and the precision needed. Beside them
+// a weight is f32 (rounded to S on the call) or S (its shadow; same bits),
+// bias, dweight and dbias are f32. All arithmetic accumulates in fp32; a
+// 16-bit output is rounded ONCE to nearest even, after the bias (and before
+// GELU, which rounds its own output): the bits of the f32 op under S
+// matmuls on the widened inputs, rounded. An f32 out or dinp beside 16-bit
+// activations is that fp32 result unrounded (a tensor-parallel partial sum,
+// all-reduced in fp32 before it is rounded).
+//
 // c (M, N) = alpha * op(a) @ op(b) + beta * c, with op(x) = x or x^T.
 // a is (M, K) or (K, M) when trans_a; b is (K, N) or (N, K) when trans_b.
+// c of S: c = round(alpha * op(a) op(b) + beta * widen(c)), a and b each S or
+// f32 (rounded); c f32 with a and/or b of the matmul type: unrounded.
 void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha = 1.0f,
           float beta = 0.0f);
 
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
+// inp S: out S (rounded once, after the bias) or f32 (unrounded).
 void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias);
 // pre (N, OC) = linear_forward(inp, weight, bias), act (N, OC) = gelu(pre)
 // (tanh form), for a layer whose backward needs pre: the same values as the
-// two calls, one fused cuBLASLt matmul on the GPU where it can be.
+// two calls, one fused cuBLASLt matmul on the GPU where it can be. inp, act
+// and pre share one dtype; for S, pre = round(linear) and act =
+// round(gelu(widen(pre))), the bits of linear_forward then gelu_forward.
 void linear_gelu_forward(Tensor& act, Tensor& pre, const Tensor& inp, const Tensor& weight, const Tensor* bias);
 // dinp (N, C) = dout @ weight                 (overwrite; skipped when null)
 // dweight (OC, C) += dout^T @ inp             (skipped when null)
 // dbias (OC) += column sums of dout           (skipped when null)
+// dout and inp S: dinp S (rounded once) or f32 (unrounded); dweight and dbias
+// f32, accumulated in fp32 from the 16-bit values as they are.
 void linear_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
                      const Tensor& weight);
 
@@ -147,15 +168,25 @@ void shard_cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const T
                                   float dloss, int64_t col_start, int64_t n_valid, int ignore_index);
 
 // ---- element-wise and reductions --------------------------------------------
-void add(Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b (residual)
-void add_inplace(Tensor& acc, const Tensor& x);           // acc += x
-void scale_inplace(Tensor& x, double s);                  // x *= s
-double sum_squares(const Tensor& x);                      // sum x^2, accumulated in double
+// out = a + b (residual); acc += x. One dtype, or mixed: each tensor f32 or
+// one 16-bit type, out = round(widen(a) + widen(b)) in out's dtype (one fp32
+// add, rounded once when out is 16-bit): a 16-bit acc += an f32 x (an fp32
+// position table into 16-bit embedding rows), an f32 acc += a 16-bit x (16-bit
+// row gradients into the fp32 table gradient, exact widening).
+void add(Tensor& out, const Tensor& a, const Tensor& b);
+void add_inplace(Tensor& acc, const Tensor& x);
+void scale_inplace(Tensor& x, double s);  // x *= s
+double sum_squares(const Tensor& x);      // sum x^2, accumulated in double
 bool all_finite(const Tensor& x);
 // out (n) bf16 or f16 = inp (n) f32 rounded to nearest even (dtype.h's
 // f32_to_bf16 / f32_to_f16): the rounding a 16-bit matmul applies to an f32
 // operand; a parameter shadow's refresh (core/param.h).
 void round_to_half(Tensor& out, const Tensor& inp);
+// out = in in out's dtype: any of f32, bf16, f16 to any of them, same numel
+// and device. f32 to 16-bit rounds to nearest even as round_to_half (fp16
+// beyond 65504 to inf); 16-bit to f32 is exact; bf16 <-> f16 goes through f32;
+// the same dtype copies.
+void convert(Tensor& out, const Tensor& in);
 
 // ---- optimizer updates (one tensor, usually a view into the flat buffer) -----
 struct AdamWStep {

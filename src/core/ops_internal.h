@@ -80,6 +80,14 @@ auto on_cpu_act(const char* op, const Tensor& t, F&& f) -> decltype(f(float{})) 
 }
 
 inline bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
+
+// Calls f(Bf16{}) or f(F16{}) for the 16-bit dtype `t`; fails otherwise.
+template <typename F>
+auto with_16bit(const char* op, DType t, F&& f) -> decltype(f(Bf16{})) {
+  if (t == DType::bf16) return f(Bf16{});
+  LATTICE_CHECK(t == DType::f16, "ops::{}: {} is not a 16-bit activation type (bf16 or f16)", op, dtype_name(t));
+  return f(F16{});
+}
 inline bool cuda_f32(const Tensor& t) { return t.device().is_cuda() && t.dtype() == DType::f32; }
 // A CUDA tensor of 16-bit activations (the backend's *16 kernels).
 inline bool cuda_16(const Tensor& t) { return t.device().is_cuda() && is_16bit(t.dtype()); }

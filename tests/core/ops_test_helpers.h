@@ -9,9 +9,11 @@
 
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/kernels/cpu/matmul.h"
+#include "core/kernels/cpu/matmul_bf16.h"
 #include "core/ops.h"
 #include "core/rng.h"
 #include "support/act16.h"
@@ -42,6 +44,22 @@ inline void expect_attention_rounded_within(DType operands, double tol) {
     differ += rounded.data<float>()[i] != fp32.data<float>()[i];
   }
   EXPECT_GT(differ, fp32.numel() / 2);
+}
+
+// A test parameterised on a 16-bit matmul type (bf16, f16): the CPU matmuls
+// run in it for the test's duration. bf16 skips, saying why, without
+// AVX512-BF16 or oneDNN.
+class HalfMatmulTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (GetParam() == DType::bf16 && !cpu::bf16_matmul_available(&why)) GTEST_SKIP() << "no bf16 matmuls: " << why;
+    cpu::set_matmul_dtype(GetParam());
+  }
+  void TearDown() override { cpu::set_matmul_dtype(DType::f32); }
+};
+inline std::string dtype_param_name(const ::testing::TestParamInfo<DType>& p) {
+  return std::string(dtype_name(p.param));
 }
 
 // rows x cols with row stride ld, values uniform in [-half_range, half_range)

@@ -118,6 +118,76 @@ TEST(OpsElementwise, Act16MixedDtypesAreOneError) {
   EXPECT_HAS(text, "bf16");
   EXPECT_HAS(text, "f16");
   EXPECT_HAS(text, "cpu");
-  EXPECT_HAS(error_text([&] { ops::add_inplace(c, a); }), "ops::add_inplace");
+  EXPECT_HAS(error_text([&] { ops::add(c, a, b); }), "f32 beside one 16-bit type");
+  Tensor d = Tensor::zeros({4}, DType::f64);
+  EXPECT_HAS(error_text([&] { ops::add_inplace(d, a); }), "ops::add_inplace");
+  EXPECT_HAS(error_text([&] { ops::add_inplace(c, Tensor::zeros({5}, DType::bf16)); }), "ops::add_inplace");
   EXPECT_HAS(error_text([&] { ops::sum_squares(Tensor::zeros({4}, DType::i32)); }), "bf16 or f16");
+}
+
+// f32 beside one 16-bit type: one fp32 add, rounded once into a 16-bit out
+// (an fp32 position table into 16-bit rows), exact into an f32 out (16-bit
+// row gradients into the fp32 table gradient).
+TEST(OpsElementwise, Act16MixedWithF32BothDirections) {
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor a = act16({3, 40001}, dt, 85), x = random_tensor({3, 40001}, DType::f32, 86);
+    Tensor ref = zeros_like(x);
+    ops::add(ref, as_f32(a), x);  // the f32 op on the widened values
+    Tensor acc = a.clone();
+    ops::add_inplace(acc, x);
+    expect_rounded_equal(acc, ref);
+    Tensor out = zeros_like(a);
+    ops::add(out, x, a);
+    expect_rounded_equal(out, ref);
+    Tensor acc32 = x.clone(), out32 = zeros_like(x);
+    ops::add_inplace(acc32, a);
+    EXPECT_TRUE(bitwise_equal(acc32, ref));
+    ops::add(out32, a, x);
+    EXPECT_TRUE(bitwise_equal(out32, ref));
+    Tensor b = act16({3, 40001}, dt, 87), ab = zeros_like(x), ab_ref = zeros_like(x);
+    ops::add(ab, a, b);  // two 16-bit values into f32: unrounded
+    ops::add(ab_ref, as_f32(a), as_f32(b));
+    EXPECT_TRUE(bitwise_equal(ab, ab_ref));
+  }
+}
+
+TEST(OpsElementwise, ConvertRoundsOnceAndWidensExactly) {
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.0f, 65520.0f, -70000.0f, 1e-8f, 3.0e38f, 1.00390625f};
+  for (int i = 0; i < 5000; ++i) v.push_back(std::ldexp(float(i % 97) - 48.0f, i % 40 - 20) / 7.0f);
+  Tensor x = Tensor::from(v, {int64_t(v.size())});
+  for (DType dt : kAct16) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor h = Tensor::zeros(x.shape(), dt), want = Tensor::zeros(x.shape(), dt);
+    ops::convert(h, x);
+    ops::round_to_half(want, x);  // the matmuls' rounding, dtype.h's converters
+    EXPECT_TRUE(bitwise_equal(h, want));
+    Tensor back = zeros_like(x), again = zeros_like(h);
+    ops::convert(back, h);
+    EXPECT_TRUE(bitwise_equal(back, as_f32(h)));  // exact widening
+    ops::convert(again, back);
+    EXPECT_TRUE(bitwise_equal(again, h));  // 16 -> 32 -> 16 is the identity
+    Tensor copy = zeros_like(h);
+    ops::convert(copy, h);
+    EXPECT_TRUE(bitwise_equal(copy, h));
+  }
+  Tensor f16 = Tensor::zeros(x.shape(), DType::f16);
+  ops::convert(f16, x);
+  const Tensor w = as_f32(f16);
+  EXPECT_EQ(w.data<float>()[3], 65504.0f);
+  EXPECT_EQ(w.data<float>()[4], 65504.0f);                                // below the rounding edge
+  EXPECT_EQ(w.data<float>()[5], std::numeric_limits<float>::infinity());  // overflows to inf
+  EXPECT_EQ(w.data<float>()[6], -std::numeric_limits<float>::infinity());
+  // bf16 <-> f16 goes through f32: bf16 keeps 3e38, f16 cannot.
+  Tensor bf = Tensor::zeros(x.shape(), DType::bf16), bf_to_f16 = zeros_like(f16), f16_to_bf = zeros_like(bf);
+  ops::convert(bf, x);
+  ops::convert(bf_to_f16, bf);
+  Tensor want = zeros_like(f16);
+  ops::convert(want, as_f32(bf));
+  EXPECT_TRUE(bitwise_equal(bf_to_f16, want));
+  ops::convert(f16_to_bf, f16);
+  ops::convert(want = zeros_like(bf), as_f32(f16));
+  EXPECT_TRUE(bitwise_equal(f16_to_bf, want));
+  EXPECT_HAS(error_text([&] { ops::convert(f16, Tensor::zeros({3}, DType::f32)); }), "ops::convert");
+  EXPECT_HAS(error_text([&] { ops::convert(f16, Tensor::zeros(x.shape(), DType::i32)); }), "f32, bf16 or f16");
 }

@@ -28,18 +28,8 @@
 namespace lattice {
 namespace {
 
-std::string type_name(const ::testing::TestParamInfo<DType>& p) { return std::string(dtype_name(p.param)); }
-
 // The matmuls run in the parameter type for the test's duration.
-class HalfMatmul : public ::testing::TestWithParam<DType> {
- protected:
-  void SetUp() override {
-    std::string why;
-    if (GetParam() == DType::bf16 && !cpu::bf16_matmul_available(&why)) GTEST_SKIP() << "no bf16 matmuls: " << why;
-    cpu::set_matmul_dtype(GetParam());
-  }
-  void TearDown() override { cpu::set_matmul_dtype(DType::f32); }
-};
+using HalfMatmul = test::HalfMatmulTest;
 
 // rows x cols stored with row stride ld (the gap holds values beyond fp16's range).
 std::vector<float> matrix(int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
@@ -160,7 +150,7 @@ TEST_P(HalfMatmul, LinearBackwardEqualsTwoGemms) {
   EXPECT_TRUE(same_bits(dw, ref_dw));
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, HalfMatmul, ::testing::Values(DType::bf16, DType::f16), type_name);
+INSTANTIATE_TEST_SUITE_P(Types, HalfMatmul, ::testing::Values(DType::bf16, DType::f16), test::dtype_param_name);
 
 // round_to_half over blocks (parallel past 2^16 elements) gives dtype.h's
 // scalar rounding on every element: ties, subnormals, the fp16 overflow edge,

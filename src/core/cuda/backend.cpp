@@ -30,6 +30,8 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/cuda/attention.h"
@@ -46,6 +48,10 @@ namespace {
 
 // The stream every call uses: the device's legacy default stream.
 constexpr cudaStream_t kStream = nullptr;
+
+// Most fp32 elements one block of a 16-bit matmul output is summed into
+// before it is rounded (64 MiB of scratch per device).
+constexpr int64_t kAcc16Elems = int64_t(1) << 24;
 
 int checked_int(int64_t v, const char* what) {
   LATTICE_CHECK(v >= 0 && v <= INT_MAX, "gemm: {} = {} is out of the range cuBLAS int arguments take", what, v);
@@ -169,20 +175,11 @@ class Backend final : public CudaBackend {
       return;
     }
     // 16-bit operands, fp32 accumulation and output: an fp32 operand is
-    // rounded on every call into stream-ordered scratch (the rounded b starts
-    // 256 bytes aligned, as cuBLAS's vectorised kernels want); a 16-bit one (a
+    // rounded on every call into stream-ordered scratch; a 16-bit one (a
     // parameter's shadow) is read where it is, with no conversion kernel.
     std::lock_guard<std::mutex> lock(half_mu_);
-    const int64_t na = a.dtype == DType::f32 ? m * k : 0, nb = b.dtype == DType::f32 ? k * n : 0;
-    const int64_t na_padded = (na + 127) / 128 * 128;
-    uint16_t* scratch =
-        na + nb > 0 ? static_cast<uint16_t*>(grown(half_operands_, dev, size_t(na_padded + nb) * sizeof(uint16_t)))
-                    : nullptr;
-    const void* a16 = half_operand(a, scratch, na);
-    const void* b16 = half_operand(b, scratch + na_padded, nb);
-    const cudaDataType_t type = matmul_dtype_ == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
-    CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, ni, mi, ki, &alpha, b16, type, ldb, a16, type, lda, &beta, c, CUDA_R_32F,
-                              ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    const auto [a16, b16] = halves(dev, a, m * k, b, k * n);
+    gemm_ex(h, trans_a, trans_b, m, n, k, alpha, a16, lda, b16, ldb, beta, c, n);
     finish();
   }
 
@@ -220,10 +217,17 @@ class Backend final : public CudaBackend {
   void linear_backward(int dev, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        MatmulOperand weight, int64_t N, int64_t C, int64_t OC) override {
     cpu::check_matmul_operand("cuda linear_backward", "weight", weight, matmul_dtype_);
-    if (matmul_dtype_ != DType::f32) {  // the 16-bit gemms, then the column sums
-      if (dinp) gemm(dev, false, false, N, C, OC, 1.0f, dout, weight, 0.0f, dinp);
-      if (dweight) gemm(dev, true, false, OC, C, N, 1.0f, dout, inp, 1.0f, dweight);
-      if (dbias) bias_backward(dev, dbias, dout, N, OC);
+    if (matmul_dtype_ != DType::f32) {  // the 16-bit gemms on dout rounded once, then the column sums
+      cublasHandle_t h = blas(dev);
+      {
+        std::lock_guard<std::mutex> lock(half_mu_);
+        const int64_t n_dout = dinp || dweight ? N * OC : 0;
+        const void* dout16 =
+            half_operand(dout, static_cast<uint16_t*>(grown(dout16_, dev, size_t(n_dout) * 2)), n_dout);
+        backward_products16(dev, h, dinp, DType::f32, dweight, dout16, inp, weight, N, C, OC);
+      }
+      if (dbias) launch_bias_backward(kStream, dbias, dout, N, OC);
+      finish();
       return;
     }
     cublasLtHandle_t h = blas_lt(dev);
@@ -233,8 +237,7 @@ class Backend final : public CudaBackend {
     static_assert(kLtWorkspaceBytes % kLtBgradAlign == 0);
     char* ws = static_cast<char*>(workspace(dev, kLtWorkspaceBytes + size_t(std::max<int64_t>(OC, 0)) * sizeof(float)));
     lt_linear_backward(lt_call(h, dev, ws), dinp, dweight, dbias, dout, inp, static_cast<const float*>(weight.data), N,
-                       C, OC,
-                       reinterpret_cast<float*>(ws + kLtWorkspaceBytes));
+                       C, OC, reinterpret_cast<float*>(ws + kLtWorkspaceBytes));
     finish();
   }
 
@@ -587,6 +590,87 @@ class Backend final : public CudaBackend {
     });
   }
 
+  void gemm16(int dev, DType act, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              MatmulOperand a, MatmulOperand b, float beta, void* c) override {
+    check_act16("gemm", act);
+    cpu::check_matmul_operand("cuda gemm", "a", a, matmul_dtype_);
+    cpu::check_matmul_operand("cuda gemm", "b", b, matmul_dtype_);
+    cublasHandle_t h = blas(dev);
+    std::lock_guard<std::mutex> lock(half_mu_);
+    const auto [a16, b16] = halves(dev, a, m * k, b, k * n);
+    const int64_t lda = std::max<int64_t>(1, trans_a ? m : k), ldb = std::max<int64_t>(1, trans_b ? k : n);
+    on_act16(act, [&](auto s) {
+      using S = decltype(s);
+      S* cs = static_cast<S*>(c);
+      for_row_blocks(dev, m, n, [&](int64_t r0, int64_t rows, float* acc) {
+        if (beta != 0.0f) launch_convert(kStream, acc, cs + r0 * n, rows * n);
+        // Rows r0.. of op(a): rows of a, or columns of a stored transposed.
+        gemm_ex(h, trans_a, trans_b, rows, n, k, alpha, at16(a16, trans_a ? r0 : r0 * lda), lda, b16, ldb, beta, acc,
+                n);
+        launch_narrow_rows<S>(kStream, cs + r0 * n, nullptr, acc, nullptr, rows, n);
+      });
+    });
+    finish();
+  }
+
+  void linear_forward16(int dev, DType act, void* out, DType out_dtype, const void* inp, MatmulOperand weight,
+                        const float* bias, int64_t N, int64_t C, int64_t OC) override {
+    LATTICE_CHECK(out_dtype == act || out_dtype == DType::f32, "cuda linear_forward: out is {}, not {} or f32",
+                  dtype_name(out_dtype), dtype_name(act));
+    linear16(dev, act, out, out_dtype, nullptr, inp, weight, bias, N, C, OC);
+  }
+
+  void linear_gelu_forward16(int dev, DType act, void* gelu, void* pre, const void* inp, MatmulOperand weight,
+                             const float* bias, int64_t N, int64_t C, int64_t OC) override {
+    linear16(dev, act, pre, act, gelu, inp, weight, bias, N, C, OC);
+  }
+
+  void linear_backward16(int dev, DType act, void* dinp, DType dinp_dtype, float* dweight, float* dbias,
+                         const void* dout, const void* inp, MatmulOperand weight, int64_t N, int64_t C,
+                         int64_t OC) override {
+    check_act16("linear_backward", act);
+    cpu::check_matmul_operand("cuda linear_backward", "weight", weight, matmul_dtype_);
+    LATTICE_CHECK(dinp_dtype == act || dinp_dtype == DType::f32, "cuda linear_backward: dinp is {}, not {} or f32",
+                  dtype_name(dinp_dtype), dtype_name(act));
+    cublasHandle_t h = blas(dev);
+    {
+      std::lock_guard<std::mutex> lock(half_mu_);
+      backward_products16(dev, h, dinp, dinp_dtype, dweight, dout, MatmulOperand(inp, act), weight, N, C, OC);
+    }
+    if (dbias) on_act16(act, [&](auto s) { launch_bias_backward(kStream, dbias, as(s, dout), N, OC); });
+    finish();
+  }
+
+  void add_mixed(int dev, void* out, DType out_dtype, const void* a, DType a_dtype, const void* b, DType b_dtype,
+                 int64_t n) override {
+    const DType half = out_dtype != DType::f32 ? out_dtype : a_dtype != DType::f32 ? a_dtype : b_dtype;
+    auto fits = [&](DType t) { return t == DType::f32 || t == half; };
+    LATTICE_CHECK((half == DType::bf16 || half == DType::f16) && fits(out_dtype) && fits(a_dtype) && fits(b_dtype),
+                  "cuda add: mixed dtypes are f32 beside one 16-bit type, got out {} a {} b {}", dtype_name(out_dtype),
+                  dtype_name(a_dtype), dtype_name(b_dtype));
+    run(dev, [&] {
+      on_act16(half, [&](auto s) {
+        using S = decltype(s);
+        f32_or<S>(out_dtype, [&](auto o) {
+          f32_or<S>(a_dtype, [&](auto x) {
+            f32_or<S>(b_dtype, [&](auto y) { launch_add(kStream, as(o, out), as(x, a), as(y, b), n); });
+          });
+        });
+      });
+    });
+  }
+
+  void convert(int dev, void* out, DType out_dtype, const void* in, DType in_dtype, int64_t n) override {
+    auto takes = [](DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; };
+    LATTICE_CHECK(takes(out_dtype) && takes(in_dtype) && out_dtype != in_dtype,
+                  "cuda convert: from {} to {}: converts between two of f32, bf16, f16", dtype_name(in_dtype),
+                  dtype_name(out_dtype));
+    run(dev, [&] {
+      storage(out_dtype,
+              [&](auto o) { storage(in_dtype, [&](auto i) { convert_as<decltype(o), decltype(i)>(out, in, n); }); });
+    });
+  }
+
   void attention_forward(int dev, float* out, float* att, const float* qkv, const CudaAttentionArgs& a) override {
     check_attention(a);
     if (fused_attention(dev, a)) {
@@ -648,12 +732,109 @@ class Backend final : public CudaBackend {
   }
 
   // Operand x in the matmul's 16-bit type: x itself when it already is (a
-  // parameter's shadow), else rounded into `scratch` (n elements). half_mu_ held.
+  // parameter's shadow, 16-bit activations), else rounded into `scratch` (n
+  // elements). half_mu_ held.
   const void* half_operand(const MatmulOperand& x, uint16_t* scratch, int64_t n) {
     if (x.dtype != DType::f32) return x.data;
     auto round = matmul_dtype_ == DType::bf16 ? launch_to_bf16 : launch_to_f16;
     round(kStream, scratch, static_cast<const float*>(x.data), n);
     return scratch;
+  }
+
+  // Operands a (na elements) and b (nb) as half_operand gives them, the
+  // fp32 ones rounded into the operand scratch (b's copy starting 256 bytes
+  // aligned, as cuBLAS's vectorised kernels want). half_mu_ held.
+  std::pair<const void*, const void*> halves(int dev, const MatmulOperand& a, int64_t na, const MatmulOperand& b,
+                                             int64_t nb) {
+    const int64_t ra = a.dtype == DType::f32 ? na : 0, rb = b.dtype == DType::f32 ? nb : 0;
+    const int64_t ra_padded = (ra + 127) / 128 * 128;
+    uint16_t* scratch =
+        ra + rb > 0 ? static_cast<uint16_t*>(grown(half_operands_, dev, size_t(ra_padded + rb) * sizeof(uint16_t)))
+                    : nullptr;
+    return {half_operand(a, scratch, ra), half_operand(b, scratch + ra_padded, rb)};
+  }
+
+  // A 16-bit matrix advanced by `elems` elements.
+  static const void* at16(const void* p, int64_t elems) { return static_cast<const uint16_t*>(p) + elems; }
+
+  // Row-major C (m, n; row stride ldc) = alpha op(A) op(B) + beta C with A and
+  // B of the matmul's 16-bit type (row strides lda, ldb), C fp32, fp32
+  // accumulation: column-major C^T = op(B)^T op(A)^T, so cuBLAS gets B first.
+  void gemm_ex(cublasHandle_t h, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+    const int mi = checked_int(m, "m"), ni = checked_int(n, "n"), ki = checked_int(k, "k");
+    if (mi == 0 || ni == 0) return;
+    const cudaDataType_t type = matmul_dtype_ == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    CUBLAS_CHECK(cublasGemmEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, ni, mi, ki,
+                              &alpha, b, type, checked_int(ldb, "ldb"), a, type, checked_int(lda, "lda"), &beta, c,
+                              CUDA_R_32F, checked_int(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+
+  // Calls fn(r0, rows, acc) over blocks of the rows of a (rows, cols) 16-bit
+  // output, acc fp32 device scratch for rows * cols (grow-only, at most
+  // kAcc16Elems). half_mu_ held.
+  template <typename Fn>
+  void for_row_blocks(int dev, int64_t rows, int64_t cols, Fn&& fn) {
+    if (rows == 0 || cols == 0) return;
+    const int64_t block = std::clamp<int64_t>(kAcc16Elems / cols, 1, rows);
+    float* acc = static_cast<float*>(grown(acc16_, dev, size_t(block * cols) * sizeof(float)));
+    for (int64_t r0 = 0; r0 < rows; r0 += block) fn(r0, std::min(block, rows - r0), acc);
+  }
+
+  // out (N, OC) = inp @ weight^T + bias in `out_dtype` (act: rounded once,
+  // after the bias; f32: unrounded), with gelu non-null gelu = round(gelu(out)).
+  void linear16(int dev, DType act, void* out, DType out_dtype, void* gelu, const void* inp, MatmulOperand weight,
+                const float* bias, int64_t N, int64_t C, int64_t OC) {
+    check_act16("linear_forward", act);
+    cpu::check_matmul_operand("cuda linear_forward", "weight", weight, matmul_dtype_);
+    cublasHandle_t h = blas(dev);
+    std::lock_guard<std::mutex> lock(half_mu_);
+    const auto [x16, w16] = halves(dev, MatmulOperand(inp, act), N * C, weight, OC * C);
+    const int64_t ldx = std::max<int64_t>(1, C);
+    if (out_dtype == DType::f32) {
+      gemm_ex(h, false, true, N, OC, C, 1.0f, x16, ldx, w16, ldx, 0.0f, static_cast<float*>(out), OC);
+      if (bias) launch_add_bias(kStream, static_cast<float*>(out), bias, N, OC);
+    } else {
+      on_act16(act, [&](auto s) {
+        using S = decltype(s);
+        for_row_blocks(dev, N, OC, [&](int64_t r0, int64_t rows, float* acc) {
+          gemm_ex(h, false, true, rows, OC, C, 1.0f, at16(x16, r0 * C), ldx, w16, ldx, 0.0f, acc, OC);
+          launch_narrow_rows<S>(kStream, as(s, out) + r0 * OC, gelu ? as(s, gelu) + r0 * OC : nullptr, acc, bias, rows,
+                                OC);
+        });
+      });
+    }
+    finish();
+  }
+
+  // Linear backward's two products with dout (N, OC) of the matmul's 16-bit
+  // type: dinp (N, C) = dout @ weight in `dinp_dtype` (f32, or the 16-bit
+  // type rounded once) and dweight (OC, C) += dout^T @ inp, each skipped when
+  // null; inp and weight fp32 (rounded here) or 16-bit. half_mu_ held.
+  void backward_products16(int dev, cublasHandle_t h, void* dinp, DType dinp_dtype, float* dweight, const void* dout,
+                           const MatmulOperand& inp, const MatmulOperand& weight, int64_t N, int64_t C, int64_t OC) {
+    const auto [x16, w16] = halves(dev, inp, dweight ? N * C : 0, weight, dinp ? OC * C : 0);
+    const int64_t ldx = std::max<int64_t>(1, C), ldo = std::max<int64_t>(1, OC);
+    if (dinp && dinp_dtype == DType::f32)  // (N, OC) @ (OC, C)
+      gemm_ex(h, false, false, N, C, OC, 1.0f, dout, ldo, w16, ldx, 0.0f, static_cast<float*>(dinp), ldx);
+    else if (dinp)
+      on_act16(matmul_dtype_, [&](auto s) {
+        using S = decltype(s);
+        for_row_blocks(dev, N, C, [&](int64_t r0, int64_t rows, float* acc) {
+          gemm_ex(h, false, false, rows, C, OC, 1.0f, at16(dout, r0 * OC), ldo, w16, ldx, 0.0f, acc, ldx);
+          launch_narrow_rows<S>(kStream, as(s, dinp) + r0 * C, nullptr, acc, nullptr, rows, C);
+        });
+      });
+    if (dweight)  // += (N, OC)^T @ (N, C)
+      gemm_ex(h, true, false, OC, C, N, 1.0f, dout, ldo, x16, ldx, 1.0f, dweight, ldx);
+  }
+
+  // 16-bit activations of type `act` need the matmuls to run in it.
+  void check_act16(const char* op, DType act) const {
+    LATTICE_CHECK(act == matmul_dtype_ && act != DType::f32,
+                  "cuda {}: {} activations need the matmuls to run in {} (runtime.precision {}), but they run in {}",
+                  op, dtype_name(act), dtype_name(act), act == DType::bf16 ? "bf16" : "fp16",
+                  dtype_name(matmul_dtype_));
   }
 
   // The io type of the fused attention: the matmuls' 16-bit type.
@@ -704,6 +885,23 @@ class Backend final : public CudaBackend {
     if (act == DType::bf16) return f(Bf16{});
     if (act == DType::f16) return f(F16{});
     LATTICE_FAIL("cuda: 16-bit activation kernels take bf16 or f16, not dtype {}", int(act));
+  }
+  // out (n) of storage O = in (n) of storage I, where they differ.
+  template <typename O, typename I>
+  static void convert_as(void* out, const void* in, int64_t n) {
+    if constexpr (!std::is_same_v<O, I>) launch_convert(kStream, static_cast<O*>(out), static_cast<const I*>(in), n);
+  }
+  // Calls f(float{}) for f32, else f(S{}).
+  template <typename S, typename F>
+  static void f32_or(DType t, F&& f) {
+    if (t == DType::f32) return f(float{});
+    f(S{});
+  }
+  // Calls f(float{}), f(Bf16{}) or f(F16{}) for f32, bf16 or f16.
+  template <typename F>
+  static void storage(DType t, F&& f) {
+    if (t == DType::f32) return f(float{});
+    on_act16(t, f);
   }
   // An activation pointer as the storage type of the tag s.
   template <typename S>
@@ -859,6 +1057,8 @@ class Backend final : public CudaBackend {
   LtMatmulCache lt_cache_;             // cuBLASLt plans of every device (LtKey has the device); ws_mu_
   std::mutex half_mu_;
   std::vector<Workspace> half_operands_;  // indexed by device: bf16/f16 copies of a gemm's fp32 operands; half_mu_
+  std::vector<Workspace> dout16_;         // indexed by device: linear backward's fp32 dout rounded once; half_mu_
+  std::vector<Workspace> acc16_;          // indexed by device: fp32 sums of 16-bit matmul outputs; half_mu_
   DType matmul_dtype_ = DType::f32;       // runtime.precision (set_matmul_dtype)
   std::mutex gelu_mu_;
   std::vector<int> gelu_epilogue_;  // indexed by device: 0 unknown, 1 cuBLASLt's GELU is ours, -1 it is not

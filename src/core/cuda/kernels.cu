@@ -69,9 +69,24 @@ __global__ void swiglu_backward_kernel(S* dinp, const S* dout, const S* inp, int
   }
 }
 
-template <typename S>
-__global__ void add_kernel(S* out, const S* a, const S* b, int64_t n) {
+template <typename S, typename A, typename B>
+__global__ void add_kernel(S* out, const A* a, const B* b, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = narrow<S>(widen(a[i]) + widen(b[i]));
+}
+
+template <typename O, typename I>
+__global__ void convert_kernel(O* out, const I* in, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = narrow<O>(widen(in[i]));
+}
+
+template <typename S>
+__global__ void narrow_rows_kernel(S* out, S* gelu, const float* acc, const float* bias, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const S v = narrow<S>(bias ? acc[i] + bias[i % cols] : acc[i]);
+    out[i] = v;
+    if (gelu) gelu[i] = narrow<S>(GeluTanh::f(widen(v)));
+  }
 }
 
 template <typename S>
@@ -214,10 +229,23 @@ void launch_swiglu_backward(cudaStream_t stream, S* dinp, const S* dout, const S
   swiglu_backward_kernel<<<blocks_for(N * F), kThreads, 0, stream>>>(dinp, dout, inp, N, F);
 }
 
-template <typename S>
-void launch_add(cudaStream_t stream, S* out, const S* a, const S* b, int64_t n) {
+template <typename S, typename A, typename B>
+void launch_add(cudaStream_t stream, S* out, const A* a, const B* b, int64_t n) {
   if (n == 0) return;
   add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, a, b, n);
+}
+
+template <typename O, typename I>
+void launch_convert(cudaStream_t stream, O* out, const I* in, int64_t n) {
+  if (n == 0) return;
+  convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
+}
+
+template <typename S>
+void launch_narrow_rows(cudaStream_t stream, S* out, S* gelu, const float* acc, const float* bias, int64_t rows,
+                        int64_t cols) {
+  if (rows * cols == 0) return;
+  narrow_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(out, gelu, acc, bias, rows, cols);
 }
 
 template <typename S>
@@ -283,6 +311,23 @@ void launch_any_nonfinite(cudaStream_t stream, int* result, const S* x, int64_t 
   template void launch_swiglu_backward<S>(cudaStream_t, S*, const S*, const S*, int64_t, int64_t);
 LATTICE_EACH_STORAGE(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
+
+// 16-bit storage S beside fp32: mixed adds, conversions, matmul outputs.
+#define LATTICE_INSTANTIATE(S)                                                                      \
+  template void launch_add<S, S, float>(cudaStream_t, S*, const S*, const float*, int64_t);         \
+  template void launch_add<S, float, S>(cudaStream_t, S*, const float*, const S*, int64_t);         \
+  template void launch_add<S, float, float>(cudaStream_t, S*, const float*, const float*, int64_t); \
+  template void launch_add<float, S, S>(cudaStream_t, float*, const S*, const S*, int64_t);         \
+  template void launch_add<float, S, float>(cudaStream_t, float*, const S*, const float*, int64_t); \
+  template void launch_add<float, float, S>(cudaStream_t, float*, const float*, const S*, int64_t); \
+  template void launch_convert<S, float>(cudaStream_t, S*, const float*, int64_t);                  \
+  template void launch_convert<float, S>(cudaStream_t, float*, const S*, int64_t);                  \
+  template void launch_narrow_rows<S>(cudaStream_t, S*, S*, const float*, const float*, int64_t, int64_t);
+LATTICE_INSTANTIATE(Bf16)
+LATTICE_INSTANTIATE(F16)
+#undef LATTICE_INSTANTIATE
+template void launch_convert<Bf16, F16>(cudaStream_t, Bf16*, const F16*, int64_t);
+template void launch_convert<F16, Bf16>(cudaStream_t, F16*, const Bf16*, int64_t);
 
 void launch_adamw(cudaStream_t stream, float* param, const float* grad, float* m, float* v, int64_t n,
                   const AdamWArgs& args) {

@@ -62,9 +62,20 @@ void launch_swiglu_forward(cudaStream_t stream, S* out, const S* inp, int64_t N,
 template <typename S>
 void launch_swiglu_backward(cudaStream_t stream, S* dinp, const S* dout, const S* inp, int64_t N, int64_t F);
 
-// out (n) = a + b; out may alias a or b.
+// out (n) = a + b; out may alias a or b. Mixed storage (float beside Bf16 or
+// F16; instantiated for those): out = narrow<S>(widen(a) + widen(b)).
+template <typename S, typename A = S, typename B = S>
+void launch_add(cudaStream_t stream, S* out, const A* a, const B* b, int64_t n);
+// out (n) = narrow<O>(widen(in)) for distinct O, I of float, Bf16, F16.
+template <typename O, typename I>
+void launch_convert(cudaStream_t stream, O* out, const I* in, int64_t n);
+// The one rounding of a 16-bit matmul output: out (rows, cols) =
+// narrow<S>(acc + bias) with acc the fp32 product, bias (cols) fp32 or null;
+// with gelu non-null also gelu = narrow<S>(gelu_tanh(widen(out))), the bits
+// of launch_gelu_forward on out.
 template <typename S>
-void launch_add(cudaStream_t stream, S* out, const S* a, const S* b, int64_t n);
+void launch_narrow_rows(cudaStream_t stream, S* out, S* gelu, const float* acc, const float* bias, int64_t rows,
+                        int64_t cols);
 // x (n) *= s
 template <typename S>
 void launch_scale(cudaStream_t stream, S* x, float s, int64_t n);

@@ -10,6 +10,8 @@
 // Plain data, no error machinery: the header is compiled by nvcc too.
 #pragma once
 
+#include <cstdint>
+
 #include "core/dtype.h"
 
 namespace lattice {
@@ -20,5 +22,11 @@ struct MatmulOperand {
   const void* data = nullptr;
   DType dtype = DType::f32;  // f32, bf16 or f16
 };
+
+// x advanced by `elems` of its elements (a block of rows or columns).
+inline MatmulOperand shifted(const MatmulOperand& x, int64_t elems) {
+  const int64_t bytes = elems * (x.dtype == DType::f32 ? 4 : 2);
+  return {static_cast<const char*>(x.data) + bytes, x.dtype};
+}
 
 }  // namespace lattice

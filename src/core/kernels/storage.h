@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "core/hd.h"
@@ -42,6 +43,13 @@ struct StorageTraits<F16> {
 };
 template <typename S>
 using compute_t = typename StorageTraits<S>::Compute;
+
+// The DType of storage type S (float, double, Bf16, F16).
+template <typename S>
+inline constexpr DType storage_dtype = std::is_same_v<S, Bf16>     ? DType::bf16
+                                       : std::is_same_v<S, F16>    ? DType::f16
+                                       : std::is_same_v<S, double> ? DType::f64
+                                                                   : DType::f32;
 
 LATTICE_HD float widen(float x) { return x; }
 LATTICE_HD double widen(double x) { return x; }

@@ -15,8 +15,8 @@ constexpr int64_t kParallelMin = 1 << 15;
 constexpr int64_t kChunk = 1 << 14;
 }  // namespace
 
-template <typename T>
-void add(T* out, const T* a, const T* b, int64_t n) {
+template <typename T, typename A, typename B>
+void add(T* out, const A* a, const B* b, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = narrow<T>(widen(a[i]) + widen(b[i]));
 }
@@ -25,6 +25,12 @@ template <typename T>
 void add_inplace(T* acc, const T* x, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) acc[i] = narrow<T>(widen(acc[i]) + widen(x[i]));
+}
+
+template <typename O, typename I>
+void convert(O* out, const I* in, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = narrow<O>(widen(in[i]));
 }
 
 template <typename T>
@@ -71,5 +77,21 @@ LATTICE_INSTANTIATE(double)
 LATTICE_INSTANTIATE(Bf16)
 LATTICE_INSTANTIATE(F16)
 #undef LATTICE_INSTANTIATE
+
+// Mixed storage: fp32 beside one 16-bit type S.
+#define LATTICE_INSTANTIATE(S)                                                 \
+  template void add<S, S, float>(S*, const S*, const float*, int64_t);         \
+  template void add<S, float, S>(S*, const float*, const S*, int64_t);         \
+  template void add<S, float, float>(S*, const float*, const float*, int64_t); \
+  template void add<float, S, S>(float*, const S*, const S*, int64_t);         \
+  template void add<float, S, float>(float*, const S*, const float*, int64_t); \
+  template void add<float, float, S>(float*, const float*, const S*, int64_t); \
+  template void convert<S, float>(S*, const float*, int64_t);                  \
+  template void convert<float, S>(float*, const S*, int64_t);
+LATTICE_INSTANTIATE(Bf16)
+LATTICE_INSTANTIATE(F16)
+#undef LATTICE_INSTANTIATE
+template void convert<Bf16, F16>(Bf16*, const F16*, int64_t);
+template void convert<F16, Bf16>(F16*, const Bf16*, int64_t);
 
 }  // namespace lattice::cpu

@@ -125,23 +125,29 @@ void bias_backward(T* dbias, const T* dout, int64_t N, int64_t OC) {
   }
 }
 
-void linear_forward(float* out, const float* inp, MatmulOperand weight, const float* bias, int64_t N, int64_t C,
+void linear_forward(float* out, MatmulOperand inp, MatmulOperand weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC) {
   gemm(false, true, N, OC, C, 1.0f, inp, std::max<int64_t>(1, C), weight, std::max<int64_t>(1, C), 0.0f, out,
        std::max<int64_t>(1, OC));
   if (bias) add_bias(out, bias, N, OC);
 }
 
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     MatmulOperand weight, int64_t N, int64_t C, int64_t OC) {
+void linear_backward_products(float* dinp, float* dweight, MatmulOperand dout, MatmulOperand inp, MatmulOperand weight,
+                              int64_t N, int64_t C, int64_t OC) {
   check_matmul_operand("linear_backward", "weight", weight, g_matmul_dtype);
   if (g_matmul_dtype != DType::f32 && N > 0 && C > 0 && OC > 0 && (dinp || dweight)) {
     linear_backward_half(g_matmul_dtype, dinp, dweight, dout, inp, weight, N, C, OC);  // dout rounded once
-  } else {  // fp32 matmuls (an fp32 weight), or an empty product, which reads no weight
-    const float* w = static_cast<const float*>(weight.data);
-    if (dinp) gemm<float>(false, false, N, C, OC, 1.0f, dout, w, 0.0f, dinp);         // (N, OC) @ (OC, C)
-    if (dweight) gemm<float>(true, false, OC, C, N, 1.0f, dout, inp, 1.0f, dweight);  // (N, OC)^T @ (N, C)
+    return;
   }
+  // fp32 matmuls, or an empty product (which reads no operand)
+  const int64_t ldc = std::max<int64_t>(1, C), ldo = std::max<int64_t>(1, OC);
+  if (dinp) gemm(false, false, N, C, OC, 1.0f, dout, ldo, weight, ldc, 0.0f, dinp, ldc);    // (N, OC) @ (OC, C)
+  if (dweight) gemm(true, false, OC, C, N, 1.0f, dout, ldo, inp, ldc, 1.0f, dweight, ldc);  // (N, OC)^T @ (N, C)
+}
+
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     MatmulOperand weight, int64_t N, int64_t C, int64_t OC) {
+  linear_backward_products(dinp, dweight, dout, inp, weight, N, C, OC);
   if (dbias) bias_backward(dbias, dout, N, OC);
 }
 

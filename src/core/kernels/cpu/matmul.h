@@ -89,11 +89,17 @@ void linear_backward(T* dinp,          // (N, C) overwrite, or null
 
 // The float layer with the weight (OC, C), packed, as a MatmulOperand (fp32,
 // or the 16-bit shadow under bf16/f16 matmuls); the template above is these
-// with an fp32 weight. Under bf16/f16, backward rounds dout once for its two
-// products.
-void linear_forward(float* out, const float* inp, MatmulOperand weight, const float* bias, int64_t N, int64_t C,
+// with an fp32 weight. Forward's inp may be 16-bit activations of the matmul
+// type (fp32 out: a tp partial sum). Under bf16/f16, backward rounds dout once
+// for its two products.
+void linear_forward(float* out, MatmulOperand inp, MatmulOperand weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC);
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      MatmulOperand weight, int64_t N, int64_t C, int64_t OC);
+// linear_backward's two products without dbias, every operand fp32 or of the
+// matmul type: dinp (N, C) = dout @ weight (overwrite), dweight (OC, C) +=
+// dout^T @ inp; either may be null.
+void linear_backward_products(float* dinp, float* dweight, MatmulOperand dout, MatmulOperand inp, MatmulOperand weight,
+                              int64_t N, int64_t C, int64_t OC);
 
 }  // namespace lattice::cpu

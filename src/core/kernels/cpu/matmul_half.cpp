@@ -94,9 +94,11 @@ void gemm_half(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, in
   });
 }
 
-void linear_backward_half(DType dtype, float* dinp, float* dweight, const float* dout, const float* inp,
+void linear_backward_half(DType dtype, float* dinp, float* dweight, MatmulOperand dout, MatmulOperand inp,
                           MatmulOperand weight, int64_t N, int64_t C, int64_t OC) {
   LATTICE_CHECK(N > 0 && C > 0 && OC > 0, "cpu linear_backward_half: empty product ({}, {}, {})", N, C, OC);
+  check_matmul_operand("linear_backward", "dout", dout, dtype);
+  check_matmul_operand("linear_backward", "inp", inp, dtype);
   check_matmul_operand("linear_backward", "weight", weight, dtype);
   with_format("linear_backward", dtype, [&](auto f) {
     using F = decltype(f);

@@ -30,13 +30,14 @@ void gemm_half(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, in
                int64_t lda, MatmulOperand b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // cpu::linear_backward's two products in `dtype` (dinp = dout @ weight,
-// dweight += dout^T @ inp; either may be null) with dout rounded once for
-// both: the bits of two gemm_half calls, one pass over dout less (for the LM
-// head, dout is the (N, V) dlogits). N, C, OC > 0.
+// dweight += dout^T @ inp; either may be null) with an fp32 dout rounded once
+// for both: the bits of two gemm_half calls, one pass over dout less (for the
+// LM head, dout is the (N, V) dlogits). Each operand is fp32 or already
+// `dtype` (16-bit activations; a parameter's shadow). N, C, OC > 0.
 void linear_backward_half(DType dtype, float* dinp,  // (N, C) overwrite
                           float* dweight,            // (OC, C) accumulate
-                          const float* dout,         // (N, OC)
-                          const float* inp,          // (N, C)
+                          MatmulOperand dout,        // (N, OC)
+                          MatmulOperand inp,         // (N, C)
                           MatmulOperand weight,      // (OC, C)
                           int64_t N, int64_t C, int64_t OC);
 
