@@ -256,22 +256,35 @@ class CudaBackend {
   // always exists. With 16-bit matmuls on (set_matmul_dtype bf16 or f16), a
   // call the plan of core/cuda/sdpa_plan.h supports (no dropout, no key mask,
   // head size a multiple of 8 up to 128, T long enough) runs cuDNN's fused
-  // attention on 16-bit copies of that type instead (core/cuda/sdpa_cudnn.h);
-  // a shape cuDNN refuses takes
-  // the plain path, with one line on stderr. The two paths leave different
-  // state in `att`, so forward and backward of one call must see the same
-  // arguments and the same matmul type; callers need not know which ran.
+  // attention in that type instead (core/cuda/sdpa_cudnn.h); a shape cuDNN
+  // refuses takes the plain path, with one line on stderr. The two paths
+  // leave different state in `att`, so forward and backward of one call must
+  // see the same arguments and the same matmul type; callers need not know
+  // which ran.
   // out (B, T, C); att (B, NH, T, T) saved: plain, the probabilities before
   // dropout; fused, Stats and the 16-bit output (sdpa_plan.h); qkv (B, T, 3C).
+  // fp32 activations: the fused path works on 16-bit copies of qkv and dout.
   virtual void attention_forward(int dev, float* out, float* att, const float* qkv, const CudaAttentionArgs& a) = 0;
   // dqkv (B, T, 3C) overwritten; scratch (B, NH, T, T): plain, holds dS on
   // return; fused, unused.
   virtual void attention_backward(int dev, float* dqkv, float* scratch, const float* dout, const float* qkv,
                                   const float* att, const CudaAttentionArgs& a) = 0;
-  // "" when attention with these arguments takes the fused path on `dev`,
-  // else why it takes the plain one (bf16 off, the plan's reason, or cuDNN's
+  // The same on 16-bit activations: qkv, out, att, dout, dqkv and scratch of
+  // type `act`, which must be the matmul type (else one error naming
+  // runtime.precision). fp32 math (scores, softmax, row sums), P stored
+  // rounded to `act` and read back widened, outputs rounded once, the
+  // dropout masks of the f32 calls (ops.h). The plain path's products are
+  // cublasGemmStridedBatchedEx with 16-bit operands and fp32 compute; the
+  // fused path reads and writes these buffers directly.
+  virtual void attention_forward16(int dev, DType act, void* out, void* att, const void* qkv,
+                                   const CudaAttentionArgs& a) = 0;
+  virtual void attention_backward16(int dev, DType act, void* dqkv, void* scratch, const void* dout, const void* qkv,
+                                    const void* att, const CudaAttentionArgs& a) = 0;
+  // "" when attention with these arguments on activations of dtype `act`
+  // (f32, or the matmul type) takes the fused path on `dev`, else why it
+  // takes the plain one (16-bit matmuls off, the plan's reason, or cuDNN's
   // refusal). Builds the fused graphs on first use, as the calls above do.
-  virtual std::string attention_plain_reason(int dev, const CudaAttentionArgs& a) = 0;
+  virtual std::string attention_plain_reason(int dev, const CudaAttentionArgs& a, DType act) = 0;
 };
 
 // The loaded backend; throws lattice::Error with a clear reason when the

@@ -111,7 +111,8 @@ void dropout_forward(Tensor& out, const Tensor& inp, const Dropout& d);
 void dropout_backward(Tensor& dinp, const Tensor& dout, const Dropout& d);
 
 // ---- attention ------------------------------------------------------------
-// Causal multi-head self-attention on a fused projection.
+// Causal multi-head self-attention on a fused projection. f32 or f64, or
+// 16-bit activations (below).
 //   qkv (B, T, 3 * NH * HS): [q | k | v], head h at columns h * HS of each part
 //   out (B, T, NH * HS)
 //   att (B, NH, T, T): saved for backward: the softmax probabilities BEFORE
@@ -122,6 +123,29 @@ void dropout_backward(Tensor& dinp, const Tensor& dout, const Dropout& d);
 //       do not depend on how heads are split.
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset = 0);
 // dqkv (B, T, 3 * NH * HS) overwrite. Uses `scratch` (B, NH, T, T) as workspace.
+//
+// 16-bit activations (this op and attention_masked_*): qkv, out, att, dout,
+// dqkv and scratch all bf16, or all f16 (key_mask stays i32), and the
+// matmuls must run in that type (cpu::matmul_dtype() on the CPU,
+// CudaBackend::matmul_dtype() on CUDA; runtime.precision bf16 or fp16),
+// else one error naming the op, the dtypes and the precision needed. The
+// semantics are the f32 op's under 16-bit matmuls, with 16-bit storage:
+//   - the products read their 16-bit operands as they are and accumulate in
+//     fp32; scores, softmax, row sums, dropout scaling and the softmax
+//     backward are fp32;
+//   - att holds P rounded to nearest even (the product P @ V rounds P to the
+//     same bits under 16-bit matmuls, so this changes no forward bit against
+//     an fp32 P); with dropout, forward drops the fp32 P;
+//   - backward reads the stored P widened (dV reads it dropped, rounded);
+//     dS is rounded into scratch, which is what the products read;
+//   - out and dqkv are rounded once to nearest even;
+//   - dropout masks are those of the f32 op (the same Philox keys and
+//     logical element indices); no float atomics, so results are
+//     deterministic and do not depend on the thread count.
+// On the CPU the results are those of the f32 kernel on the same values
+// rounded (bitwise, tests/core/test_ops_attention16.cpp). On CUDA a shape
+// cuDNN's fused attention takes (sdpa_plan.h) runs there: fp32 P inside
+// the kernel, Stats and O in att.
 void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                         int n_head, const Dropout& d, int head_offset = 0);
 
@@ -206,6 +230,7 @@ void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum, float lr, f
 // attention_forward, but every query attends to every key j with
 // key_mask[b, j] != 0; key_mask (B, T) i32 may be null (every key valid).
 // att (B, NH, T, T) is 0 at masked keys (and on a row with no valid key).
+// 16-bit activations as for attention_backward.
 void attention_masked_forward(Tensor& out, Tensor& att, const Tensor& qkv, const Tensor* key_mask, int n_head,
                               const Dropout& d, int head_offset = 0);
 // dqkv (B, T, 3 * NH * HS) overwrite; `scratch` (B, NH, T, T) workspace. The

@@ -9,6 +9,7 @@
 #include "core/kernels/cpu/gelu_erf.h"
 #include "core/kernels/cpu/loss.h"
 #include "core/kernels/cpu/loss_shard.h"
+#include "core/kernels/cpu/matmul.h"
 #include "core/kernels/cpu/rope.h"
 #include "core/ops.h"
 #include "core/ops_internal.h"
@@ -66,6 +67,17 @@ cpu::AttentionDims attention_dims(const char* op, const Tensor& y, const Tensor&
   return {B, T, n_head, HS, head_offset};
 }
 
+// 16-bit attention hands its 16-bit operands to the matmuls as they are, so
+// the matmuls must run in that type (runtime.precision).
+void check_attention_matmuls(const char* op, const Tensor& act) {
+  if (!is_16bit(act.dtype())) return;
+  const DType mm = act.device().is_cuda() ? cuda_backend().matmul_dtype() : cpu::matmul_dtype();
+  LATTICE_CHECK(mm == act.dtype(),
+                "ops::{}: {} activations on {} need the matmuls in {} (runtime.precision {}), but they run in {}", op,
+                dtype_name(act.dtype()), act.device().str(), dtype_name(act.dtype()),
+                act.dtype() == DType::bf16 ? "bf16" : "fp16", dtype_name(mm));
+}
+
 // The backend's description of one attention call.
 CudaAttentionArgs cuda_attention(const cpu::AttentionDims& ad, const Dropout& d, bool causal, const Tensor* key_mask) {
   CudaAttentionArgs a;
@@ -80,12 +92,16 @@ CudaAttentionArgs cuda_attention(const cpu::AttentionDims& ad, const Dropout& d,
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset) {
   check_same("attention_forward", {&out, &att, &qkv});
   cpu::AttentionDims ad = attention_dims("attention_forward", out, att, qkv, n_head, d, head_offset);
+  check_attention_matmuls("attention_forward", out);
   if (cuda_f32(out))
     return cuda_backend().attention_forward(out.device().index, fp(out), fp(att), fp(qkv),
                                             cuda_attention(ad, d, true, nullptr));
-  on_cpu("attention_forward", out, [&](auto t) {
+  if (cuda_16(out))
+    return cuda_backend().attention_forward16(out.device().index, out.dtype(), out.raw(), att.raw(), qkv.raw(),
+                                              cuda_attention(ad, d, true, nullptr));
+  on_cpu_act("attention_forward", out, [&](auto t) {
     using T = decltype(t);
-    cpu::attention_forward<T>(out.data<T>(), att.data<T>(), qkv.data<T>(), d.key, d.sample0, d.p, ad);
+    cpu::attention_forward<T>(sp<T>(out), sp<T>(att), sp<T>(qkv), d.key, d.sample0, d.p, ad);
   });
 }
 
@@ -96,13 +112,17 @@ void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const
   LATTICE_CHECK(dqkv.numel() == qkv.numel() && scratch.numel() == att.numel(),
                 "ops::attention_backward: dqkv {} scratch {} for qkv {} att {}", shape_str(dqkv.shape()),
                 shape_str(scratch.shape()), shape_str(qkv.shape()), shape_str(att.shape()));
+  check_attention_matmuls("attention_backward", dqkv);
   if (cuda_f32(dqkv))
     return cuda_backend().attention_backward(dqkv.device().index, fp(dqkv), fp(scratch), fp(dout), fp(qkv), fp(att),
                                              cuda_attention(ad, d, true, nullptr));
-  on_cpu("attention_backward", dqkv, [&](auto t) {
+  if (cuda_16(dqkv))
+    return cuda_backend().attention_backward16(dqkv.device().index, dqkv.dtype(), dqkv.raw(), scratch.raw(), dout.raw(),
+                                               qkv.raw(), att.raw(), cuda_attention(ad, d, true, nullptr));
+  on_cpu_act("attention_backward", dqkv, [&](auto t) {
     using T = decltype(t);
-    cpu::attention_backward<T>(dqkv.data<T>(), scratch.data<T>(), dout.data<T>(), qkv.data<T>(), att.data<T>(), d.key,
-                               d.sample0, d.p, ad);
+    cpu::attention_backward<T>(sp<T>(dqkv), sp<T>(scratch), sp<T>(dout), sp<T>(qkv), sp<T>(att), d.key, d.sample0, d.p,
+                               ad);
   });
 }
 
@@ -339,13 +359,17 @@ void attention_masked_forward(Tensor& out, Tensor& att, const Tensor& qkv, const
     LATTICE_CHECK(key_mask->numel() == ad.B * ad.T, "ops::attention_masked_forward: key_mask {} for (B, T) = ({}, {})",
                   shape_str(key_mask->shape()), ad.B, ad.T);
   }
+  check_attention_matmuls("attention_masked_forward", out);
   if (cuda_f32(out))
     return cuda_backend().attention_forward(out.device().index, fp(out), fp(att), fp(qkv),
                                             cuda_attention(ad, d, false, key_mask));
+  if (cuda_16(out))
+    return cuda_backend().attention_forward16(out.device().index, out.dtype(), out.raw(), att.raw(), qkv.raw(),
+                                              cuda_attention(ad, d, false, key_mask));
   const int32_t* mask = key_mask ? key_mask->data<int32_t>() : nullptr;
-  on_cpu("attention_masked_forward", out, [&](auto t) {
+  on_cpu_act("attention_masked_forward", out, [&](auto t) {
     using T = decltype(t);
-    cpu::attention_masked_forward<T>(out.data<T>(), att.data<T>(), qkv.data<T>(), mask, d.key, d.sample0, d.p, ad);
+    cpu::attention_masked_forward<T>(sp<T>(out), sp<T>(att), sp<T>(qkv), mask, d.key, d.sample0, d.p, ad);
   });
 }
 
@@ -356,13 +380,17 @@ void attention_masked_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout
   LATTICE_CHECK(dqkv.numel() == qkv.numel() && scratch.numel() == att.numel(),
                 "ops::attention_masked_backward: dqkv {} scratch {} for qkv {} att {}", shape_str(dqkv.shape()),
                 shape_str(scratch.shape()), shape_str(qkv.shape()), shape_str(att.shape()));
+  check_attention_matmuls("attention_masked_backward", dqkv);
   if (cuda_f32(dqkv))  // backward reads the mask from P (zero where masked)
     return cuda_backend().attention_backward(dqkv.device().index, fp(dqkv), fp(scratch), fp(dout), fp(qkv), fp(att),
                                              cuda_attention(ad, d, false, nullptr));
-  on_cpu("attention_masked_backward", dqkv, [&](auto t) {
+  if (cuda_16(dqkv))
+    return cuda_backend().attention_backward16(dqkv.device().index, dqkv.dtype(), dqkv.raw(), scratch.raw(), dout.raw(),
+                                               qkv.raw(), att.raw(), cuda_attention(ad, d, false, nullptr));
+  on_cpu_act("attention_masked_backward", dqkv, [&](auto t) {
     using T = decltype(t);
-    cpu::attention_masked_backward<T>(dqkv.data<T>(), scratch.data<T>(), dout.data<T>(), qkv.data<T>(), att.data<T>(),
-                                      d.key, d.sample0, d.p, ad);
+    cpu::attention_masked_backward<T>(sp<T>(dqkv), sp<T>(scratch), sp<T>(dout), sp<T>(qkv), sp<T>(att), d.key,
+                                      d.sample0, d.p, ad);
   });
 }
 

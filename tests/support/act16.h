@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
+#include "core/kernels/cpu/matmul_bf16.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 #include "support/test_support.h"
@@ -22,6 +24,14 @@
 namespace lattice::test {
 
 constexpr DType kAct16[] = {DType::bf16, DType::f16};
+
+// Why the CPU matmuls cannot run in 16-bit type `t` here ("" when they can):
+// bf16 needs AVX512-BF16 and oneDNN (matmul_bf16.h); f16 is emulated anywhere.
+inline std::string half_matmuls_missing(DType t) {
+  std::string why;
+  if (t == DType::bf16 && !cpu::bf16_matmul_available(&why)) return "no CPU bf16 matmuls: " + why;
+  return "";
+}
 
 // The element-wise activations with 16-bit kernels, as forward and backward
 // ops (backward takes dinp, dout, inp); glu: out has half of inp's columns.

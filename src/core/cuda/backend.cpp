@@ -16,8 +16,9 @@
 // (embedding backward, the reductions, cuBLASLt); the calls that use it run
 // in stream order, so one suffices. cuBLASLt's descriptors and heuristic
 // results are built once per plan key and kept (lt_linear.h), under the same
-// lock as that buffer. Attention under bf16 goes through cuDNN's
-// fused attention where it can (sdpa_cudnn.h), with its own scratch buffer.
+// lock as that buffer. Attention under bf16 or fp16 matmuls goes through
+// cuDNN's fused attention where it can (sdpa_cudnn.h), with its own scratch
+// buffer.
 #include "core/backend.h"
 
 #include <cublasLt.h>
@@ -672,41 +673,35 @@ class Backend final : public CudaBackend {
   }
 
   void attention_forward(int dev, float* out, float* att, const float* qkv, const CudaAttentionArgs& a) override {
-    check_attention(a);
-    if (fused_attention(dev, a)) {
-      std::lock_guard<std::mutex> lock(sdpa_mu_);
-      const size_t bytes = sdpa_.scratch_bytes(dev, a, sdpa_dtype(), SdpaPass::forward);
-      sdpa_.forward(dev, kStream, out, att, qkv, a, sdpa_dtype(), grown(sdpa_scratch_, dev, bytes));
-      finish();
-      return;
-    }
-    cublasHandle_t h = blas(dev);
-    cuda::attention_forward(h, kStream, out, att, dropped(dev, a), qkv, a);
-    finish();
+    attention_forward_on(dev, DType::f32, out, att, qkv, a);
   }
 
   void attention_backward(int dev, float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
                           const CudaAttentionArgs& a) override {
-    check_attention(a);
-    if (fused_attention(dev, a)) {
-      std::lock_guard<std::mutex> lock(sdpa_mu_);
-      const size_t bytes = sdpa_.scratch_bytes(dev, a, sdpa_dtype(), SdpaPass::backward);
-      sdpa_.backward(dev, kStream, dqkv, dout, qkv, att, a, sdpa_dtype(), grown(sdpa_scratch_, dev, bytes));
-      finish();
-      return;
-    }
-    cublasHandle_t h = blas(dev);
-    cuda::attention_backward(h, kStream, dqkv, scratch, dropped(dev, a), dout, qkv, att, a);
-    finish();
+    attention_backward_on(dev, DType::f32, dqkv, scratch, dout, qkv, att, a);
   }
 
-  std::string attention_plain_reason(int dev, const CudaAttentionArgs& a) override {
+  void attention_forward16(int dev, DType act, void* out, void* att, const void* qkv,
+                           const CudaAttentionArgs& a) override {
+    check_attention16(act);
+    attention_forward_on(dev, act, out, att, qkv, a);
+  }
+
+  void attention_backward16(int dev, DType act, void* dqkv, void* scratch, const void* dout, const void* qkv,
+                            const void* att, const CudaAttentionArgs& a) override {
+    check_attention16(act);
+    attention_backward_on(dev, act, dqkv, scratch, dout, qkv, att, a);
+  }
+
+  std::string attention_plain_reason(int dev, const CudaAttentionArgs& a, DType act) override {
     check_attention(a);
     if (matmul_dtype_ == DType::f32)
       return "runtime.precision is fp32 (cuDNN's fused attention takes bf16 or fp16 only)";
+    if (act != DType::f32) check_attention16(act);
+    const SdpaShape s = sdpa_shape(a, sdpa_dtype(), act != DType::f32);
     std::string why;
-    if (!sdpa_supported(sdpa_shape(a, sdpa_dtype()), &why)) return why;
-    return fused_attention(dev, a) ? std::string() : sdpa_.refusal(dev, a, sdpa_dtype());
+    if (!sdpa_supported(s, &why)) return why;
+    return fused_attention(dev, s) ? std::string() : sdpa_.refusal(dev, s);
   }
 
  private:
@@ -841,20 +836,80 @@ class Backend final : public CudaBackend {
   SdpaDType sdpa_dtype() const { return matmul_dtype_ == DType::f16 ? SdpaDType::fp16 : SdpaDType::bf16; }
 
   // Attention takes cuDNN's fused path: bf16 or fp16 matmuls and the shape usable (sdpa_cudnn.h).
-  bool fused_attention(int dev, const CudaAttentionArgs& a) {
+  bool fused_attention(int dev, const SdpaShape& s) {
     if (matmul_dtype_ == DType::f32) return false;
     use(dev);
-    return sdpa_.usable(dev, a, sdpa_dtype());
+    return sdpa_.usable(dev, s);
   }
 
-  // The (B, NH, T, T) buffer attention's dropout needs, kept per device and
+  // 16-bit attention multiplies its operands as they are: in the matmul type only.
+  void check_attention16(DType act) const {
+    LATTICE_CHECK(act == matmul_dtype_,
+                  "cuda attention: {} activations need the matmuls in {} (runtime.precision {}), but they run in {}",
+                  dtype_name(act), dtype_name(act), act == DType::bf16 ? "bf16" : "fp16", dtype_name(matmul_dtype_));
+  }
+
+  // Calls f(S{}) with the storage type of activation dtype `act` (f32, bf16, f16).
+  template <typename F>
+  static void on_storage(DType act, F&& f) {
+    if (act == DType::f32) return f(float{});
+    on_act16(act, std::forward<F>(f));
+  }
+
+  // The plain path's work buffer (cuda/attention.h), kept per device and
   // grown on demand (the calls that use it run in stream order, so one
-  // suffices); null when p == 0.
-  float* dropped(int dev, const CudaAttentionArgs& a) {
-    if (a.p == 0.0f) return nullptr;
-    const size_t bytes = size_t(a.B * a.NH * a.T * a.T) * sizeof(float);
+  // suffices); null when a call needs none.
+  void* attention_work(int dev, size_t bytes) {
+    if (bytes == 0) return nullptr;
     std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<float*>(grown(dropped_, dev, bytes));
+    return grown(attention_work_, dev, bytes);
+  }
+
+  // When the fused path takes s: runs `pass(scratch)` with the pass's
+  // scratch (sdpa_mu_ held) and says so; else false, for the plain path.
+  template <typename Pass>
+  bool ran_fused(int dev, const SdpaShape& s, SdpaPass which, const SdpaStaging& st, Pass&& pass) {
+    if (!fused_attention(dev, s)) return false;
+    std::lock_guard<std::mutex> lock(sdpa_mu_);
+    pass(grown(sdpa_scratch_, dev, sdpa_.scratch_bytes(dev, s, which, st)));
+    finish();
+    return true;
+  }
+
+  // Either path, on activations of dtype `act` (f32: the f32 calls).
+  void attention_forward_on(int dev, DType act, void* out, void* att, const void* qkv, const CudaAttentionArgs& a) {
+    check_attention(a);
+    const SdpaShape s = sdpa_shape(a, sdpa_dtype(), act != DType::f32);
+    const SdpaStaging st = sdpa_staging(s, SdpaPass::forward, reinterpret_cast<uintptr_t>(qkv), 0, 0);
+    if (ran_fused(dev, s, SdpaPass::forward, st,
+                  [&](void* scratch) { sdpa_.forward(dev, kStream, out, att, qkv, s, st, scratch); }))
+      return;
+    cublasHandle_t h = blas(dev);
+    on_storage(act, [&](auto t) {
+      using S = decltype(t);
+      cuda::attention_forward<S>(h, kStream, static_cast<S*>(out), static_cast<S*>(att),
+                                 attention_work(dev, attention_work_bytes<S>(a)), static_cast<const S*>(qkv), a);
+    });
+    finish();
+  }
+
+  void attention_backward_on(int dev, DType act, void* dqkv, void* scratch, const void* dout, const void* qkv,
+                             const void* att, const CudaAttentionArgs& a) {
+    check_attention(a);
+    const SdpaShape s = sdpa_shape(a, sdpa_dtype(), act != DType::f32);
+    const SdpaStaging st = sdpa_staging(s, SdpaPass::backward, reinterpret_cast<uintptr_t>(qkv),
+                                        reinterpret_cast<uintptr_t>(dout), reinterpret_cast<uintptr_t>(dqkv));
+    if (ran_fused(dev, s, SdpaPass::backward, st,
+                  [&](void* scratch) { sdpa_.backward(dev, kStream, dqkv, dout, qkv, att, s, st, scratch); }))
+      return;
+    cublasHandle_t h = blas(dev);
+    on_storage(act, [&](auto t) {
+      using S = decltype(t);
+      cuda::attention_backward<S>(h, kStream, static_cast<S*>(dqkv), static_cast<S*>(scratch),
+                                  attention_work(dev, attention_work_bytes<S>(a)), static_cast<const S*>(dout),
+                                  static_cast<const S*>(qkv), static_cast<const S*>(att), a);
+    });
+    finish();
   }
 
   // Makes `dev` current, enqueues the launches and checks them (finish).
@@ -1051,7 +1106,7 @@ class Backend final : public CudaBackend {
   std::mutex mu_;
   std::vector<cublasHandle_t> handles_;       // indexed by device; null until first gemm there
   std::vector<cublasLtHandle_t> lt_handles_;  // indexed by device; null until first linear there
-  std::vector<Workspace> dropped_;            // indexed by device: attention's dropout buffer
+  std::vector<Workspace> attention_work_;     // indexed by device: the plain attention's work buffer
   std::mutex ws_mu_;
   std::vector<Workspace> workspaces_;  // indexed by device; guarded by ws_mu_
   LtMatmulCache lt_cache_;             // cuBLASLt plans of every device (LtKey has the device); ws_mu_

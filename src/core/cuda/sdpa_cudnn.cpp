@@ -105,12 +105,13 @@ cudnnPointwiseMode_t pointwise_mode(SdpaPw m) {
 Desc tensor_desc(const SdpaTensor& t, SdpaDType io) {
   Desc d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   // The alignment every such tensor is guaranteed, not its buffer's: io
-  // tensors start at a multiple of 8 elements into a 256-byte aligned buffer
-  // (K and V sit C elements into each qkv row, C a multiple of 8), so 16
+  // tensors start at a multiple of 8 elements into a buffer aligned to
+  // kSdpaIoTensorAlign at least (K and V sit C elements into each qkv row, C
+  // a multiple of 8; sdpa_staging copies a less aligned buffer), so 16
   // bytes; the one f32 tensor in memory, Stats, at kSdpaStatsAlign; fp32
   // by-value scalars 4.
   const int64_t align = t.by_value()              ? 4
-                        : t.elem == SdpaElem::io  ? 16
+                        : t.elem == SdpaElem::io  ? int64_t(kSdpaIoTensorAlign)
                         : t.is_virtual()          ? 16
                         : t.elem == SdpaElem::f32 ? int64_t(kSdpaStatsAlign)
                                                   : 4;
@@ -242,22 +243,6 @@ std::unique_ptr<Built> build(cudnnHandle_t handle, const SdpaGraph& g, SdpaDType
   throw Refused{fmt::format("none of {} engine configs finalizes ({})", count, last)};
 }
 
-uint64_t align_up(uint64_t v) { return sdpa_detail::align_up(v, kSdpaIoAlign); }
-
-// The scratch of a pass: io copies of qkv (both), dout and dqkv (backward), then the workspace.
-struct ScratchLayout {
-  uint64_t qkv = 0, dout = 0, dqkv = 0, workspace = 0, end = 0;
-};
-ScratchLayout scratch_layout(const SdpaShape& s, SdpaPass pass, int64_t workspace) {
-  const uint64_t qkv = align_up(uint64_t(sdpa_qkv_elems(s)) * 2), out = align_up(uint64_t(sdpa_out_elems(s)) * 2);
-  ScratchLayout l;
-  l.dout = qkv;
-  l.dqkv = pass == SdpaPass::backward ? l.dout + out : l.dout;
-  l.workspace = pass == SdpaPass::backward ? l.dqkv + qkv : l.dqkv;
-  l.end = l.workspace + uint64_t(workspace);
-  return l;
-}
-
 }  // namespace
 
 struct CudnnSdpa::Impl {
@@ -296,15 +281,14 @@ struct CudnnSdpa::Impl {
   }
 
   // The built graphs of a usable shape; the caller holds mu.
-  Graphs& graphs(int dev, const AttentionArgs& a, SdpaDType dt) {
-    const SdpaShape s = sdpa_shape(a, dt);
+  Graphs& graphs(int dev, const SdpaShape& s) {
     const SdpaKey key = sdpa_key(dev, s);
     auto [it, fresh] = cache.try_emplace(key);
     if (!fresh) return it->second;
     try {
       cudnnHandle_t h = handle(dev);
-      it->second.fwd = build(h, sdpa_graph(s, SdpaPass::forward), dt);
-      it->second.bwd = build(h, sdpa_graph(s, SdpaPass::backward), dt);
+      it->second.fwd = build(h, sdpa_graph(s, SdpaPass::forward), s.dtype);
+      it->second.bwd = build(h, sdpa_graph(s, SdpaPass::backward), s.dtype);
     } catch (const Refused& r) {
       refuse(it->second, key, r.what);
     } catch (const Error& e) {  // cudnnCreate failed: the library cannot run here
@@ -319,8 +303,8 @@ struct CudnnSdpa::Impl {
     if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());  // once per process
   }
 
-  void run(int dev, cudaStream_t stream, const Built& b, const SdpaShape& s, char* qkv, char* out, char* dout,
-           char* dqkv, char* stats, void* workspace) {
+  void run(int dev, cudaStream_t stream, const Built& b, const SdpaShape& s, const void* qkv, char* out,
+           const void* dout, void* dqkv, char* stats, void* workspace) {
     const float scale = 1.0f / std::sqrt(float(s.HS)), mask_value = std::numeric_limits<float>::lowest();
     std::vector<int64_t> uids;
     std::vector<void*> ptrs;
@@ -329,16 +313,16 @@ struct CudnnSdpa::Impl {
       char* base = nullptr;
       switch (t.buffer) {
         case SdpaBuffer::qkv:
-          base = qkv;
+          base = static_cast<char*>(const_cast<void*>(qkv));  // read only: an input of both graphs
           break;
         case SdpaBuffer::out:
           base = out;
           break;
         case SdpaBuffer::dout:
-          base = dout;
+          base = static_cast<char*>(const_cast<void*>(dout));  // read only
           break;
         case SdpaBuffer::dqkv:
-          base = dqkv;
+          base = static_cast<char*>(dqkv);
           break;
         case SdpaBuffer::stats:
           base = stats;
@@ -380,74 +364,80 @@ struct CudnnSdpa::Impl {
 CudnnSdpa::CudnnSdpa() : impl_(std::make_unique<Impl>()) {}
 CudnnSdpa::~CudnnSdpa() = default;
 
-bool CudnnSdpa::usable(int dev, const AttentionArgs& a, SdpaDType dtype) {
-  if (!sdpa_supported(sdpa_shape(a, dtype), nullptr)) return false;
+bool CudnnSdpa::usable(int dev, const SdpaShape& s) {
+  if (!sdpa_supported(s, nullptr)) return false;
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->graphs(dev, a, dtype).fwd != nullptr;
+  return impl_->graphs(dev, s).fwd != nullptr;
 }
 
-std::string CudnnSdpa::refusal(int dev, const AttentionArgs& a, SdpaDType dtype) const {
+std::string CudnnSdpa::refusal(int dev, const SdpaShape& s) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->refusals.reason(sdpa_key(dev, sdpa_shape(a, dtype)));
+  return impl_->refusals.reason(sdpa_key(dev, s));
 }
 
-size_t CudnnSdpa::scratch_bytes(int dev, const AttentionArgs& a, SdpaDType dtype, SdpaPass pass) {
+size_t CudnnSdpa::scratch_bytes(int dev, const SdpaShape& s, SdpaPass pass, const SdpaStaging& staged) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  const Impl::Graphs& g = impl_->graphs(dev, a, dtype);
+  const Impl::Graphs& g = impl_->graphs(dev, s);
   LATTICE_CHECK(g.fwd != nullptr, "cuda attention: the fused path was asked for a shape cuDNN refused");
   const Built& b = pass == SdpaPass::forward ? *g.fwd : *g.bwd;
-  return scratch_layout(sdpa_shape(a, dtype), pass, b.workspace).end;
+  return sdpa_scratch_layout(s, staged, b.workspace).end;
 }
 
 namespace {
 
-void to_io(cudaStream_t stream, SdpaDType dtype, void* out, const float* in, int64_t n) {
-  if (dtype == SdpaDType::bf16)
-    launch_to_bf16(stream, static_cast<uint16_t*>(out), in, n);
+// Copies n elements between an activation buffer and an io-typed one: under
+// act16 a same-type copy; else into_io rounds f32 to the io type, and the
+// other way widens it.
+void stage(cudaStream_t stream, const SdpaShape& s, void* dst, const void* src, int64_t n, bool into_io) {
+  if (s.act16) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * 2, cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  const bool bf16 = s.dtype == SdpaDType::bf16;
+  if (into_io)
+    (bf16 ? launch_to_bf16 : launch_to_f16)(stream, static_cast<uint16_t*>(dst), static_cast<const float*>(src), n);
   else
-    launch_to_f16(stream, static_cast<uint16_t*>(out), in, n);
+    (bf16 ? launch_from_bf16 : launch_from_f16)(stream, static_cast<float*>(dst), static_cast<const uint16_t*>(src), n);
 }
 
-void from_io(cudaStream_t stream, SdpaDType dtype, float* out, const void* in, int64_t n) {
-  if (dtype == SdpaDType::bf16)
-    launch_from_bf16(stream, out, static_cast<const uint16_t*>(in), n);
-  else
-    launch_from_f16(stream, out, static_cast<const uint16_t*>(in), n);
+// The io-typed view of an input: itself, or staged into scratch at `at`.
+const void* io_input(cudaStream_t stream, const SdpaShape& s, bool staged, char* at, const void* x, int64_t n) {
+  if (!staged) return x;
+  stage(stream, s, at, x, n, true);
+  return at;
 }
 
 }  // namespace
 
-void CudnnSdpa::forward(int dev, cudaStream_t stream, float* out, float* att, const float* qkv, const AttentionArgs& a,
-                        SdpaDType dtype, void* scratch) {
-  const SdpaShape s = sdpa_shape(a, dtype);
+void CudnnSdpa::forward(int dev, cudaStream_t stream, void* out, void* att, const void* qkv, const SdpaShape& s,
+                        const SdpaStaging& staged, void* scratch) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  const Impl::Graphs& g = impl_->graphs(dev, a, dtype);
+  const Impl::Graphs& g = impl_->graphs(dev, s);
   LATTICE_CHECK(g.fwd != nullptr, "cuda attention: the fused path was asked for a shape cuDNN refused");
-  const ScratchLayout l = scratch_layout(s, SdpaPass::forward, g.fwd->workspace);
+  const SdpaScratchLayout l = sdpa_scratch_layout(s, staged, g.fwd->workspace);
   const SdpaSavedLayout saved = sdpa_saved_layout(s, reinterpret_cast<uintptr_t>(att));
   char* base = static_cast<char*>(scratch);
-  char* att_bytes = reinterpret_cast<char*>(att);
-  to_io(stream, dtype, base + l.qkv, qkv, sdpa_qkv_elems(s));
-  impl_->run(dev, stream, *g.fwd, s, base + l.qkv, att_bytes + saved.out, nullptr, nullptr, att_bytes + saved.stats,
+  char* att_bytes = static_cast<char*>(att);
+  const void* q = io_input(stream, s, staged.qkv, base + l.qkv, qkv, sdpa_qkv_elems(s));
+  impl_->run(dev, stream, *g.fwd, s, q, att_bytes + saved.out, nullptr, nullptr, att_bytes + saved.stats,
              base + l.workspace);
-  from_io(stream, dtype, out, att_bytes + saved.out, sdpa_out_elems(s));
+  stage(stream, s, out, att_bytes + saved.out, sdpa_out_elems(s), false);
 }
 
-void CudnnSdpa::backward(int dev, cudaStream_t stream, float* dqkv, const float* dout, const float* qkv,
-                         const float* att, const AttentionArgs& a, SdpaDType dtype, void* scratch) {
-  const SdpaShape s = sdpa_shape(a, dtype);
+void CudnnSdpa::backward(int dev, cudaStream_t stream, void* dqkv, const void* dout, const void* qkv, const void* att,
+                         const SdpaShape& s, const SdpaStaging& staged, void* scratch) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  const Impl::Graphs& g = impl_->graphs(dev, a, dtype);
+  const Impl::Graphs& g = impl_->graphs(dev, s);
   LATTICE_CHECK(g.bwd != nullptr, "cuda attention: the fused path was asked for a shape cuDNN refused");
-  const ScratchLayout l = scratch_layout(s, SdpaPass::backward, g.bwd->workspace);
+  const SdpaScratchLayout l = sdpa_scratch_layout(s, staged, g.bwd->workspace);
   const SdpaSavedLayout saved = sdpa_saved_layout(s, reinterpret_cast<uintptr_t>(att));
   char* base = static_cast<char*>(scratch);
-  char* att_bytes = const_cast<char*>(reinterpret_cast<const char*>(att));  // read only: O and Stats are inputs
-  to_io(stream, dtype, base + l.qkv, qkv, sdpa_qkv_elems(s));
-  to_io(stream, dtype, base + l.dout, dout, sdpa_out_elems(s));
-  impl_->run(dev, stream, *g.bwd, s, base + l.qkv, att_bytes + saved.out, base + l.dout, base + l.dqkv,
-             att_bytes + saved.stats, base + l.workspace);
-  from_io(stream, dtype, dqkv, base + l.dqkv, sdpa_qkv_elems(s));
+  char* att_bytes = const_cast<char*>(static_cast<const char*>(att));  // read only: O and Stats are inputs
+  const void* q = io_input(stream, s, staged.qkv, base + l.qkv, qkv, sdpa_qkv_elems(s));
+  const void* d = io_input(stream, s, staged.dout, base + l.dout, dout, sdpa_out_elems(s));
+  void* dq = staged.dqkv ? base + l.dqkv : dqkv;
+  impl_->run(dev, stream, *g.bwd, s, q, att_bytes + saved.out, d, dq, att_bytes + saved.stats, base + l.workspace);
+  if (staged.dqkv) stage(stream, s, dqkv, dq, sdpa_qkv_elems(s), false);
 }
 
 }  // namespace lattice::cuda

@@ -14,13 +14,17 @@
 // stderr, once per process, and the shape is remembered as refused and takes
 // the plain path from then on.
 //
-// Data: forward converts the fp32 qkv to an io-typed copy, runs the fused
-// forward (O into the saved buffer, Stats f32 next to it) and writes O back
-// to `out` as fp32; backward converts qkv and dout, runs the fused backward
-// and writes dqkv as fp32 (overwritten). `scratch` holds the io copies and
-// cuDNN's workspace (scratch_bytes). Enqueues on `stream` only: the device's
-// cuDNN handle is set to it (cudnnSetStream) whenever a call brings another
-// stream than the last one.
+// Data: with f32 activations forward converts qkv to an io-typed copy in
+// scratch, runs the fused forward (O into the saved buffer, Stats next to
+// it) and writes O back to `out` as fp32; backward converts qkv and dout,
+// runs the fused backward and writes dqkv as fp32 (overwritten). With
+// io-typed activations (SdpaShape::act16) the graphs read qkv and dout and
+// write dqkv where they are, and `out` is a copy of the saved O; a buffer not
+// aligned as the descriptors declare is staged through a same-type copy in
+// scratch (sdpa_staging). `scratch` holds the staged copies and cuDNN's
+// workspace (scratch_bytes). Enqueues on `stream` only: the device's cuDNN
+// handle is set to it (cudnnSetStream) whenever a call brings another stream
+// than the last one.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -43,26 +47,27 @@ class CudnnSdpa {
 
   // True when the call takes the fused path on the current device `dev`:
   // the plan supports it and cuDNN built both graphs (built here on first use).
-  bool usable(int dev, const AttentionArgs& a, SdpaDType dtype);
+  bool usable(int dev, const SdpaShape& s);
   // Why cuDNN refused this shape on `dev` (empty when it did not, or was never asked).
-  std::string refusal(int dev, const AttentionArgs& a, SdpaDType dtype) const;
+  std::string refusal(int dev, const SdpaShape& s) const;
 
-  // Bytes of scratch a pass needs; the shape must be usable.
-  size_t scratch_bytes(int dev, const AttentionArgs& a, SdpaDType dtype, SdpaPass pass);
-  // out (B, T, C); att (B, NH, T, T) f32 buffer that receives Stats and O.
-  void forward(int dev, cudaStream_t stream, float* out, float* att, const float* qkv, const AttentionArgs& a,
-               SdpaDType dtype, void* scratch);
+  // Bytes of scratch a pass needs with `staged` buffers; the shape must be usable.
+  size_t scratch_bytes(int dev, const SdpaShape& s, SdpaPass pass, const SdpaStaging& staged);
+  // out (B, T, C), qkv (B, T, 3C): f32, or the io type under s.act16; att
+  // (B, NH, T, T) receives Stats and O. `staged`: sdpa_staging of these buffers.
+  void forward(int dev, cudaStream_t stream, void* out, void* att, const void* qkv, const SdpaShape& s,
+               const SdpaStaging& staged, void* scratch);
   // dqkv (B, T, 3C) overwritten; att as forward left it.
-  void backward(int dev, cudaStream_t stream, float* dqkv, const float* dout, const float* qkv, const float* att,
-                const AttentionArgs& a, SdpaDType dtype, void* scratch);
+  void backward(int dev, cudaStream_t stream, void* dqkv, const void* dout, const void* qkv, const void* att,
+                const SdpaShape& s, const SdpaStaging& staged, void* scratch);
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-// The plan's view of an attention call.
-inline SdpaShape sdpa_shape(const AttentionArgs& a, SdpaDType dtype) {
+// The plan's view of an attention call; act16: the activations are of the io type.
+inline SdpaShape sdpa_shape(const AttentionArgs& a, SdpaDType dtype, bool act16) {
   return SdpaShape{.B = a.B,
                    .T = a.T,
                    .NH = a.NH,
@@ -70,7 +75,8 @@ inline SdpaShape sdpa_shape(const AttentionArgs& a, SdpaDType dtype) {
                    .causal = a.causal,
                    .key_mask = a.key_mask != nullptr,
                    .p = a.p,
-                   .dtype = dtype};
+                   .dtype = dtype,
+                   .act16 = act16};
 }
 
 }  // namespace lattice::cuda

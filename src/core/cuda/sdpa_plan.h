@@ -8,12 +8,14 @@
 //   qkv (B, T, 3C) interleaved q | k | v per token, dqkv likewise;
 //   out and dout (B, T, C); Stats (B, NH, T) f32, the log-sum-exp of each
 //   row of scale q k^T over its allowed keys (max + log of the sum).
-// The fused path works on io-typed (bf16 or fp16) copies of these, in the
-// same layouts. cuDNN names every tensor (b, h, s, d), so head h of token t
-// of sample b, element e, sits at b T 3C + t 3C + h HS + e in qkv: strides
-// (T 3C, HS, 3C, 1), plus C for K and 2C for V (offset). A transposed
-// operand (K^T, V^T) is the same memory with the last two dims and strides
-// swapped; a transposed virtual tensor (P^T, dS^T) is a reshape op.
+// The fused path reads and writes them in the io type (bf16 or fp16), in
+// these layouts: where the activations are f32, io-typed copies in scratch;
+// where they are already of the io type (16-bit activations, act16), the
+// buffers themselves, staged through a same-type copy in scratch only when
+// one is not aligned as the tensor descriptors say (sdpa_staging). cuDNN names every tensor (b, h, s, d), so head h of
+// token t of sample b, element e, sits at b T 3C + t 3C + h HS + e in qkv: strides (T 3C, HS, 3C, 1), plus C for K and
+// 2C for V (offset). A transposed operand (K^T, V^T) is the same memory with the last two dims and strides swapped; a
+// transposed virtual tensor (P^T, dS^T) is a reshape op.
 //
 // The graphs (each op's inputs and output by uid, in graph order):
 //   forward:  S = Q K^T; S *= scale; [causal: row = index(S, 2),
@@ -26,12 +28,15 @@
 // Masked scores take the most negative finite float, not -inf, so no
 // intermediate is inf - inf.
 //
-// The saved state: forward's `att` buffer, (B, NH, T, T) f32 on the plain
-// path, holds Stats and the io-typed O when the fused path runs (backward
-// needs both, and nothing else; q, k, v are converted again from the fp32
-// qkv, which gives the same bits). Their offsets come from the buffer's real
-// address (sdpa_saved_layout); sdpa_supported checks that they fit for any
-// 4-byte aligned address, so the plain path's (B, NH, T, T) accounting holds.
+// The saved state: forward's `att` buffer, (B, NH, T, T) of the activation
+// type on the plain path (f32, or the io type under act16), holds Stats and
+// the io-typed O when the fused path runs (backward needs both, and nothing
+// else; an f32 qkv is converted again, which gives the same bits). Their
+// offsets come from the buffer's real address (sdpa_saved_layout);
+// sdpa_supported checks that they fit for any address aligned as an element
+// of the buffer (4 bytes, or 2 under act16), so the plain path's
+// (B, NH, T, T) accounting holds. Under act16 the buffer has half the bytes:
+// T must be about HS + 2 or more, against HS / 2 + 2 for f32.
 #pragma once
 
 #include <array>
@@ -53,14 +58,19 @@ struct SdpaShape {
   bool key_mask = false;  // a (B, T) key-padding flag array
   float p = 0.0f;         // dropout on the probabilities
   SdpaDType dtype = SdpaDType::bf16;
+  // The activations (qkv, out, dout, dqkv, the saved buffer) are of the io
+  // type, not f32. The graphs do not depend on it; the saved buffer's size
+  // and the staging do.
+  bool act16 = false;
 };
 
 // Limits of cuDNN 9's flash-attention engines for fprop and bprop on sm80
 // and sm90: head dim a multiple of 8 and at most 128 (strides of 16 bytes).
 constexpr int64_t kSdpaMaxHeadDim = 128;
 constexpr int64_t kSdpaHeadDimMultiple = 8;
-constexpr uint64_t kSdpaIoAlign = 256;    // bytes: every io buffer the graph reads or writes
-constexpr uint64_t kSdpaStatsAlign = 16;  // bytes
+constexpr uint64_t kSdpaIoAlign = 256;       // bytes: every io buffer Lattice places (copies, saved O)
+constexpr uint64_t kSdpaIoTensorAlign = 16;  // bytes: what the io tensor descriptors declare
+constexpr uint64_t kSdpaStatsAlign = 16;     // bytes
 
 // Whether the fused path takes this call; `why` (if given) says why not.
 inline bool sdpa_supported(const SdpaShape& s, std::string* why);
@@ -123,6 +133,24 @@ inline SdpaSavedLayout sdpa_saved_layout(const SdpaShape& s, uint64_t att);
 inline int64_t sdpa_qkv_elems(const SdpaShape& s) { return s.B * s.T * 3 * s.NH * s.HS; }
 inline int64_t sdpa_out_elems(const SdpaShape& s) { return s.B * s.T * s.NH * s.HS; }
 
+// Which of a pass's io buffers go through an io-typed copy in scratch: all
+// it uses for f32 activations (converted there); under act16 only those
+// whose address is not a multiple of kSdpaIoTensorAlign (copied there as
+// they are). qkv: both passes; dout and dqkv: backward.
+struct SdpaStaging {
+  bool qkv = false, dout = false, dqkv = false;
+  bool operator==(const SdpaStaging&) const = default;
+};
+inline SdpaStaging sdpa_staging(const SdpaShape& s, SdpaPass pass, uint64_t qkv, uint64_t dout, uint64_t dqkv);
+
+// Byte offsets in a pass's scratch (at a kSdpaIoAlign-aligned address): the
+// staged copies, each kSdpaIoAlign-aligned and present only when staged,
+// then cuDNN's workspace of `workspace` bytes.
+struct SdpaScratchLayout {
+  uint64_t qkv = 0, dout = 0, dqkv = 0, workspace = 0, end = 0;
+};
+inline SdpaScratchLayout sdpa_scratch_layout(const SdpaShape& s, const SdpaStaging& staged, int64_t workspace);
+
 // What the built graphs of a call depend on: the device and the shape (a
 // supported shape has no dropout and no key mask), the key of the backend's
 // graph cache and of its refusals.
@@ -149,7 +177,7 @@ class SdpaRefusals {
              " NH " + std::to_string(key.NH) + " HS " + std::to_string(key.HS) + ": " + what;
     if (logged_) return "";
     logged_ = true;
-    return "lattice: cuda attention: " + reason + "; such shapes take the plain fp32 path";
+    return "lattice: cuda attention: " + reason + "; such shapes take the plain path";
   }
   // Why `key` was refused; "" when it was not (built, or never asked for).
   std::string reason(const SdpaKey& key) const {
@@ -169,11 +197,18 @@ namespace sdpa_detail {
 inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 inline int64_t io_bytes(SdpaDType) { return 2; }  // bf16 and fp16 alike
 
-// Saved bytes needed in the worst case: att is only 4-byte aligned.
+// Bytes of one element of the saved (B, NH, T, T) buffer: the least its
+// address is aligned to.
+inline uint64_t saved_elem_bytes(const SdpaShape& s) { return s.act16 ? uint64_t(io_bytes(s.dtype)) : 4; }
+
+// Saved bytes needed in the worst case: att only element-aligned, so up to
+// kSdpaStatsAlign - elem bytes before Stats; Stats ends 4-byte aligned, so
+// up to kSdpaIoAlign - 4 before O.
 inline bool saved_fits(const SdpaShape& s) {
+  const uint64_t elem = saved_elem_bytes(s);
   const uint64_t stats = uint64_t(s.B * s.NH * s.T) * 4, o = uint64_t(sdpa_out_elems(s) * io_bytes(s.dtype));
-  const uint64_t capacity = uint64_t(s.B * s.NH * s.T) * uint64_t(s.T) * 4;
-  return (kSdpaStatsAlign - 4) + stats + (kSdpaIoAlign - 4) + o <= capacity;
+  const uint64_t capacity = uint64_t(s.B * s.NH * s.T) * uint64_t(s.T) * elem;
+  return (kSdpaStatsAlign - elem) + stats + (kSdpaIoAlign - 4) + o <= capacity;
 }
 
 using Dims = std::array<int64_t, 4>;
@@ -263,7 +298,8 @@ inline bool sdpa_supported(const SdpaShape& s, std::string* why) {
     return no("head size " + std::to_string(s.HS) + ": the flash-attention engines take multiples of " +
               std::to_string(kSdpaHeadDimMultiple) + " up to " + std::to_string(kSdpaMaxHeadDim));
   if (!sdpa_detail::saved_fits(s))
-    return no("T = " + std::to_string(s.T) + " is too short for Stats and O in the (B, NH, T, T) saved buffer");
+    return no("T = " + std::to_string(s.T) + " is too short for Stats and O in the (B, NH, T, T) " +
+              (s.act16 ? "16-bit" : "f32") + " saved buffer");
   if (why) why->clear();
   return true;
 }
@@ -319,6 +355,27 @@ inline SdpaSavedLayout sdpa_saved_layout(const SdpaShape& s, uint64_t att) {
   const uint64_t stats_end = att + l.stats + uint64_t(s.B * s.NH * s.T) * 4;
   l.out = align_up(stats_end, kSdpaIoAlign) - att;
   l.end = l.out + uint64_t(sdpa_out_elems(s) * sdpa_detail::io_bytes(s.dtype));
+  return l;
+}
+
+inline SdpaStaging sdpa_staging(const SdpaShape& s, SdpaPass pass, uint64_t qkv, uint64_t dout, uint64_t dqkv) {
+  auto staged = [&](uint64_t address) { return !s.act16 || address % kSdpaIoTensorAlign != 0; };
+  SdpaStaging st;
+  st.qkv = staged(qkv);
+  if (pass == SdpaPass::backward) st.dout = staged(dout), st.dqkv = staged(dqkv);
+  return st;
+}
+
+inline SdpaScratchLayout sdpa_scratch_layout(const SdpaShape& s, const SdpaStaging& staged, int64_t workspace) {
+  using sdpa_detail::align_up;
+  const uint64_t io = uint64_t(sdpa_detail::io_bytes(s.dtype));
+  const uint64_t qkv = align_up(uint64_t(sdpa_qkv_elems(s)) * io, kSdpaIoAlign);
+  const uint64_t out = align_up(uint64_t(sdpa_out_elems(s)) * io, kSdpaIoAlign);
+  SdpaScratchLayout l;
+  l.dout = staged.qkv ? qkv : 0;
+  l.dqkv = l.dout + (staged.dout ? out : 0);
+  l.workspace = l.dqkv + (staged.dqkv ? qkv : 0);
+  l.end = l.workspace + uint64_t(workspace);
   return l;
 }
 

@@ -81,7 +81,7 @@ class CudaSdpa : public Bf16Attention, public ::testing::WithParamInterface<Case
 
 TEST_P(CudaSdpa, MatchesTheCpuOnBf16Inputs) {
   const Case c = GetParam();
-  ASSERT_EQ(cuda_backend().attention_plain_reason(0, args(c)), "");
+  ASSERT_EQ(cuda_backend().attention_plain_reason(0, args(c), DType::f32), "");
   const int64_t C = c.NH * c.HS;
   const Tensor qkv = rounded_to_bf16(test::random_tensor({c.B, c.T, 3 * C}, DType::f32, 11));
   const Tensor dout = rounded_to_bf16(test::random_tensor({c.B, c.T, C}, DType::f32, 12));
@@ -101,7 +101,7 @@ class CudaSdpaFallback : public Bf16Attention, public ::testing::WithParamInterf
 
 TEST_P(CudaSdpaFallback, UnsupportedShapesTakeThePlainPath) {
   const auto& [c, reason] = GetParam();
-  const std::string why = cuda_backend().attention_plain_reason(0, args(c));
+  const std::string why = cuda_backend().attention_plain_reason(0, args(c), DType::f32);
   EXPECT_NE(why.find(reason), std::string::npos) << why;
   const int64_t C = c.NH * c.HS;
   const Tensor qkv = test::random_tensor({c.B, c.T, 3 * C}, DType::f32, 21);
@@ -125,7 +125,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaSdpaFallback,
 TEST(CudaSdpaArgs, Fp32TakesThePlainPath) {
   CudaAttentionArgs a;
   a.B = 1, a.T = 64, a.NH = 1, a.HS = 64;
-  EXPECT_NE(cuda_backend().attention_plain_reason(0, a).find("bf16"), std::string::npos);
+  EXPECT_NE(cuda_backend().attention_plain_reason(0, a, DType::f32).find("bf16"), std::string::npos);
 }
 
 }  // namespace

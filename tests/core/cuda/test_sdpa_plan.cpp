@@ -248,28 +248,86 @@ TEST(SdpaPlan, SupportedShapesAndWhyNot) {
   EXPECT_TRUE(sdpa_supported(bidirectional, &why)) << why;
 }
 
-// Stats and O stay inside the (B, NH, T, T) f32 buffer at any 4-byte aligned
-// address whenever the shape is supported, aligned as the descriptors say,
-// without overlapping; and the fit test is tight within the padding.
+// Stats and O stay inside the (B, NH, T, T) saved buffer (f32, or 16-bit
+// under act16) at any address aligned as its element whenever the shape is
+// supported, aligned as the descriptors say, without overlapping; and the
+// fit test is tight within the padding.
 TEST(SdpaPlan, SavedStateFitsThePlainPathsBuffer) {
-  for (int64_t HS : {8, 64, 128})
-    for (int64_t T = 1; T <= 160; ++T) {
-      const SdpaShape s{.B = 2, .T = T, .NH = 3, .HS = HS};
-      const uint64_t capacity = uint64_t(s.B * s.NH * T * T) * 4, stats_bytes = uint64_t(s.B * s.NH * T) * 4;
-      const uint64_t o_bytes = uint64_t(sdpa_out_elems(s)) * 2;
-      if (!sdpa_supported(s, nullptr)) {
-        EXPECT_GT((kSdpaStatsAlign - 4) + stats_bytes + (kSdpaIoAlign - 4) + o_bytes, capacity) << "T " << T;
-        continue;
+  for (bool act16 : {false, true})
+    for (int64_t HS : {8, 64, 128})
+      for (int64_t T = 1; T <= 200; ++T) {
+        const SdpaShape s{.B = 2, .T = T, .NH = 3, .HS = HS, .act16 = act16};
+        const uint64_t elem = act16 ? 2 : 4;
+        const uint64_t capacity = uint64_t(s.B * s.NH * T * T) * elem, stats_bytes = uint64_t(s.B * s.NH * T) * 4;
+        const uint64_t o_bytes = uint64_t(sdpa_out_elems(s)) * 2;
+        if (!sdpa_supported(s, nullptr)) {
+          EXPECT_GT((kSdpaStatsAlign - elem) + stats_bytes + (kSdpaIoAlign - 4) + o_bytes, capacity) << "T " << T;
+          continue;
+        }
+        for (uint64_t att = 4096; att < 4096 + 512; att += elem) {
+          const SdpaSavedLayout l = sdpa_saved_layout(s, att);
+          ASSERT_EQ((att + l.stats) % kSdpaStatsAlign, 0u);
+          ASSERT_EQ((att + l.out) % kSdpaIoAlign, 0u);
+          ASSERT_GE(l.out, l.stats + stats_bytes);
+          ASSERT_EQ(l.end, l.out + o_bytes);
+          ASSERT_LE(l.end, capacity) << "T " << T << " HS " << HS << " att " << att << " act16 " << act16;
+        }
       }
-      for (uint64_t att = 4096; att < 4096 + 512; att += 4) {
-        const SdpaSavedLayout l = sdpa_saved_layout(s, att);
-        ASSERT_EQ((att + l.stats) % kSdpaStatsAlign, 0u);
-        ASSERT_EQ((att + l.out) % kSdpaIoAlign, 0u);
-        ASSERT_GE(l.out, l.stats + stats_bytes);
-        ASSERT_EQ(l.end, l.out + o_bytes);
-        ASSERT_LE(l.end, capacity) << "T " << T << " HS " << HS << " att " << att;
-      }
-    }
+}
+
+// Half the saved bytes under act16: the shortest supported T is about HS + 2
+// instead of HS / 2 + 2, and the reason names the 16-bit buffer.
+TEST(SdpaPlan, SixteenBitSavedBufferNeedsLongerT) {
+  auto shortest = [](bool act16, int64_t HS) {
+    for (int64_t T = 1;; ++T)
+      if (sdpa_supported({.B = 4, .T = T, .NH = 12, .HS = HS, .act16 = act16}, nullptr)) return T;
+  };
+  for (int64_t HS : {32, 64, 128}) {
+    EXPECT_NEAR(double(shortest(false, HS)), double(HS) / 2 + 2, 3) << "HS " << HS;
+    EXPECT_NEAR(double(shortest(true, HS)), double(HS) + 2, 3) << "HS " << HS;
+  }
+  std::string why;
+  EXPECT_TRUE(sdpa_supported({.B = 2, .T = 40, .NH = 4, .HS = 64}, &why)) << why;
+  EXPECT_FALSE(sdpa_supported({.B = 2, .T = 40, .NH = 4, .HS = 64, .act16 = true}, &why));
+  EXPECT_NE(why.find("16-bit saved buffer"), std::string::npos) << why;
+}
+
+// f32 activations go through io copies of every buffer a pass uses; 16-bit
+// ones only when a buffer is less aligned than the descriptors declare.
+TEST(SdpaPlan, StagingCopiesWhatTheGraphCannotReadInPlace) {
+  const SdpaShape f32{.B = 2, .T = 64, .NH = 4, .HS = 64};
+  SdpaShape half = f32;
+  half.act16 = true;
+  using P = SdpaPass;
+  EXPECT_EQ(sdpa_staging(f32, P::forward, 4096, 0, 0), (SdpaStaging{.qkv = true}));
+  EXPECT_EQ(sdpa_staging(f32, P::backward, 4096, 4096, 4096), (SdpaStaging{true, true, true}));
+  EXPECT_EQ(sdpa_staging(half, P::forward, 4096, 2, 2), SdpaStaging{});
+  EXPECT_EQ(sdpa_staging(half, P::backward, 4096, 4096 + 16, 4096 + 32), SdpaStaging{});
+  EXPECT_EQ(sdpa_staging(half, P::forward, 4096 + 8, 0, 0), (SdpaStaging{.qkv = true}));
+  EXPECT_EQ(sdpa_staging(half, P::backward, 4096, 4096 + 2, 4096), (SdpaStaging{.dout = true}));
+  EXPECT_EQ(sdpa_staging(half, P::backward, 4096, 4096, 4096 + 6), (SdpaStaging{.dqkv = true}));
+}
+
+// The scratch holds exactly the staged copies, each 256-byte aligned, then
+// cuDNN's workspace.
+TEST(SdpaPlan, ScratchHoldsTheStagedCopiesThenTheWorkspace) {
+  const SdpaShape s{.B = 2, .T = 33, .NH = 3, .HS = 8, .act16 = true};
+  const uint64_t qkv = sdpa_detail::align_up(uint64_t(sdpa_qkv_elems(s)) * 2, kSdpaIoAlign);
+  const uint64_t out = sdpa_detail::align_up(uint64_t(sdpa_out_elems(s)) * 2, kSdpaIoAlign);
+  const SdpaScratchLayout none = sdpa_scratch_layout(s, {}, 1000);
+  EXPECT_EQ(none.workspace, 0u);
+  EXPECT_EQ(none.end, 1000u);
+  const SdpaScratchLayout all = sdpa_scratch_layout(s, {true, true, true}, 1000);
+  EXPECT_EQ(all.qkv, 0u);
+  EXPECT_EQ(all.dout, qkv);
+  EXPECT_EQ(all.dqkv, qkv + out);
+  EXPECT_EQ(all.workspace, 2 * qkv + out);
+  EXPECT_EQ(all.end, 2 * qkv + out + 1000);
+  const SdpaScratchLayout dqkv_only = sdpa_scratch_layout(s, {.dqkv = true}, 0);
+  EXPECT_EQ(dqkv_only.dqkv, 0u);
+  EXPECT_EQ(dqkv_only.end, qkv);
+  for (const SdpaScratchLayout& l : {none, all, dqkv_only})
+    for (uint64_t off : {l.qkv, l.dout, l.dqkv, l.workspace}) EXPECT_EQ(off % kSdpaIoAlign, 0u);
 }
 
 // The graph cache's key: every field the graphs depend on tells shapes apart.

@@ -17,11 +17,20 @@
 // how heads are split over tp ranks. dqkv is OVERWRITTEN.
 // Memory saved for backward: B * NH * T * T elements, i.e. 4 * B * NH * T^2
 // bytes in f32 per layer (GPT-2 small at B = 4, T = 256: 12.6 MB per layer,
-// 151 MB for its 12 layers), plus the qkv input the caller keeps.
+// 151 MB for its 12 layers; half that in bf16/f16), plus the qkv input the
+// caller keeps.
+//
+// Storage S: float, double, Bf16 or F16 (core/kernels/storage.h), every
+// activation argument (qkv, out, att, dout, dqkv, scratch) of that type. For
+// 16-bit S the math is fp32 (scores, softmax, row sums), the products run in
+// S through gemm_half (the matmuls must run in S), P is stored rounded to S
+// and read back widened, outputs are rounded once (ops.h states the
+// semantics; attention_common.h has the mechanics).
 #pragma once
 
 #include <cstdint>
 
+#include "core/kernels/storage.h"
 #include "core/rng.h"
 
 namespace lattice::cpu {
@@ -31,18 +40,18 @@ struct AttentionDims {
   int64_t head_offset;  // global index of local head 0 (tp shards)
 };
 
-template <typename Real>
-void attention_forward(Real* out,        // (B, T, NH * HS)
-                       Real* att,        // (B, NH, T, T) saved: probabilities before dropout
-                       const Real* qkv,  // (B, T, 3 * NH * HS)
+template <typename S>
+void attention_forward(S* out,        // (B, T, NH * HS)
+                       S* att,        // (B, NH, T, T) saved: probabilities before dropout
+                       const S* qkv,  // (B, T, 3 * NH * HS)
                        const RngKey& key, int64_t sample0, float p, const AttentionDims& d);
 
-template <typename Real>
-void attention_backward(Real* dqkv,        // (B, T, 3 * NH * HS) overwrite
-                        Real* scratch,     // (B, NH, T, T) workspace (holds dS on return)
-                        const Real* dout,  // (B, T, NH * HS)
-                        const Real* qkv,   // (B, T, 3 * NH * HS)
-                        const Real* att,   // (B, NH, T, T) from forward
+template <typename S>
+void attention_backward(S* dqkv,        // (B, T, 3 * NH * HS) overwrite
+                        S* scratch,     // (B, NH, T, T) workspace (holds dS on return)
+                        const S* dout,  // (B, T, NH * HS)
+                        const S* qkv,   // (B, T, 3 * NH * HS)
+                        const S* att,   // (B, NH, T, T) from forward
                         const RngKey& key, int64_t sample0, float p, const AttentionDims& d);
 
 }  // namespace lattice::cpu

@@ -2,37 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
+#include "core/kernels/cpu/attention_common.h"
 #include "core/kernels/cpu/dropout.h"
-#include "core/kernels/cpu/matmul.h"
 #include "core/kernels/cpu/vec_math.h"
 
 namespace lattice::cpu {
 
 namespace {
 
-bool worth_threads(const AttentionDims& d) { return d.B * d.NH > 1 && d.B * d.NH * d.T * d.T * d.HS > (1 << 16); }
-
-// Strides and dropout coordinates of one (b, h) pair.
-template <typename Real>
-struct HeadView {
-  int64_t T, HS, C, C3;    // C: row stride of out/dout, C3: of qkv/dqkv
-  uint64_t sample, elem0;  // dropout coordinates of element (0, 0) of this head
-  Real scale;
-};
-
-template <typename Real>
-HeadView<Real> head_view(const AttentionDims& d, int64_t sample0, int64_t b, int64_t h) {
-  int64_t C = d.NH * d.HS;
-  return {d.T,
-          d.HS,
-          C,
-          3 * C,
-          uint64_t(sample0 + b),
-          uint64_t((d.head_offset + h) * d.T) * uint64_t(d.T),
-          Real(1) / std::sqrt(Real(d.HS))};
-}
+using namespace attention_detail;
 
 // Row of P (T wide): softmax of the scores over the valid keys, zeros elsewhere.
 template <typename Real>
@@ -57,86 +36,83 @@ void masked_softmax_row(Real* s, const int32_t* mask, int64_t T) {
   for (int64_t j = 0; j < T; ++j) s[j] *= inv;
 }
 
-template <typename Real>
-void head_forward(Real* out, Real* P, Real* Pd, const Real* q, const int32_t* mask, const HeadView<Real>& v,
-                  const RngKey& key, float p) {
-  const Real* k = q + v.C;
-  const Real* val = q + 2 * v.C;
-  gemm<Real>(false, true, v.T, v.T, v.HS, v.scale, q, v.C3, k, v.C3, Real(0), P, v.T);
-  for (int64_t i = 0; i < v.T; ++i) masked_softmax_row(P + i * v.T, mask, v.T);
-  const Real* A = P;
+template <typename S>
+void head_forward(S* out, S* att, const S* q, const int32_t* mask, const HeadView<compute_t<S>>& v, const RngKey& key,
+                  float p) {
+  using Real = compute_t<S>;
+  const S* k = q + v.C;
+  const S* val = q + 2 * v.C;
+  const Staged<S> P = staged(att, v.T, v.T, v.T, kRowsSlot);
+  product<S>(false, true, v.T, v.T, v.HS, v.scale, q, v.C3, k, v.C3, P.c, P.ldc);
+  for (int64_t i = 0; i < v.T; ++i) masked_softmax_row(P.row(i), mask, v.T);
+  P.store();
+  const Real* A = P.c;  // the fp32 P: a 16-bit product rounds it to the stored values
   if (p > 0.0f) {
-    dropout_row(Pd, P, key, v.sample, v.elem0, v.T * v.T, p);
+    Real* Pd = buffer<Real>(kDroppedSlot, v.T * v.T);
+    dropout_row(Pd, P.c, key, v.sample, v.elem0, v.T * v.T, p);
     A = Pd;
   }
-  gemm<Real>(false, false, v.T, v.HS, v.T, Real(1), A, v.T, val, v.C3, Real(0), out, v.C);
+  const Staged<S> O = staged(out, v.C, v.T, v.HS, kProductSlot);
+  product<S>(false, false, v.T, v.HS, v.T, Real(1), A, v.T, val, v.C3, O.c, O.ldc);
+  O.store();
 }
 
-template <typename Real>
-void head_backward(Real* dq, Real* dS, Real* Pd, const Real* dO, const Real* q, const Real* P, const HeadView<Real>& v,
+template <typename S>
+void head_backward(S* dq, S* dS, const S* dO, const S* q, const S* att, const HeadView<compute_t<S>>& v,
                    const RngKey& key, float p) {
-  const Real* k = q + v.C;
-  const Real* val = q + 2 * v.C;
-  Real* dk = dq + v.C;
-  Real* dv = dq + 2 * v.C;
-  const Real* A = P;
-  if (p > 0.0f) {
-    dropout_row(Pd, P, key, v.sample, v.elem0, v.T * v.T, p);
-    A = Pd;
-  }
+  using Real = compute_t<S>;
+  const KvGrads<S> x = kv_grads(q, dq, v.C);
+  const auto [P, A] = saved_probs(
+      att, v.T * v.T, p, [&](Real* Pd, const Real* P0) { dropout_row(Pd, P0, key, v.sample, v.elem0, v.T * v.T, p); });
   // dP = dO v^T, then the dropout map and the softmax backward, row by row.
-  gemm<Real>(false, true, v.T, v.T, v.HS, Real(1), dO, v.C, val, v.C3, Real(0), dS, v.T);
-  if (p > 0.0f) dropout_row(dS, dS, key, v.sample, v.elem0, v.T * v.T, p);
-  for (int64_t i = 0; i < v.T; ++i) softmax_row_backward(dS + i * v.T, dS + i * v.T, P + i * v.T, v.T);
-  gemm<Real>(false, false, v.T, v.HS, v.T, v.scale, dS, v.T, k, v.C3, Real(0), dq, v.C3);
-  gemm<Real>(true, false, v.T, v.HS, v.T, v.scale, dS, v.T, q, v.C3, Real(0), dk, v.C3);
-  gemm<Real>(true, false, v.T, v.HS, v.T, Real(1), A, v.T, dO, v.C, Real(0), dv, v.C3);
+  const Staged<S> D = staged(dS, v.T, v.T, v.T, kRowsSlot);
+  product<S>(false, true, v.T, v.T, v.HS, Real(1), dO, v.C, x.v, v.C3, D.c, D.ldc);
+  if (p > 0.0f) dropout_row(D.c, D.c, key, v.sample, v.elem0, v.T * v.T, p);
+  for (int64_t i = 0; i < v.T; ++i) softmax_row_backward(D.row(i), D.row(i), P + i * v.T, v.T);
+  D.store();
+  const Staged<S> Q = staged(dq, v.C3, v.T, v.HS, kProductSlot);
+  product<S>(false, false, v.T, v.HS, v.T, v.scale, D.c, v.T, x.k, v.C3, Q.c, Q.ldc);
+  Q.store();
+  const Staged<S> K = staged(x.dk, v.C3, v.T, v.HS, kProductSlot);
+  product<S>(true, false, v.T, v.HS, v.T, v.scale, D.c, v.T, q, v.C3, K.c, K.ldc);
+  K.store();
+  const Staged<S> V = staged(x.dv, v.C3, v.T, v.HS, kProductSlot);
+  product<S>(true, false, v.T, v.HS, v.T, Real(1), A, v.T, dO, v.C, V.c, V.ldc);
+  V.store();
 }
 
 }  // namespace
 
-template <typename Real>
-void attention_masked_forward(Real* out, Real* att, const Real* qkv, const int32_t* key_mask, const RngKey& key,
-                              int64_t sample0, float p, const AttentionDims& d) {
+template <typename S>
+void attention_masked_forward(S* out, S* att, const S* qkv, const int32_t* key_mask, const RngKey& key, int64_t sample0,
+                              float p, const AttentionDims& d) {
   const int64_t C = d.NH * d.HS, TT = d.T * d.T;
-#pragma omp parallel if (worth_threads(d))
-  {
-    std::vector<Real> pd(p > 0.0f ? size_t(TT) : 0);  // this thread's dropped probabilities
-#pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
-      int64_t b = bh / d.NH, h = bh % d.NH;
-      HeadView<Real> v = head_view<Real>(d, sample0, b, h);
-      head_forward(out + b * d.T * C + h * d.HS, att + bh * TT, pd.data(), qkv + b * d.T * 3 * C + h * d.HS,
-                   key_mask ? key_mask + b * d.T : nullptr, v, key, p);
-    }
-  }
+  for_each_head(d, [&](int64_t b, int64_t h, int64_t bh) {
+    head_forward(out + b * d.T * C + h * d.HS, att + bh * TT, qkv + b * d.T * 3 * C + h * d.HS,
+                 key_mask ? key_mask + b * d.T : nullptr, head_view<compute_t<S>>(d, sample0, b, h), key, p);
+  });
 }
 
-template <typename Real>
-void attention_masked_backward(Real* dqkv, Real* scratch, const Real* dout, const Real* qkv, const Real* att,
-                               const RngKey& key, int64_t sample0, float p, const AttentionDims& d) {
+template <typename S>
+void attention_masked_backward(S* dqkv, S* scratch, const S* dout, const S* qkv, const S* att, const RngKey& key,
+                               int64_t sample0, float p, const AttentionDims& d) {
   const int64_t C = d.NH * d.HS, TT = d.T * d.T;
-#pragma omp parallel if (worth_threads(d))
-  {
-    std::vector<Real> pd(p > 0.0f ? size_t(TT) : 0);
-#pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
-      int64_t b = bh / d.NH, h = bh % d.NH;
-      HeadView<Real> v = head_view<Real>(d, sample0, b, h);
-      int64_t qoff = b * d.T * 3 * C + h * d.HS;
-      head_backward(dqkv + qoff, scratch + bh * TT, pd.data(), dout + b * d.T * C + h * d.HS, qkv + qoff, att + bh * TT,
-                    v, key, p);
-    }
-  }
+  for_each_head(d, [&](int64_t b, int64_t h, int64_t bh) {
+    const int64_t qoff = b * d.T * 3 * C + h * d.HS;
+    head_backward(dqkv + qoff, scratch + bh * TT, dout + b * d.T * C + h * d.HS, qkv + qoff, att + bh * TT,
+                  head_view<compute_t<S>>(d, sample0, b, h), key, p);
+  });
 }
 
-#define LATTICE_INSTANTIATE(R)                                                                                    \
-  template void attention_masked_forward<R>(R*, R*, const R*, const int32_t*, const RngKey&, int64_t, float,      \
+#define LATTICE_INSTANTIATE(S)                                                                                    \
+  template void attention_masked_forward<S>(S*, S*, const S*, const int32_t*, const RngKey&, int64_t, float,      \
                                             const AttentionDims&);                                                \
-  template void attention_masked_backward<R>(R*, R*, const R*, const R*, const R*, const RngKey&, int64_t, float, \
+  template void attention_masked_backward<S>(S*, S*, const S*, const S*, const S*, const RngKey&, int64_t, float, \
                                              const AttentionDims&);
 LATTICE_INSTANTIATE(float)
 LATTICE_INSTANTIATE(double)
+LATTICE_INSTANTIATE(Bf16)
+LATTICE_INSTANTIATE(F16)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu

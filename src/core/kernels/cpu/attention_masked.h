@@ -17,6 +17,8 @@
 // T + i) * T + j, p), as in the causal kernel (attention.h), so masks do not
 // depend on how heads are split over tp ranks. dqkv is OVERWRITTEN.
 // Memory saved for backward: B * NH * T * T elements per layer, plus qkv.
+// Storage S: float, double, Bf16 or F16, as for the causal kernel
+// (attention.h).
 #pragma once
 
 #include <cstdint>
@@ -27,19 +29,19 @@
 namespace lattice::cpu {
 
 // key_mask may be null: every key is valid.
-template <typename Real>
-void attention_masked_forward(Real* out,               // (B, T, NH * HS)
-                              Real* att,               // (B, NH, T, T) saved: probabilities before dropout
-                              const Real* qkv,         // (B, T, 3 * NH * HS)
+template <typename S>
+void attention_masked_forward(S* out,                   // (B, T, NH * HS)
+                              S* att,                   // (B, NH, T, T) saved: probabilities before dropout
+                              const S* qkv,             // (B, T, 3 * NH * HS)
                               const int32_t* key_mask,  // (B, T) nonzero = attend to this key; or null
                               const RngKey& key, int64_t sample0, float p, const AttentionDims& d);
 
-template <typename Real>
-void attention_masked_backward(Real* dqkv,        // (B, T, 3 * NH * HS) overwrite
-                               Real* scratch,     // (B, NH, T, T) workspace (holds dS on return)
-                               const Real* dout,  // (B, T, NH * HS)
-                               const Real* qkv,   // (B, T, 3 * NH * HS)
-                               const Real* att,   // (B, NH, T, T) from forward
+template <typename S>
+void attention_masked_backward(S* dqkv,        // (B, T, 3 * NH * HS) overwrite
+                               S* scratch,     // (B, NH, T, T) workspace (holds dS on return)
+                               const S* dout,  // (B, T, NH * HS)
+                               const S* qkv,   // (B, T, 3 * NH * HS)
+                               const S* att,   // (B, NH, T, T) from forward
                                const RngKey& key, int64_t sample0, float p, const AttentionDims& d);
 
 }  // namespace lattice::cpu

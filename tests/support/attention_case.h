@@ -1,0 +1,72 @@
+// One attention call of the 16-bit attention tests (tests/core/
+// test_ops_attention16.cpp on the CPU, tests/core/cuda/
+// test_cuda_attention16.cpp on the GPU): the shape, causal or key-padding
+// mask, dropout and tp head offset, and a forward + backward through
+// lattice::ops on the device and dtype of the inputs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/ops.h"
+#include "core/tensor.h"
+
+namespace lattice::test {
+
+struct AttentionCase {
+  std::string name;
+  int64_t B, T, NH, HS;
+  bool masked;  // bidirectional with key_mask(); else causal
+  float p;      // dropout on the probabilities
+  int head_offset;
+  bool fused = false;  // on CUDA under 16-bit matmuls: cuDNN's fused path takes it
+  int64_t C() const { return NH * HS; }
+};
+
+inline ops::Dropout attention_dropout(float p) {
+  ops::Dropout d;
+  d.p = p;
+  d.key = RngKey{.seed = 77, .purpose = RngPurpose::dropout, .step = 2, .layer = 1, .site = 0};
+  d.sample0 = 4;
+  return d;
+}
+
+// (B, T) i32 on the host: sample b pads its last 2b keys; sample 2 (when
+// there is one) has no valid key.
+inline Tensor attention_key_mask(const AttentionCase& c) {
+  Tensor m = Tensor::empty({c.B, c.T}, DType::i32);
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t t = 0; t < c.T; ++t) m.data<int32_t>()[b * c.T + t] = b == 2 ? 0 : int32_t(t < c.T - 2 * b);
+  return m;
+}
+
+// What one forward and backward leave, on the host: out, att, dqkv and the
+// scratch (dS).
+struct AttentionResults {
+  Tensor out, att, dqkv, dS;
+};
+
+// Forward on qkv, then backward on dout with `saved` as the probabilities
+// (forward's own att when undefined), on qkv's device and dtype.
+inline AttentionResults run_attention(const AttentionCase& c, const Tensor& qkv, const Tensor& dout,
+                                      const Tensor& saved = Tensor()) {
+  const DType dt = qkv.dtype();
+  const Device dev = qkv.device();
+  const ops::Dropout d = attention_dropout(c.p);
+  const int nh = int(c.NH);
+  Tensor out = Tensor::empty({c.B, c.T, c.C()}, dt, dev), att = Tensor::empty({c.B, c.NH, c.T, c.T}, dt, dev);
+  Tensor dqkv = Tensor::zeros(qkv.shape(), dt, dev), dS = Tensor::empty(att.shape(), dt, dev);
+  const Tensor mask = attention_key_mask(c).to(dev);
+  if (c.masked)
+    ops::attention_masked_forward(out, att, qkv, &mask, nh, d, c.head_offset);
+  else
+    ops::attention_forward(out, att, qkv, nh, d, c.head_offset);
+  const Tensor& p = saved.defined() ? saved : att;
+  if (c.masked)
+    ops::attention_masked_backward(dqkv, dS, dout, qkv, p, nh, d, c.head_offset);
+  else
+    ops::attention_backward(dqkv, dS, dout, qkv, p, nh, d, c.head_offset);
+  return {out.to(Device::cpu()), att.to(Device::cpu()), dqkv.to(Device::cpu()), dS.to(Device::cpu())};
+}
+
+}  // namespace lattice::test
