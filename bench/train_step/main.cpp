@@ -270,8 +270,7 @@ Row measure(const Options& o, const BenchConfig& cfg, int threads) {
                   matmul_rate_label(), r.sgemm.square, cfg.B * cfg.T, cfg.F, cfg.C, r.sgemm.model, r.peak));
   if (!cfg.source.empty()) say(fmt::format("{} model from {} (dropout 0), B {} T {}", tag, cfg.source, cfg.B, cfg.T));
   const HalfMode half{.shadow = o.precision != "bf16-per-call", .act16 = o.precision == "bf16"};
-  r.lat = run_lattice(cfg, o.steps, o.warmup, half,
-                      [&](const std::string& l) { say(tag + " " + l); });
+  r.lat = run_lattice(cfg, o.steps, o.warmup, half, [&](const std::string& l) { say(tag + " " + l); });
   say(
       fmt::format("{} params {} (N for flops {}), GFLOP/step {:.2f}, scored targets/step {:.0f}, activations "
                   "{:.1f} MiB",

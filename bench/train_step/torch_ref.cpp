@@ -42,8 +42,8 @@ TorchResult run_torch(const TorchRun& run, const std::function<void(const std::s
   LATTICE_CHECK(std::filesystem::exists(run.script),
                 "torch reference: {} not found; pass --reference PATH to the script", run.script);
   std::string cmd = "OMP_WAIT_POLICY=PASSIVE " + shell_quote(run.python) + " " + shell_quote(run.script) +
-                    " --config " + shell_quote(run.config) + " --threads " + std::to_string(run.threads) +
-                    " --steps " + std::to_string(run.steps) + " --warmup " + std::to_string(run.warmup);
+                    " --config " + shell_quote(run.config) + " --threads " + std::to_string(run.threads) + " --steps " +
+                    std::to_string(run.steps) + " --warmup " + std::to_string(run.warmup);
   if (run.peak_gflops > 0) cmd += " --peak-gflops " + std::to_string(run.peak_gflops);
   for (const std::string& a : run.extra_args) cmd.append(" ").append(shell_quote(a));
   cmd += " 2>&1";
@@ -66,8 +66,8 @@ TorchResult run_torch(const TorchRun& run, const std::function<void(const std::s
     if (line.rfind("RESULT", 0) == 0) res.result_line = line;
   }
   const int status = pclose(pipe);
-  LATTICE_CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                "torch reference failed (status {}): {}", status, cmd);
+  LATTICE_CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "torch reference failed (status {}): {}",
+                status, cmd);
   LATTICE_CHECK(!res.result_line.empty(), "torch reference printed no RESULT line: {}", cmd);
   res.fields = parse_fields(res.result_line);
   res.median_ms = number(res.fields, "median_ms", res.result_line);

@@ -18,7 +18,7 @@ struct TorchRun {
   std::string python = "/usr/bin/python3";  // the interpreter that has torch
   std::string script;                       // path to the reference script
   std::string config;
-  std::vector<std::string> extra_args;      // appended as given (the zoo scripts' shapes)
+  std::vector<std::string> extra_args;  // appended as given (the zoo scripts' shapes)
   int threads = 1, steps = 5, warmup = 2;
   double peak_gflops = 0;  // passed on for the script's MFU column
 };

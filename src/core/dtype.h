@@ -82,7 +82,7 @@ LATTICE_HD uint16_t f32_to_f16(float f) {
   uint32_t x = f32_bits(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t mag = x & 0x7fffffffu;
-  if (mag > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+  if (mag > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
   if (mag >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // overflow -> inf (incl. inf)
   if (mag < 0x38800000u) {                                  // subnormal or zero in f16
     if (mag < 0x33000000u) return uint16_t(sign);           // underflow to zero

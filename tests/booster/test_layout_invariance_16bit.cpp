@@ -5,15 +5,25 @@
 // (2 ranks) or (2, 2, 1) (4 ranks) and must match the one-rank run of the same
 // precision that each rank also computes.
 //
-// Why a looser tolerance than fp32's: the tensor-parallel partial sums are
+// Why a looser tolerance than fp32's. The tensor-parallel partial sums are
 // reduced in fp32 and rounded once (tp/linear.cpp), as one rank rounds its
-// whole product, so a layout changes only the fp32 summation order; but where
-// that moves a value across a rounding boundary of the 16-bit type the stored
-// activation moves by one 16-bit ulp (2^-8 relative in bf16). Measured on
-// this suite (AMD EPYC Zen 4, bf16 and fp16): see kTol below. The check that
-// the runs really are 16-bit: the one-rank 16-bit losses differ from the fp32
-// ones by far more than the tolerance, so a layout running fp32 activations,
-// or the reference doing so, fails.
+// whole product, so a layout changes only fp32 summation orders, and pp and
+// dp change nothing at all before the optimizer (their step-1 gradients agree
+// to 1e-7). But where a different fp32 order moves a value across a rounding
+// boundary of the 16-bit type, that stored activation moves by one 16-bit
+// ulp, and the layers after it see a perturbation the size of their own
+// rounding, so more of their values cross boundaries: one such flip spreads
+// through the rest of the backward pass. A tp run therefore matches one rank
+// either bit for bit (no flip: NeoX and BERT here) or to the level of 16-bit
+// rounding noise, in every gradient. The tolerances are in units of the
+// type's unit roundoff u (bf16 2^-9, fp16 2^-11). Measured on this suite (AMD
+// EPYC Zen 4): step-1 gradients at tp 2 within 4.3 u in bf16 (LLaMA with one
+// k/v head, whose replicas round their partial k/v gradient sums; 1.2 u for
+// the others) and 1.7 u in fp16; pp and dp within 1e-7; step-1 losses within
+// 5e-7 and losses over 20 steps within 1.6e-4 (Adam amplifies the
+// differences, as in fp32). Reducing GPT-2's row-parallel partial sums in
+// bf16 instead (the rounding the fp32 reduction avoids) moved step 1's loss
+// by 5.4e-6 at tp 2 and fails here.
 // bf16 runs skip, saying why, without AVX512-BF16 or oneDNN.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -32,11 +42,13 @@ using namespace lattice::layout_test;
 
 namespace {
 
-// Relative tolerances against the one-rank run of the same precision.
-struct Tol {
-  double loss1, loss, grad1;  // step 1's loss, every step's loss, step 1's gradients (relative L2)
-};
-constexpr Tol kTol{1e-3, 5e-3, 3e-2};
+// Tolerances against the one-rank run of the same precision, relative.
+constexpr double kLoss1 = 5e-6;  // step 1's loss
+constexpr double kLoss = 1e-3;   // every step's loss
+// Step 1's gradients (relative L2 of each tensor): 10 units of roundoff.
+double grad_tolerance(const std::string& precision) {
+  return 10 * (precision == "runtime.precision=bf16" ? std::ldexp(1.0, -9) : std::ldexp(1.0, -11));
+}
 
 std::vector<std::vector<std::string>> precisions() {
   std::vector<std::vector<std::string>> out;
@@ -66,35 +78,30 @@ TEST(LayoutInvariance16, EveryLayoutMatchesOneRankAtTheSamePrecision) {
   for (const std::vector<std::string>& precision : precisions())
     for (const ModelCase& model : models()) {
       SCOPED_TRACE(precision[0] + " " + model.name);
-      auto one = [&](const std::vector<std::string>& extra) {
-        auto mesh = mesh::ProcessGroupMesh::create(comm::self_group("world"), {1, 1, 1});
-        return train(config(glob, {1, 1, 1}, model, extra), mesh);
-      };
-      const Trace ref = one(precision), fp32 = one({});
+      auto mesh = mesh::ProcessGroupMesh::create(comm::self_group("world"), {1, 1, 1});
+      const Trace ref = train(config(glob, {1, 1, 1}, model, precision), mesh);
       EXPECT_LT(ref.loss.back(), ref.loss.front() - 0.5) << "the 16-bit reference does not learn";
-      double apart = 0;  // how far 16-bit is from fp32: far more than the layout tolerance
-      for (int s = 0; s < kSteps; ++s) apart = std::max(apart, rel(ref.loss[size_t(s)], fp32.loss[size_t(s)]));
-      EXPECT_GT(apart, 10 * kTol.loss) << "the 16-bit run is as close to fp32 as a layout must be to it";
       for (const LayoutCase& l : layouts(world)) {
         SCOPED_TRACE(testing::Message() << "tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp << " zero " << l.zero);
         auto m = mesh::ProcessGroupMesh::create(comm::Group(comm::make_world_communicator(60)), {l.tp, l.pp, l.dp});
         const Trace got = train(config(glob, l, model, precision), m);
+        // Without tp no 16-bit value changes before the optimizer: fp32's tolerance.
+        const double grad_tol = l.tp > 1 ? grad_tolerance(precision[0]) : 1e-6;
         double worst_loss = 0, worst_grad = 0;
-        EXPECT_LT(rel(got.loss[0], ref.loss[0]), kTol.loss1);
+        EXPECT_LT(rel(got.loss[0], ref.loss[0]), kLoss1);
         for (int s = 0; s < kSteps; ++s) {
           worst_loss = std::max(worst_loss, rel(got.loss[size_t(s)], ref.loss[size_t(s)]));
-          EXPECT_LT(rel(got.loss[size_t(s)], ref.loss[size_t(s)]), kTol.loss) << "step " << s + 1;
+          EXPECT_LT(rel(got.loss[size_t(s)], ref.loss[size_t(s)]), kLoss) << "step " << s + 1;
         }
         for (const ParamEntry& e : got.grads_step1.entries()) {
           const double d = relative_l2(got.grads_step1, e, ref.grads_step1);
           worst_grad = std::max(worst_grad, d);
-          EXPECT_LT(d, kTol.grad1) << e.spec.name << " rank " << world_rank;
+          EXPECT_LT(d, grad_tol) << e.spec.name << " rank " << world_rank;
         }
         if (world_rank == 0)
-          std::printf("[16-bit layouts] %s %s tp=%d pp=%d dp=%d: loss %.2e (step 1 %.2e), step-1 grads %.2e; "
-                      "16-bit vs fp32 %.2e\n",
+          std::printf("[16-bit layouts] %s %s tp=%d pp=%d dp=%d: loss %.2e (step 1 %.2e), step-1 grads %.2e\n",
                       precision[0].c_str(), model.name.c_str(), l.tp, l.pp, l.dp, worst_loss,
-                      rel(got.loss[0], ref.loss[0]), worst_grad, apart);
+                      rel(got.loss[0], ref.loss[0]), worst_grad);
         if (HasFailure()) return;  // one failing case is enough to read
       }
     }

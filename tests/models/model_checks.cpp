@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/kernels/cpu/matmul.h"
+#include "core/kernels/cpu/matmul_bf16.h"
 #include "core/ops.h"
 #include "core/rng.h"
 #include "optim/optimizer.h"
@@ -144,6 +146,39 @@ void check_recompute(const ModelUnderTest& m, const std::vector<int>& recompute,
     EXPECT_TENSOR_NEAR(grads[i], grads[0], tolerance(DType::f64));
     EXPECT_LT(bytes[i], bytes[i - 1]);
   }
+}
+
+void check_16bit_activations(const ModelUnderTest& m, int64_t B, int64_t T) {
+  std::vector<DType> types = {DType::f16};
+  if (cpu::bf16_matmul_available()) types.insert(types.begin(), DType::bf16);
+  Tensor x = random_tokens(B, T, m.n_ids, 31), y = random_tokens(B, T, m.n_ids, 32);
+  const StepCoords coords{4, 3, 2, true};  // dropout on
+  const DType before = cpu::matmul_dtype();
+  for (DType t : types) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    cpu::set_matmul_dtype(t);
+    const double u = std::ldexp(1.0, t == DType::bf16 ? -9 : -11);  // unit roundoff
+    WholeModel half(m, DType::f32), full(m, DType::f32);
+    half.model->set_activation_dtype(t);
+    EXPECT_EQ(half.model->activation_dtype(), t);
+    auto ch = half.model->make_context(B, T), cf = full.model->make_context(B, T);
+    EXPECT_EQ(half.model->activation_bytes(B, T).context, ch->bytes());
+    EXPECT_LE(double(ch->bytes()), 0.6 * double(cf->bytes()));
+    const double lh = half.model->forward(*ch, x, y, coords), lf = full.model->forward(*cf, x, y, coords);
+    EXPECT_NEAR(lh, lf, 5 * u * std::fabs(lf));
+    half.model->backward(*ch, 1.0f / float(B * T));
+    full.model->backward(*cf, 1.0f / float(B * T));
+    for (const ParamEntry& e : full.params.entries()) {
+      const Tensor gh = half.params.grad(e), gf = full.params.grad(e);
+      double diff = 0, norm = 0;
+      for (int64_t i = 0; i < gf.numel(); ++i) {
+        const double a = gh.data<float>()[i], b = gf.data<float>()[i];
+        diff += (a - b) * (a - b), norm += b * b;
+      }
+      if (norm > 0) EXPECT_LT(std::sqrt(diff / norm), 40 * u) << e.spec.name;
+    }
+  }
+  cpu::set_matmul_dtype(before);
 }
 
 void check_overfits_one_batch(const ModelUnderTest& m, int64_t B, int64_t T, int max_steps) {

@@ -74,6 +74,13 @@ void check_chunks_match_whole(const ModelUnderTest& m, const std::vector<StageSp
 // same loss and gradients with a smaller context, which activation_bytes()
 // predicts exactly.
 void check_recompute(const ModelUnderTest& m, const std::vector<int>& recompute, int64_t B, int64_t T);
+// runtime.precision bf16 (where this CPU has bf16 matmuls) and fp16: the model
+// with 16-bit activations (set_activation_dtype) against the same model with
+// fp32 activations, both with matmuls in that type: loss within 5 units of
+// roundoff, every gradient within 40 in relative L2, and a context that
+// activation_bytes() predicts exactly and that is at most 0.6 times the fp32
+// one (statistics stay fp32).
+void check_16bit_activations(const ModelUnderTest& m, int64_t B, int64_t T);
 // AdamW (lr 3e-3, no weight decay) on one (B, T) batch for at most
 // `max_steps`: the mean loss starts near ln(n_ids) and ends below 0.05.
 void check_overfits_one_batch(const ModelUnderTest& m, int64_t B, int64_t T, int max_steps = 300);

@@ -98,6 +98,7 @@ TEST(Bert, WholeModelGradientMatchesFiniteDifferences) {
 }
 
 TEST(Bert, Fp32MatchesFp64) { test::check_fp32_matches_fp64(under_test(tiny_config()), 2, 8); }
+TEST(Bert, SixteenBitActivations) { test::check_16bit_activations(under_test(tiny_config()), 2, 8); }
 
 // Padding at the end changes nothing at the real positions: the same per-token
 // losses as the unpadded sequence (the key mask hides [PAD] from every query).

@@ -59,6 +59,7 @@ TEST(Gpt2, WholeModelGradientMatchesFiniteDifferences) {
 }
 
 TEST(Gpt2, Fp32MatchesFp64) { test::check_fp32_matches_fp64(under_test(tiny_config()), 2, 8); }
+TEST(Gpt2, SixteenBitActivations) { test::check_16bit_activations(under_test(tiny_config()), 2, 8); }
 
 TEST(Gpt2, DropoutChangesTrainingButNotEvaluation) {
   Gpt2Config cfg = tiny_config();

@@ -175,6 +175,7 @@ TEST(Llama, WholeModelGradientMatchesFiniteDifferences) {
 }
 
 TEST(Llama, Fp32MatchesFp64) { test::check_fp32_matches_fp64(under_test(tiny_config()), 2, 8); }
+TEST(Llama, SixteenBitActivations) { test::check_16bit_activations(under_test(tiny_config()), 2, 8); }
 
 TEST(Llama, ChunksChainedByHandMatchTheWholeModel) {
   LlamaConfig cfg = tiny_config();

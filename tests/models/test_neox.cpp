@@ -129,6 +129,7 @@ TEST(Neox, WholeModelGradientMatchesFiniteDifferences) {
 }
 
 TEST(Neox, Fp32MatchesFp64) { test::check_fp32_matches_fp64(under_test(tiny_config()), 2, 8); }
+TEST(Neox, SixteenBitActivations) { test::check_16bit_activations(under_test(tiny_config()), 2, 8); }
 
 TEST(Neox, ChunksChainedByHandMatchTheWholeModel) {
   NeoxConfig cfg = tiny_config();

@@ -71,7 +71,8 @@ class Activations final : public ChunkActivations {
   std::unique_ptr<SavedTensors> block(const MakeTensor& make, int64_t B, int64_t T) const override {
     auto a = std::make_unique<BlockActs>();
     a->qkv = make({B, T, 3 * C_l}), a->att = make({B, NH_l, T, T}), a->atty = make({B, T, C_l});
-    a->res1 = make({B, T, C}), a->h1 = make({B, T, C}), a->h1_mean = make.master({B, T}), a->h1_rstd = make.master({B, T});
+    a->res1 = make({B, T, C}), a->h1 = make({B, T, C}), a->h1_mean = make.master({B, T}),
+    a->h1_rstd = make.master({B, T});
     a->fch = make({B, T, F_l}), a->fch_gelu = make({B, T, F_l});
     a->res2 = make({B, T, C}), a->out_mean = make.master({B, T}), a->out_rstd = make.master({B, T});
     return a;

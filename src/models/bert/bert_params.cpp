@@ -4,15 +4,19 @@
 
 namespace lattice::bert {
 
-
 ShardingPolicy sharding_policy(const BertConfig& cfg) {
   ShardingPolicy p;
   // First match wins: attention.output.dense before the MLP's output.dense.
-  p.rules = {{"attention.self.query.weight", Role::attn_qkv},   {"attention.self.query.bias", Role::attn_qkv},
-             {"attention.self.key.weight", Role::attn_qkv},     {"attention.self.key.bias", Role::attn_qkv},
-             {"attention.self.value.weight", Role::attn_qkv},   {"attention.self.value.bias", Role::attn_qkv},
-             {"attention.output.dense.weight", Role::attn_out}, {"intermediate.dense.weight", Role::mlp_in},
-             {"intermediate.dense.bias", Role::mlp_in},         {"output.dense.weight", Role::mlp_out},
+  p.rules = {{"attention.self.query.weight", Role::attn_qkv},
+             {"attention.self.query.bias", Role::attn_qkv},
+             {"attention.self.key.weight", Role::attn_qkv},
+             {"attention.self.key.bias", Role::attn_qkv},
+             {"attention.self.value.weight", Role::attn_qkv},
+             {"attention.self.value.bias", Role::attn_qkv},
+             {"attention.output.dense.weight", Role::attn_out},
+             {"intermediate.dense.weight", Role::mlp_in},
+             {"intermediate.dense.bias", Role::mlp_in},
+             {"output.dense.weight", Role::mlp_out},
              {"embeddings.word_embeddings.weight", Role::vocab_embedding},
              {"cls.predictions.decoder.weight", Role::lm_head}};
   // The tied decoder is the word embedding table: a replica on the head's stage.
@@ -26,7 +30,8 @@ std::vector<ParamSpec> param_specs(const BertConfig& cfg) {
   std::vector<ParamSpec> t;
   t.push_back(matrix_param("bert.embeddings.word_embeddings.weight", {V, C}, kEmbeddingLayer, std));
   t.push_back(matrix_param("bert.embeddings.position_embeddings.weight", {cfg.max_seq_len, C}, kEmbeddingLayer, std));
-  t.push_back(matrix_param("bert.embeddings.token_type_embeddings.weight", {cfg.type_vocab_size, C}, kEmbeddingLayer, std));
+  t.push_back(
+      matrix_param("bert.embeddings.token_type_embeddings.weight", {cfg.type_vocab_size, C}, kEmbeddingLayer, std));
   t.push_back(vector_param("bert.embeddings.LayerNorm.weight", C, kEmbeddingLayer, InitKind::ones));
   t.push_back(vector_param("bert.embeddings.LayerNorm.bias", C, kEmbeddingLayer, InitKind::zeros));
   for (int i = 0; i < L; ++i) {

@@ -5,7 +5,6 @@
 
 namespace lattice::gpt2 {
 
-
 ShardingPolicy sharding_policy(const Gpt2Config& cfg) {
   ShardingPolicy p;
   p.rules = {{"attn.c_attn.weight", Role::attn_qkv, 3}, {"attn.c_attn.bias", Role::attn_qkv, 3},

@@ -140,7 +140,7 @@ void Llama::block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, Sav
   auto& a = as<BlockActs>(saved);
   LayerView& p = layers_[size_t(i)];
   Scratch& w = scratch_of<Scratch>(ctx);
-  Tensor& tmp = w.c1;                    // (B, T, C)
+  Tensor& tmp = w.c1;                      // (B, T, C)
   const int rotated = int(NH_l_ + KV_l_);  // q and k heads lead each packed row
   ops::rmsnorm_forward(a.ln1, a.ln1_rstd, x, p.input_norm.w, cfg_.norm_eps);
   qkv_.forward(w.packed, a.ln1, p.qkv.mm(), nullptr);
@@ -157,8 +157,7 @@ void Llama::block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, Sav
   ops::add(out, a.res1, tmp);
 }
 
-void Llama::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& dout, Tensor& dx,
-                           SavedTensors& saved) {
+void Llama::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& dout, Tensor& dx, SavedTensors& saved) {
   auto& a = as<BlockActs>(saved);
   LayerView& p = layers_[size_t(i)];
   Scratch& w = scratch_of<Scratch>(ctx);

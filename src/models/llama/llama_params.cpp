@@ -4,7 +4,6 @@
 
 namespace lattice::llama {
 
-
 ShardingPolicy sharding_policy(const LlamaConfig& cfg) {
   ShardingPolicy p;
   p.rules = {{"self_attn.q_proj.weight", Role::attn_qkv},
