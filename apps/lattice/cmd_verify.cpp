@@ -3,12 +3,15 @@
 // Trains the configured layout (under mpirun) and the single-rank reference
 // (every rank runs it on its own, with a one-rank mesh) on identical data and
 // seeds for train.steps steps, prints per-step loss and grad-norm differences
-// on rank 0, and exits 1 when a relative loss difference exceeds the tolerance.
+// on rank 0, and exits 1 when a relative loss difference exceeds the tolerance
+// (by default the contract's for the config's precision: 1e-5 in fp32, 1e-3
+// under bf16/fp16, config.h layout_loss_tolerance).
 #include <fmt/format.h>
 
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "booster/booster.h"
 #include "booster/hybrid_parallel_plugin.h"
@@ -42,9 +45,10 @@ Trace run_steps(const Config& cfg, mesh::ProcessGroupMesh& mesh, std::optional<R
 
 double rel(double a, double ref) { return std::fabs(a - ref) / std::max(std::fabs(ref), 1e-30); }
 
-int verify(const std::string& path, const std::vector<std::string>& overrides, double tolerance,
+int verify(const std::string& path, const std::vector<std::string>& overrides, std::optional<double> tolerance_opt,
            const comm::MpiRuntime& mpi) {
   Config cfg = load_config(path, overrides);
+  const double tolerance = tolerance_opt.value_or(layout_loss_tolerance(cfg.runtime.precision));
   set_num_threads(cfg.runtime.threads);
   const Layout layout = resolve_layout(cfg, mpi.world_size());  // the layout must fit the job
   auto mesh = create_job_mesh(cfg, comm::Group(comm::make_world_communicator(cfg.runtime.comm_timeout_s)));
@@ -90,13 +94,15 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, d
 int verify_layout(int* argc, char*** argv, const Args& args) {
   std::string path;
   std::vector<std::string> overrides;
-  double tolerance = 1e-5;
+  std::optional<double> tolerance;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--tolerance") {
       const std::string v = i + 1 < args.size() ? args[++i] : "";
-      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), tolerance);
-      if (ec != std::errc() || p != v.data() + v.size() || !(tolerance > 0))
+      double t = 0;
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), t);
+      if (ec != std::errc() || p != v.data() + v.size() || !(t > 0))
         LATTICE_FAIL("verify-layout: --tolerance expects a positive number, got '{}'", v);
+      tolerance = t;
     } else if (args[i].rfind("--", 0) == 0) {
       LATTICE_FAIL(
           "verify-layout: unknown option '{}' (usage: lattice verify-layout CONFIG [key=value ...] "

@@ -44,6 +44,12 @@ enum class Precision : uint8_t { fp32, bf16, fp16 };
 constexpr DType precision_dtype(Precision p) {
   return p == Precision::bf16 ? DType::bf16 : p == Precision::fp16 ? DType::f16 : DType::f32;
 }
+// The layout-invariance contract's relative loss tolerance between a layout
+// and the one-rank run (short runs of tiny models; verify-layout's default):
+// fp32 1e-5 (reduction order); bf16/fp16 1e-3, where a different fp32
+// reduction order can flip a stored 16-bit value by one ulp and the flip
+// spreads (tests/booster/test_layout_invariance_16bit.cpp).
+constexpr double layout_loss_tolerance(Precision p) { return p == Precision::fp32 ? 1e-5 : 1e-3; }
 // runtime.device uses core's DeviceType { cpu, cuda }.
 
 // names[i] is the YAML name of E(i).

@@ -4,7 +4,8 @@
 // mpirun with its world size: a tiny GPT-2 (dropout on, tied embeddings)
 // trains 20 steps against the single-rank reference and must PASS (relative
 // loss difference <= 1e-5 at every step). The dp runs use small buckets, so
-// the overlapped dp all-reduce is what is checked.
+// the overlapped dp all-reduce is what is checked. Under fp16 (16-bit
+// activations) at (2,2,1) the default tolerance is the 16-bit one (1e-3).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -49,7 +50,8 @@ TEST(VerifyLayout, PassesOnEveryLayoutOfTheIssue) {
   std::ofstream(dir + "/a.txt") << text;
   CmdResult prep = lattice::test::run_lattice("data prepare --input a.txt --tokenizer bytes --out d/t", dir);
   ASSERT_EQ(prep.status, 0) << prep.out;
-  std::ofstream(dir + "/v.yaml") << R"(model: { arch: gpt2, n_layer: 4, n_head: 2, d_model: 32, vocab_size: 260, max_seq_len: 16,
+  std::ofstream(dir + "/v.yaml")
+      << R"(model: { arch: gpt2, n_layer: 4, n_head: 2, d_model: 32, vocab_size: 260, max_seq_len: 16,
          dropout: 0.1, tie_embeddings: true }
 parallel: { dp_bucket_mb: 0.01 }
 train: { steps: 20, global_batch: 8, micro_batch: 1, seq_len: 16 }
@@ -67,5 +69,12 @@ runtime: { seed: 11, threads: 1 }
     EXPECT_NE(r.out.find("PASS"), std::string::npos) << args << "\n" << r.out;
     EXPECT_NE(r.out.find("   20 "), std::string::npos) << args << ": a row per step\n" << r.out;
   }
+  // fp16 (16-bit activations) at tp 2 x pp 2: the default tolerance is the
+  // 16-bit contract's, and the line says which it used.
+  const std::string half = "verify-layout v.yaml parallel.tp=2 parallel.pp=2 runtime.precision=fp16";
+  CmdResult r = lattice::test::run_lattice(half, dir, 4);
+  EXPECT_EQ(r.status, 0) << half << "\n" << r.out;
+  EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(tolerance 1e-03)"), std::string::npos) << r.out;
   fs::remove_all(dir);
 }
