@@ -41,6 +41,17 @@ std::string write_shards(const std::string& tag, int64_t tokens, int vocab) {
   return dir;
 }
 
+// The tiny GPT-2 the layout cases vary, on shards in `dir`, without its runtime mapping.
+std::string tiny_yaml(const std::string& dir) {
+  return R"(
+model: { arch: gpt2, n_layer: 4, n_head: 4, d_model: 32, vocab_size: 300, max_seq_len: 64 }
+train: { steps: 5, global_batch: 16, micro_batch: 2, seq_len: 64 }
+optimizer: { lr: 0.001 }
+data: { train: ")" +
+         dir + R"(/m_train_*.bin", tokenizer: bytes }
+)";
+}
+
 // This rank's allocator peak during the plugin's construction and one step,
 // above the bytes live before it.
 int64_t measured_peak(const Config& cfg) {
@@ -73,14 +84,7 @@ void expect_prediction_within_10_percent(const Config& cfg) {
 
 TEST(PlanMemory, TinyLayoutsOfTheWorld) {
   const int world = world_size();
-  const std::string dir = write_shards("planmem", 20000, 256);
-  const std::string base = R"(
-model: { arch: gpt2, n_layer: 4, n_head: 4, d_model: 32, vocab_size: 300, max_seq_len: 64 }
-train: { steps: 5, global_batch: 16, micro_batch: 2, seq_len: 64 }
-optimizer: { lr: 0.001 }
-data: { train: ")" + dir + R"(/m_train_*.bin", tokenizer: bytes }
-runtime: { threads: 1 }
-)";
+  const std::string base = tiny_yaml(write_shards("planmem", 20000, 256)) + "runtime: { threads: 1 }\n";
   const std::string pp = "parallel.pp=" + std::to_string(world), n = std::to_string(world);
   std::string recompute = "parallel.recompute_layers_per_stage=[1";  // one block per stage
   for (int s = 1; s < world; ++s) recompute += ",1";
@@ -112,14 +116,8 @@ runtime: { threads: 1 }
 // parameters' fp16 shadow, in the prediction and in the allocator alike.
 TEST(PlanMemory, SixteenBitActivations) {
   const int world = world_size();
-  const std::string dir = write_shards("planmem16", 20000, 256);
-  const std::string base = R"(
-model: { arch: gpt2, n_layer: 4, n_head: 4, d_model: 32, vocab_size: 300, max_seq_len: 64 }
-train: { steps: 5, global_batch: 16, micro_batch: 2, seq_len: 64 }
-optimizer: { lr: 0.001 }
-data: { train: ")" + dir + R"(/m_train_*.bin", tokenizer: bytes }
-runtime: { threads: 1, precision: fp16 }
-)";
+  const std::string base =
+      tiny_yaml(write_shards("planmem16", 20000, 256)) + "runtime: { threads: 1, precision: fp16 }\n";
   const std::string n = std::to_string(world);
   for (const std::vector<std::string>& o : std::vector<std::vector<std::string>>{
            {"parallel.pp=" + n}, {"parallel.tp=" + n}, {"parallel.dp=" + n, "parallel.zero=1"}}) {
