@@ -140,9 +140,10 @@ void HybridParallelPlugin::batch_to_device() {
 }
 
 std::string HybridParallelPlugin::describe() const {
-  return fmt::format("{} | {} parameters | layout tp={} pp={} dp={} | {} microbatches of {} x {} tokens per dp rank",
-                     enum_name(cfg_.model.arch), param_count(), layout_.tp, layout_.pp, layout_.dp,
-                     layout_.microbatches, cfg_.train.micro_batch, cfg_.train.seq_len);
+  return fmt::format(
+      "{} | {} parameters | layout tp={} pp={} dp={} | {} microbatches of {} x {} tokens per dp rank | activations {}",
+      enum_name(cfg_.model.arch), param_count(), layout_.tp, layout_.pp, layout_.dp, layout_.microbatches,
+      cfg_.train.micro_batch, cfg_.train.seq_len, dtype_name(chunks_.front()->activation_dtype()));
 }
 
 std::string HybridParallelPlugin::stage_map() const { return layout_.pp > 1 ? stages_->describe() : ""; }

@@ -30,6 +30,8 @@ TEST(Bf16OnCpu, TinyConfigTrainsLikeFp32) {
   if (!t.skip.empty()) GTEST_SKIP() << t.skip;
   EXPECT_NE(t.other.out.find("(bf16 matmul 1024^3)"), std::string::npos) << t.other.out;
   EXPECT_NE(t.fp32.out.find("(sgemm 1024^3)"), std::string::npos) << t.fp32.out;
+  EXPECT_NE(t.other.out.find("| activations bf16"), std::string::npos) << t.other.out;
+  EXPECT_NE(t.fp32.out.find("| activations f32"), std::string::npos) << t.fp32.out;
   lattice::test::expect_close_to_fp32(t.a, t.b, "bf16");
   std::filesystem::remove_all(dir);
 }

@@ -188,6 +188,7 @@ TEST(Fp16OnCpu, TinyConfigTrainsLikeFp32) {
   const lattice::test::TinyRuns t = lattice::test::train_tiny_next_to_fp32(dir, "fp16");
   if (!t.skip.empty()) GTEST_SKIP() << t.skip;
   EXPECT_NE(t.other.out.find("(fp16-rounded sgemm 1024^3)"), std::string::npos) << t.other.out;
+  EXPECT_NE(t.other.out.find("| activations f16"), std::string::npos) << t.other.out;
   lattice::test::expect_close_to_fp32(t.a, t.b, "fp16");
   const Metrics r = read_run(dir + "/fp16");
   ASSERT_FALSE(r.train.empty());
