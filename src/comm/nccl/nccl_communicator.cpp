@@ -86,7 +86,7 @@ struct CudaEvents {
   void wait(Stream s, Event e) { CUDA_CHECK(cudaStreamWaitEvent(s, e, 0)); }
 };
 
-// Where the compute kernels run (core/cuda/backend.cpp).
+// Where the compute kernels run (kStream, core/cuda/backend_impl.h).
 const cudaStream_t kComputeStream = cudaStreamLegacy;
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : op == ReduceOp::max ? ncclMax : ncclMin; }

@@ -1,4 +1,4 @@
-// Launchers for the CUDA kernels, called by the backend (backend.cpp). Plain
+// Launchers for the CUDA kernels, called by the backend (backend_*.cpp). Plain
 // C++ declarations so the host side compiles with the C++ compiler; the
 // kernels live in one .cu file per family: kernels.cu (element-wise,
 // reductions and optimizer steps), softmax.cu, norm.cu, rope.cu, embedding.cu,

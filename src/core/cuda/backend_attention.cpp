@@ -1,0 +1,121 @@
+// The CUDA backend's attention (backend_impl.h): cuDNN's fused attention
+// (sdpa_cudnn.h) under bf16 or fp16 matmuls where it takes the shape, else
+// the plain path of cuda/attention.h, on f32 or 16-bit activations.
+#include <cublas_v2.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "core/cuda/attention.h"
+#include "core/cuda/backend_impl.h"
+#include "core/cuda/sdpa_cudnn.h"
+
+namespace lattice::cuda {
+
+// The io type of the fused attention: the matmuls' 16-bit type.
+SdpaDType Backend::sdpa_dtype() const { return matmul_dtype_ == DType::f16 ? SdpaDType::fp16 : SdpaDType::bf16; }
+
+// Attention takes cuDNN's fused path: bf16 or fp16 matmuls and the shape usable (sdpa_cudnn.h).
+bool Backend::fused_attention(int dev, const SdpaShape& s) {
+  if (matmul_dtype_ == DType::f32) return false;
+  use(dev);
+  return sdpa_.usable(dev, s);
+}
+
+// 16-bit attention multiplies its operands as they are: in the matmul type only.
+void Backend::check_attention16(DType act) const {
+  LATTICE_CHECK(act == matmul_dtype_,
+                "cuda attention: {} activations need the matmuls in {} (runtime.precision {}), but they run in {}",
+                dtype_name(act), dtype_name(act), act == DType::bf16 ? "bf16" : "fp16", dtype_name(matmul_dtype_));
+}
+
+// The plain path's work buffer (cuda/attention.h), kept per device and
+// grown on demand (the calls that use it run in stream order, so one
+// suffices); null when a call needs none.
+void* Backend::attention_work(int dev, size_t bytes) {
+  if (bytes == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  return grown(attention_work_, dev, bytes);
+}
+
+// When the fused path takes s: runs `pass(scratch)` with the pass's
+// scratch (sdpa_mu_ held) and says so; else false, for the plain path.
+template <typename Pass>
+bool Backend::ran_fused(int dev, const SdpaShape& s, SdpaPass which, const SdpaStaging& st, Pass&& pass) {
+  if (!fused_attention(dev, s)) return false;
+  std::lock_guard<std::mutex> lock(sdpa_mu_);
+  pass(grown(sdpa_scratch_, dev, sdpa_.scratch_bytes(dev, s, which, st)));
+  finish();
+  return true;
+}
+
+// Either path, on activations of dtype `act` (f32: the f32 calls).
+void Backend::attention_forward_on(int dev, DType act, void* out, void* att, const void* qkv,
+                                   const CudaAttentionArgs& a) {
+  check_attention(a);
+  const SdpaShape s = sdpa_shape(a, sdpa_dtype(), act != DType::f32);
+  const SdpaStaging st = sdpa_staging(s, SdpaPass::forward, reinterpret_cast<uintptr_t>(qkv), 0, 0);
+  if (ran_fused(dev, s, SdpaPass::forward, st,
+                [&](void* scratch) { sdpa_.forward(dev, kStream, out, att, qkv, s, st, scratch); }))
+    return;
+  cublasHandle_t h = blas(dev);
+  storage(act, [&](auto t) {
+    using S = decltype(t);
+    cuda::attention_forward<S>(h, kStream, static_cast<S*>(out), static_cast<S*>(att),
+                               attention_work(dev, attention_work_bytes<S>(a)), static_cast<const S*>(qkv), a);
+  });
+  finish();
+}
+
+void Backend::attention_backward_on(int dev, DType act, void* dqkv, void* scratch, const void* dout, const void* qkv,
+                                    const void* att, const CudaAttentionArgs& a) {
+  check_attention(a);
+  const SdpaShape s = sdpa_shape(a, sdpa_dtype(), act != DType::f32);
+  const SdpaStaging st = sdpa_staging(s, SdpaPass::backward, reinterpret_cast<uintptr_t>(qkv),
+                                      reinterpret_cast<uintptr_t>(dout), reinterpret_cast<uintptr_t>(dqkv));
+  if (ran_fused(dev, s, SdpaPass::backward, st,
+                [&](void* scratch) { sdpa_.backward(dev, kStream, dqkv, dout, qkv, att, s, st, scratch); }))
+    return;
+  cublasHandle_t h = blas(dev);
+  storage(act, [&](auto t) {
+    using S = decltype(t);
+    cuda::attention_backward<S>(h, kStream, static_cast<S*>(dqkv), static_cast<S*>(scratch),
+                                attention_work(dev, attention_work_bytes<S>(a)), static_cast<const S*>(dout),
+                                static_cast<const S*>(qkv), static_cast<const S*>(att), a);
+  });
+  finish();
+}
+
+void Backend::attention_forward(int dev, float* out, float* att, const float* qkv, const CudaAttentionArgs& a) {
+  attention_forward_on(dev, DType::f32, out, att, qkv, a);
+}
+
+void Backend::attention_backward(int dev, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                 const float* att, const CudaAttentionArgs& a) {
+  attention_backward_on(dev, DType::f32, dqkv, scratch, dout, qkv, att, a);
+}
+
+void Backend::attention_forward16(int dev, DType act, void* out, void* att, const void* qkv,
+                                  const CudaAttentionArgs& a) {
+  check_attention16(act);
+  attention_forward_on(dev, act, out, att, qkv, a);
+}
+
+void Backend::attention_backward16(int dev, DType act, void* dqkv, void* scratch, const void* dout, const void* qkv,
+                                   const void* att, const CudaAttentionArgs& a) {
+  check_attention16(act);
+  attention_backward_on(dev, act, dqkv, scratch, dout, qkv, att, a);
+}
+
+std::string Backend::attention_plain_reason(int dev, const CudaAttentionArgs& a, DType act) {
+  check_attention(a);
+  if (matmul_dtype_ == DType::f32) return "runtime.precision is fp32 (cuDNN's fused attention takes bf16 or fp16 only)";
+  if (act != DType::f32) check_attention16(act);
+  const SdpaShape s = sdpa_shape(a, sdpa_dtype(), act != DType::f32);
+  std::string why;
+  if (!sdpa_supported(s, &why)) return why;
+  return fused_attention(dev, s) ? std::string() : sdpa_.refusal(dev, s);
+}
+
+}  // namespace lattice::cuda
