@@ -265,10 +265,7 @@ void add_bias_forward(Tensor& out, const Tensor& bias) {
   if (cuda_16(out)) return cuda_backend().add_bias16(out.device().index, out.dtype(), out.raw(), fp(bias), r.n, r.c);
   on_cpu_act("add_bias_forward", out, [&](auto t) {
     using T = decltype(t);
-    if constexpr (std::is_same_v<T, compute_t<T>>)
-      cpu::add_bias<T>(out.data<T>(), bias.data<T>(), r.n, r.c);
-    else
-      cpu::add_bias16<T>(sp<T>(out), fp(bias), r.n, r.c);
+    cpu::add_bias<T>(sp<T>(out), sp<compute_t<T>>(bias), r.n, r.c);
   });
 }
 
@@ -279,10 +276,7 @@ void add_bias_backward(Tensor& dbias, const Tensor& dout) {
     return cuda_backend().bias_backward16(dout.device().index, dout.dtype(), fp(dbias), dout.raw(), r.n, r.c);
   on_cpu_act("add_bias_backward", dout, [&](auto t) {
     using T = decltype(t);
-    if constexpr (std::is_same_v<T, compute_t<T>>)
-      cpu::bias_backward<T>(dbias.data<T>(), dout.data<T>(), r.n, r.c);
-    else
-      cpu::bias_backward16<T>(fp(dbias), sp<T>(dout), r.n, r.c);
+    cpu::bias_backward<T>(sp<compute_t<T>>(dbias), sp<T>(dout), r.n, r.c);
   });
 }
 

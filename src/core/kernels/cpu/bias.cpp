@@ -5,12 +5,14 @@
 namespace lattice::cpu {
 
 namespace {
-constexpr int64_t kColBlock = 256;
+// Columns per block in the column-sum kernel: wide enough to vectorise,
+// narrow enough that a block's accumulators stay in registers / L1.
+constexpr int64_t kColBlock = 64;
 bool worth_threads(int64_t N, int64_t OC) { return N * OC > (1 << 15); }
 }  // namespace
 
 template <typename S>
-void add_bias16(S* out, const float* bias, int64_t N, int64_t OC) {
+void add_bias(S* out, const compute_t<S>* bias, int64_t N, int64_t OC) {
 #pragma omp parallel for schedule(static) if (worth_threads(N, OC))
   for (int64_t r = 0; r < N; ++r) {
     S* row = out + r * OC;
@@ -20,14 +22,14 @@ void add_bias16(S* out, const float* bias, int64_t N, int64_t OC) {
 }
 
 template <typename S>
-void bias_backward16(float* dbias, const S* dout, int64_t N, int64_t OC) {
+void bias_backward(compute_t<S>* dbias, const S* dout, int64_t N, int64_t OC) {
   const int64_t blocks = (OC + kColBlock - 1) / kColBlock;
   // One thread per block of columns, rows in order: independent of the
   // thread count.
 #pragma omp parallel for schedule(static) if (worth_threads(N, OC))
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t o0 = blk * kColBlock, width = std::min(kColBlock, OC - o0);
-    float acc[kColBlock] = {};
+    compute_t<S> acc[kColBlock] = {};
     for (int64_t r = 0; r < N; ++r) {
       const S* row = dout + r * OC + o0;
 #pragma omp simd
@@ -37,9 +39,11 @@ void bias_backward16(float* dbias, const S* dout, int64_t N, int64_t OC) {
   }
 }
 
-#define LATTICE_INSTANTIATE(S)                                     \
-  template void add_bias16<S>(S*, const float*, int64_t, int64_t); \
-  template void bias_backward16<S>(float*, const S*, int64_t, int64_t);
+#define LATTICE_INSTANTIATE(S)                                          \
+  template void add_bias<S>(S*, const compute_t<S>*, int64_t, int64_t); \
+  template void bias_backward<S>(compute_t<S>*, const S*, int64_t, int64_t);
+LATTICE_INSTANTIATE(float)
+LATTICE_INSTANTIATE(double)
 LATTICE_INSTANTIATE(Bf16)
 LATTICE_INSTANTIATE(F16)
 #undef LATTICE_INSTANTIATE

@@ -1,12 +1,11 @@
-// CPU bias kernels on 16-bit activations (bf16 / f16 storage, fp32 bias).
-//
-// The f32/f64 bias kernels are cpu::add_bias and cpu::bias_backward in
-// matmul.h, next to the linear layer that calls them; these are their
-// counterparts for S = Bf16 or F16 (core/kernels/storage.h): the bias and its
-// gradient stay fp32, each output is one fp32 add rounded once, and the
-// gradient sums each column over the rows in row order in fp32, as
-// cpu::bias_backward does, so both agree bitwise with the f32 kernels on the
-// widened values. dbias ACCUMULATES (+=).
+// CPU bias kernels, one body for every activation storage type S (float,
+// double, Bf16, F16; core/kernels/storage.h): the bias and its gradient are
+// compute_t<S> (fp32 beside 16-bit activations), each output is one add in
+// compute_t<S> rounded once on store, and the gradient sums each column over
+// the rows in row order in compute_t<S>, so the result does not depend on the
+// thread count and a 16-bit kernel agrees bitwise with the f32 one on the
+// widened values. The linear layers (matmul.cpp, matmul16.cpp) and
+// ops::add_bias_forward/backward call them. dbias ACCUMULATES (+=).
 #pragma once
 
 #include <cstdint>
@@ -15,14 +14,12 @@
 
 namespace lattice::cpu {
 
+// out (N, OC) += bias (OC) broadcast over rows.
 template <typename S>
-void add_bias16(S* out,             // (N, OC) +=, rounded
-                const float* bias,  // (OC)
-                int64_t N, int64_t OC);
+void add_bias(S* out, const compute_t<S>* bias, int64_t N, int64_t OC);
 
+// dbias (OC) += column sums of dout (N, OC).
 template <typename S>
-void bias_backward16(float* dbias,   // (OC) +=
-                     const S* dout,  // (N, OC)
-                     int64_t N, int64_t OC);
+void bias_backward(compute_t<S>* dbias, const S* dout, int64_t N, int64_t OC);
 
 }  // namespace lattice::cpu

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/kernels/cpu/bias.h"
 #include "core/kernels/cpu/matmul_bf16.h"
 #include "core/kernels/cpu/matmul_half.h"
 
@@ -25,10 +26,6 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, bla
                blasint lda, const double* b, blasint ldb, double beta, double* c, blasint ldc) {
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-
-// Columns per block in the column-sum kernel: wide enough to vectorise,
-// narrow enough that a block's accumulators stay in registers / L1.
-constexpr int64_t kColBlock = 64;
 
 }  // namespace
 
@@ -97,34 +94,6 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
   gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, std::max<int64_t>(1, n));
 }
 
-template <typename T>
-void add_bias(T* out, const T* bias, int64_t N, int64_t OC) {
-#pragma omp parallel for schedule(static) if (N * OC > (1 << 15))
-  for (int64_t r = 0; r < N; ++r) {
-    T* row = out + r * OC;
-#pragma omp simd
-    for (int64_t o = 0; o < OC; ++o) row[o] += bias[o];
-  }
-}
-
-template <typename T>
-void bias_backward(T* dbias, const T* dout, int64_t N, int64_t OC) {
-  int64_t blocks = (OC + kColBlock - 1) / kColBlock;
-  // Each block of columns is summed over all rows in row order by one thread,
-  // so the result does not depend on the thread count.
-#pragma omp parallel for schedule(static) if (N * OC > (1 << 15))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    int64_t o0 = blk * kColBlock, width = std::min(kColBlock, OC - o0);
-    T acc[kColBlock] = {};
-    for (int64_t r = 0; r < N; ++r) {
-      const T* row = dout + r * OC + o0;
-#pragma omp simd
-      for (int64_t o = 0; o < width; ++o) acc[o] += row[o];
-    }
-    for (int64_t o = 0; o < width; ++o) dbias[o0 + o] += acc[o];
-  }
-}
-
 void linear_forward(float* out, MatmulOperand inp, MatmulOperand weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC) {
   gemm(false, true, N, OC, C, 1.0f, inp, std::max<int64_t>(1, C), weight, std::max<int64_t>(1, C), 0.0f, out,
@@ -172,8 +141,6 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, T, T*, \
                         int64_t);                                                                              \
   template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, const T*, T, T*);                  \
-  template void add_bias<T>(T*, const T*, int64_t, int64_t);                                                   \
-  template void bias_backward<T>(T*, const T*, int64_t, int64_t);                                              \
   template void linear_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);                \
   template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);
 LATTICE_INSTANTIATE(float)

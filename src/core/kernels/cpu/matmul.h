@@ -63,14 +63,6 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, MatmulOperand a, int64_t lda,
           MatmulOperand b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// out (N, OC) += bias (OC) broadcast over rows.
-template <typename T>
-void add_bias(T* out, const T* bias, int64_t N, int64_t OC);
-
-// dbias (OC) += column sums of dout (N, OC). Deterministic for any thread count.
-template <typename T>
-void bias_backward(T* dbias, const T* dout, int64_t N, int64_t OC);
-
 template <typename T>
 void linear_forward(T* out,           // (N, OC)
                     const T* inp,     // (N, C)

@@ -96,7 +96,7 @@ void linear_backward16(D* dinp, float* dweight, float* dbias, const S* dout, con
         narrow_rows(dinp + r0 * C, acc, nullptr, rows, C);
       });
   }
-  if (dbias) bias_backward16<S>(dbias, dout, N, OC);
+  if (dbias) bias_backward<S>(dbias, dout, N, OC);
 }
 
 #define LATTICE_INSTANTIATE(S)                                                                                    \
