@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/kernels/cpu/matmul_bf16.h"
 #include "core/rng.h"
 #include "data/shard.h"
 #include "support/test_support.h"
@@ -62,6 +63,14 @@ const std::vector<ModelCase>& models() {
        "dropout: 0.1, tie_embeddings: true, vocab_multiple: 8 }"},
   };
   return m;
+}
+
+std::vector<std::vector<std::string>> half_precisions(const std::string& scale, int growth_interval) {
+  std::vector<std::vector<std::string>> out;
+  if (cpu::bf16_matmul_available()) out.push_back({"runtime.precision=bf16"});
+  out.push_back({"runtime.precision=fp16", "runtime.loss_scale.initial=" + scale, "runtime.loss_scale.max=" + scale,
+                 "runtime.loss_scale.growth_interval=" + std::to_string(growth_interval)});
+  return out;
 }
 
 Config config(const std::string& glob, const LayoutCase& l, const ModelCase& model,

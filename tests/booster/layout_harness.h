@@ -37,6 +37,12 @@ struct ModelCase {
 };
 const std::vector<ModelCase>& models();
 
+// runtime.precision overrides for the 16-bit precisions this CPU runs: bf16
+// where it has bf16 matmuls (core/kernels/cpu/matmul_bf16.h), then fp16 with
+// the loss scale starting and capped at `scale`, growing every
+// `growth_interval` steps.
+std::vector<std::vector<std::string>> half_precisions(const std::string& scale, int growth_interval);
+
 // The 20-step config of layout l for `model`, plus `extra` overrides (key=value).
 Config config(const std::string& glob, const LayoutCase& l, const ModelCase& model,
               const std::vector<std::string>& extra = {});

@@ -38,7 +38,6 @@
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
 #include "core/backend.h"
-#include "core/kernels/cpu/matmul_bf16.h"
 #include "layout_harness.h"
 
 using namespace lattice;
@@ -120,10 +119,7 @@ TEST(CudaTraining, SixteenBitOnGpusMatchesOneCpuRankAtTheSamePrecision) {
   comm::Group job(comm::make_world_communicator(60));
   const std::string why = why_not_every_rank_has_a_gpu(job);
   if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
-  std::vector<std::vector<std::string>> precisions;
-  if (cpu::bf16_matmul_available()) precisions.push_back({"runtime.precision=bf16"});
-  precisions.push_back({"runtime.precision=fp16", "runtime.loss_scale.initial=1024", "runtime.loss_scale.max=1024",
-                        "runtime.loss_scale.growth_interval=1000"});
+  const std::vector<std::vector<std::string>> precisions = half_precisions("1024", 1000);  // no step overflows
   const std::string glob = make_data();
   for (const std::vector<std::string>& precision : precisions)
     for (const ModelCase& model : models()) {

@@ -3,13 +3,12 @@
 // size (or one entry), tied entries stay out, a bucket starts the moment its
 // last layer reports, and finish() leaves the dp sum in every bucketed entry
 // and the tied entries untouched. Run on 2 ranks: the dp group is the world.
-#include "booster/grad_buckets.h"
-
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <set>
 
+#include "booster/grad_buckets.h"
 #include "comm/mpi_communicator.h"
 #include "config/config.h"
 #include "models/registry.h"

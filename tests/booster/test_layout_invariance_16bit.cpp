@@ -33,7 +33,6 @@
 
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
-#include "core/kernels/cpu/matmul_bf16.h"
 #include "layout_harness.h"
 #include "support/test_support.h"
 
@@ -50,15 +49,9 @@ double grad_tolerance(const std::string& precision) {
   return 10 * (precision == "runtime.precision=bf16" ? std::ldexp(1.0, -9) : std::ldexp(1.0, -11));
 }
 
-std::vector<std::vector<std::string>> precisions() {
-  std::vector<std::vector<std::string>> out;
-  if (cpu::bf16_matmul_available()) out.push_back({"runtime.precision=bf16"});
-  // fp16 with a fixed, moderate loss scale: no step overflows, so every layout
-  // updates on every step and the losses stay comparable.
-  out.push_back({"runtime.precision=fp16", "runtime.loss_scale.initial=1024", "runtime.loss_scale.max=1024",
-                 "runtime.loss_scale.growth_interval=1000"});
-  return out;
-}
+// fp16 with a fixed, moderate loss scale: no step overflows, so every layout
+// updates on every step and the losses stay comparable.
+std::vector<std::vector<std::string>> precisions() { return half_precisions("1024", 1000); }
 
 std::vector<LayoutCase> layouts(int world) {
   if (world == 2) return {{2, 1, 1}, {1, 2, 1}, {.tp = 1, .pp = 1, .dp = 2, .zero = 1}};

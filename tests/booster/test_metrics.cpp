@@ -1,11 +1,10 @@
-#include "booster/metrics.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "booster/metrics.h"
 #include "support/test_support.h"
 
 using namespace lattice;

@@ -28,7 +28,8 @@ Config config(const std::string& glob, int pp, const std::string& schedule) {
 model: { arch: gpt2, n_layer: 4, n_head: 2, d_model: 32, vocab_size: 300, max_seq_len: 32 }
 train: { steps: 5, global_batch: 16, micro_batch: 2, seq_len: 32 }
 optimizer: { lr: 0.001 }
-data: { train: ")" + glob + R"(", tokenizer: bytes }
+data: { train: ")" + glob +
+                          R"(", tokenizer: bytes }
 runtime: { threads: 1 }
 )",
                       "memory-test", {"parallel.pp=" + std::to_string(pp), "parallel.schedule=" + schedule});

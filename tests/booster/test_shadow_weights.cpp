@@ -22,7 +22,6 @@
 
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
-#include "core/kernels/cpu/matmul_bf16.h"
 #include "layout_harness.h"
 #include "support/error_text.h"
 #include "support/test_support.h"
@@ -42,13 +41,7 @@ int world_size() {
 
 // The precisions this machine runs; fp16 starts at a loss scale that overflows
 // (the first steps are skipped), as test_fp16_cpu does.
-std::vector<std::vector<std::string>> precisions() {
-  std::vector<std::vector<std::string>> out;
-  if (cpu::bf16_matmul_available()) out.push_back({"runtime.precision=bf16"});
-  out.push_back({"runtime.precision=fp16", "runtime.loss_scale.initial=268435456", "runtime.loss_scale.max=268435456",
-                 "runtime.loss_scale.growth_interval=2"});
-  return out;
-}
+std::vector<std::vector<std::string>> precisions() { return half_precisions("268435456", 2); }
 
 std::vector<LayoutCase> layouts(int world) {
   if (world == 1) return {{1, 1, 1}};

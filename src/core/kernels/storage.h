@@ -44,6 +44,11 @@ struct StorageTraits<F16> {
 template <typename S>
 using compute_t = typename StorageTraits<S>::Compute;
 
+// Every storage type the CPU kernels are instantiated for, as X(type) in
+// turn: LATTICE_CPU_STORAGES(LATTICE_INSTANTIATE) in their .cpp files (the
+// CUDA kernels' list, without double, is cuda/kernels.h LATTICE_EACH_STORAGE).
+#define LATTICE_CPU_STORAGES(X) X(float) X(double) X(Bf16) X(F16)
+
 // The DType of storage type S (float, double, Bf16, F16).
 template <typename S>
 inline constexpr DType storage_dtype = std::is_same_v<S, Bf16>     ? DType::bf16

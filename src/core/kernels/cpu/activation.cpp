@@ -117,10 +117,7 @@ void softmax_backward(T* dinp, const T* dout, const T* out, int64_t N, int64_t K
   template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t); \
   template void softmax_forward<T>(T*, const T*, int64_t, int64_t);           \
   template void softmax_backward<T>(T*, const T*, const T*, int64_t, int64_t);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(double)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_CPU_STORAGES(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu

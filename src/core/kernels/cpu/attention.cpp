@@ -117,10 +117,7 @@ void attention_backward(S* dqkv, S* scratch, const S* dout, const S* qkv, const 
   template void attention_forward<S>(S*, S*, const S*, const RngKey&, int64_t, float, const AttentionDims&); \
   template void attention_backward<S>(S*, S*, const S*, const S*, const S*, const RngKey&, int64_t, float,   \
                                       const AttentionDims&);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(double)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_CPU_STORAGES(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu

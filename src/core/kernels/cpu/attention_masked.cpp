@@ -109,10 +109,7 @@ void attention_masked_backward(S* dqkv, S* scratch, const S* dout, const S* qkv,
                                             const AttentionDims&);                                                \
   template void attention_masked_backward<S>(S*, S*, const S*, const S*, const S*, const RngKey&, int64_t, float, \
                                              const AttentionDims&);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(double)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_CPU_STORAGES(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu

@@ -42,10 +42,7 @@ void bias_backward(compute_t<S>* dbias, const S* dout, int64_t N, int64_t OC) {
 #define LATTICE_INSTANTIATE(S)                                          \
   template void add_bias<S>(S*, const compute_t<S>*, int64_t, int64_t); \
   template void bias_backward<S>(compute_t<S>*, const S*, int64_t, int64_t);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(double)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_CPU_STORAGES(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu

@@ -42,10 +42,7 @@ void dropout_forward(T* out, const T* inp, const RngKey& key, int64_t sample0, f
 #define LATTICE_INSTANTIATE(T)                                                                   \
   template void dropout_row<T>(T*, const T*, const RngKey&, uint64_t, uint64_t, int64_t, float); \
   template void dropout_forward<T>(T*, const T*, const RngKey&, int64_t, float, int64_t, int64_t);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(double)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_CPU_STORAGES(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu

@@ -72,10 +72,7 @@ bool all_finite(const T* x, int64_t n) {
   template void scale_inplace<T>(T*, double, int64_t);   \
   template double sum_squares<T>(const T*, int64_t);     \
   template bool all_finite<T>(const T*, int64_t);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(double)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_CPU_STORAGES(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 // Mixed storage: fp32 beside one 16-bit type S.

@@ -50,10 +50,7 @@ void embedding_backward(compute_t<T>* dweight, const T* dout, const int32_t* ids
 #define LATTICE_INSTANTIATE(T)                                                                                     \
   template void embedding_forward<T>(T*, const int32_t*, const compute_t<T>*, int64_t, int64_t, int64_t, int64_t); \
   template void embedding_backward<T>(compute_t<T>*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(double)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_CPU_STORAGES(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu

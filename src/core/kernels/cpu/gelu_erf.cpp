@@ -32,13 +32,10 @@ void gelu_erf_backward(T* dinp, const T* dout, const T* inp, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dinp[i] = narrow<T>(gelu_erf_grad_val(widen(inp[i])) * widen(dout[i]));
 }
 
-#define LATTICE_INSTANTIATE(T)                                 \
+#define LATTICE_INSTANTIATE(T)                              \
   template void gelu_erf_forward<T>(T*, const T*, int64_t); \
   template void gelu_erf_backward<T>(T*, const T*, const T*, int64_t);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(double)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_CPU_STORAGES(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu

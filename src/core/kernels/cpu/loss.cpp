@@ -36,10 +36,7 @@ void cross_entropy_backward(T* dlogits, const T* logits, const compute_t<T>* lse
                                          int64_t);                                                              \
   template void cross_entropy_backward<T>(T*, const T*, const compute_t<T>*, const int32_t*, compute_t<T>, int, \
                                           int64_t, int64_t);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(double)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_CPU_STORAGES(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu

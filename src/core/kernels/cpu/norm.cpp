@@ -139,10 +139,7 @@ void rmsnorm_backward(T* dinp, param_t<T>* dweight, const T* dout, const T* inp,
   template void rmsnorm_forward<T>(T*, param_t<T>*, const T*, const param_t<T>*, param_t<T>, int64_t, int64_t);    \
   template void rmsnorm_backward<T>(T*, param_t<T>*, const T*, const T*, const param_t<T>*, const param_t<T>*,     \
                                     int64_t, int64_t);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(double)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_CPU_STORAGES(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu

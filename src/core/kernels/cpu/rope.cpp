@@ -124,10 +124,7 @@ void repeat_kv_backward(T* dinp, const T* dout, int64_t N, int64_t NH, int64_t K
   template void rope_backward<T>(T*, const T*, const RopeDims&);                        \
   template void repeat_kv_forward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t); \
   template void repeat_kv_backward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t);
-LATTICE_INSTANTIATE(float)
-LATTICE_INSTANTIATE(double)
-LATTICE_INSTANTIATE(Bf16)
-LATTICE_INSTANTIATE(F16)
+LATTICE_CPU_STORAGES(LATTICE_INSTANTIATE)
 #undef LATTICE_INSTANTIATE
 
 }  // namespace lattice::cpu
