@@ -43,6 +43,8 @@ DType dtype_from_name(std::string_view name);  // throws lattice::Error on unkno
 // (parameters, their gradients, saved statistics, losses): f64 beside f64,
 // otherwise f32 (bf16/f16 activations have fp32 masters).
 constexpr DType master_dtype(DType activation) { return activation == DType::f64 ? DType::f64 : DType::f32; }
+// bf16 or f16: the 16-bit storage types.
+constexpr bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
 
 enum class DeviceType : uint8_t { cpu, cuda };
 

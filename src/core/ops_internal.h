@@ -79,8 +79,6 @@ auto on_cpu_act(const char* op, const Tensor& t, F&& f) -> decltype(f(float{})) 
   no_kernel(op, t);
 }
 
-inline bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
-
 // Calls f(Bf16{}) or f(F16{}) for the 16-bit dtype `t`; fails otherwise.
 template <typename F>
 auto with_16bit(const char* op, DType t, F&& f) -> decltype(f(Bf16{})) {

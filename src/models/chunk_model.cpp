@@ -45,8 +45,7 @@ ChunkModel::ChunkModel(std::unique_ptr<ChunkActivations> acts, FlatParams& param
 ChunkModel::~ChunkModel() = default;
 
 void ChunkModel::set_activation_dtype(DType dtype) {
-  const bool half = dtype == DType::bf16 || dtype == DType::f16;
-  LATTICE_CHECK(dtype == dtype_ || (half && dtype_ == DType::f32),
+  LATTICE_CHECK(dtype == dtype_ || (is_16bit(dtype) && dtype_ == DType::f32),
                 "{}: activations in {} beside {} parameters; they take the parameters' dtype, or bf16/f16 beside f32",
                 acts_->arch, dtype_name(dtype), dtype_name(dtype_));
   if (dtype != act_dtype_) ws_ = Workspace();  // reallocated in the new dtype on the next use

@@ -19,8 +19,6 @@ Tensor with_last_dim(const Tensor& like, int64_t last) {
   return Tensor::empty({rows_of(like), last}, like.dtype(), like.device());
 }
 
-bool is_16bit(const Tensor& t) { return t.dtype() == DType::bf16 || t.dtype() == DType::f16; }
-
 // An fp32 temporary shaped like `like` (16-bit activations): tensor-parallel
 // partial sums are reduced in fp32 and rounded once, so a tp layout rounds
 // what the one-rank product rounds (ops.h linear_forward's f32 output).
@@ -75,12 +73,13 @@ void ColumnParallelLinear::backward(Tensor* dinp, Tensor* dweight, Tensor* dbias
   // advances it only inside MPI calls (the progress thread of
   // comm/mpi_progress.h polls only while dp buckets are open, not here).
   // 16-bit activations: the partial input gradient is summed in fp32, then rounded.
-  Tensor partial = is_16bit(*dinp) ? master_like(*dinp) : *dinp;
+  const bool half = is_16bit(dinp->dtype());
+  Tensor partial = half ? master_like(*dinp) : *dinp;
   ops::linear_backward(&partial, nullptr, nullptr, dlocal, inp, weight);
   comm::WorkPtr sum = tp_.all_reduce(partial, {.op = comm::ReduceOp::sum});
   if (dweight || dbias) ops::linear_backward(nullptr, dweight, dbias, dlocal, inp, weight);
   sum->wait();
-  if (partial.raw() != dinp->raw()) ops::convert(*dinp, partial);
+  if (half) ops::convert(*dinp, partial);
 }
 
 // ---- RowParallelLinear ----------------------------------------------------
@@ -94,20 +93,15 @@ void RowParallelLinear::forward(Tensor& out, const Tensor& inp, const Tensor& we
     x = with_last_dim(inp, weight.dim(-1));  // (N, C/p)
     scatter_to_tp_region_forward(x, inp, tp_);
   }
-  if (!is_16bit(out)) {
-    ops::linear_forward(out, x, weight, nullptr);
-    reduce_from_tp_region_forward(out, tp_);
-    if (bias) ops::add_bias_forward(out, *bias);
-    return;
-  }
   // 16-bit activations: one rounding of the whole sum and the bias, as one
   // rank's linear_forward rounds it; the tp partial sums are reduced in fp32.
-  if (tp_.size() == 1) return ops::linear_forward(out, x, weight, bias);
-  Tensor partial = master_like(out);
-  ops::linear_forward(partial, x, weight, nullptr);
-  reduce_from_tp_region_forward(partial, tp_);
-  if (bias) ops::add_bias_forward(partial, *bias);
-  ops::convert(out, partial);
+  const bool half = is_16bit(out.dtype());
+  if (half && tp_.size() == 1) return ops::linear_forward(out, x, weight, bias);
+  Tensor sum = half ? master_like(out) : out;
+  ops::linear_forward(sum, x, weight, nullptr);
+  reduce_from_tp_region_forward(sum, tp_);
+  if (bias) ops::add_bias_forward(sum, *bias);
+  if (half) ops::convert(out, sum);
 }
 
 void RowParallelLinear::backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
