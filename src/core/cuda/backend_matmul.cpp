@@ -26,7 +26,8 @@ namespace lattice::cuda {
 namespace {
 
 // Most fp32 elements one block of a 16-bit matmul output is summed into
-// before it is rounded (64 MiB of scratch per device).
+// before it is rounded (64 MiB of scratch per device), unless one row alone
+// has more columns: a block is never less than one row.
 constexpr int64_t kAcc16Elems = int64_t(1) << 24;
 
 int checked_int(int64_t v, const char* what) {
@@ -76,8 +77,8 @@ void Backend::gemm_ex(cublasHandle_t h, bool trans_a, bool trans_b, int64_t m, i
 }
 
 // Calls fn(r0, rows, acc) over blocks of the rows of a (rows, cols) 16-bit
-// output, acc fp32 device scratch for rows * cols (grow-only, at most
-// kAcc16Elems). half_mu_ held.
+// output, acc fp32 device scratch for one block (grow-only: kAcc16Elems,
+// or one row of cols when that is more). half_mu_ held.
 template <typename Fn>
 void Backend::for_row_blocks(int dev, int64_t rows, int64_t cols, Fn&& fn) {
   if (rows == 0 || cols == 0) return;

@@ -8,7 +8,8 @@
 // type S (float, Bf16 or F16 of core/kernels/storage.h: loads widened to
 // fp32, fp32 math, stores rounded to nearest even; instantiated for those
 // three in the .cu files); every pointer is a device pointer of the current
-// device; the launchers only enqueue on `stream` (empty sizes launch nothing);
+// device; the launchers only enqueue on `stream` (an empty size writes
+// nothing; the reductions and the column sum still launch, over no input);
 // the caller checks the launch (cudaGetLastError) and synchronizes, so the .cu
 // files need no error machinery (the one exception, the cub sort of
 // embedding_backward, returns its status). The per-element and per-row math is
