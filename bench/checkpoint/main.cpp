@@ -27,17 +27,13 @@
 #include "comm/mpi_runtime.h"
 #include "core/timer.h"
 #include "models/registry.h"
+#include "mpi_main.h"
 #include "optim/optimizer.h"
 
 using namespace lattice;
 namespace fs = std::filesystem;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 uint64_t dir_bytes(const std::string& dir) {
   uint64_t n = 0;
@@ -52,10 +48,14 @@ int run(int argc, char** argv, const comm::MpiRuntime& mpi) {
   std::vector<std::string> overrides;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--dir" && i + 1 < argc) dir = argv[++i];
-    else if (a == "--repeats" && i + 1 < argc) repeats = std::atoi(argv[++i]);
-    else if (config.empty()) config = a;
-    else overrides.push_back(a);
+    if (a == "--dir" && i + 1 < argc)
+      dir = argv[++i];
+    else if (a == "--repeats" && i + 1 < argc)
+      repeats = std::atoi(argv[++i]);
+    else if (config.empty())
+      config = a;
+    else
+      overrides.push_back(a);
   }
   LATTICE_CHECK(!config.empty(), "usage: bench_checkpoint CONFIG [--dir DIR] [--repeats N] [key=value ...]");
   overrides.push_back("checkpoint.dir=" + dir);
@@ -104,8 +104,8 @@ int run(int argc, char** argv, const comm::MpiRuntime& mpi) {
     for (int r = 0; r < repeats; ++r)
       fmt::print("  repeat {}: save {:.2f} s ({:.0f} MB/s), load {:.2f} s ({:.0f} MB/s)\n", r + 1, save_s[r],
                  mb / save_s[r], load_s[r], mb / load_s[r]);
-    fmt::print("median: save {:.2f} s = {:.0f} MB/s | load {:.2f} s = {:.0f} MB/s\n", median(save_s),
-               mb / median(save_s), median(load_s), mb / median(load_s));
+    fmt::print("median: save {:.2f} s = {:.0f} MB/s | load {:.2f} s = {:.0f} MB/s\n", bench::median(save_s),
+               mb / bench::median(save_s), bench::median(load_s), mb / bench::median(load_s));
   }
   if (mpi.world_rank() == 0) fs::remove_all(dir);
   return 0;
@@ -113,12 +113,4 @@ int run(int argc, char** argv, const comm::MpiRuntime& mpi) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  comm::MpiRuntime mpi(&argc, &argv);
-  try {
-    return run(argc, argv, mpi);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_checkpoint: %s\n", e.what());
-    comm::MpiRuntime::abort_job(1);
-  }
-}
+int main(int argc, char** argv) { return lattice::bench::mpi_main("bench_checkpoint", argc, argv, run); }

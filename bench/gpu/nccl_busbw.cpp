@@ -30,6 +30,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "mpi_main.h"
 
 namespace {
 
@@ -123,12 +124,4 @@ int run(int argc, char** argv, const comm::MpiRuntime& mpi) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  comm::MpiRuntime mpi(&argc, &argv);
-  try {
-    return run(argc, argv, mpi);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_nccl_busbw: rank %d: %s\n", mpi.world_rank(), e.what());
-    comm::MpiRuntime::abort_job(1);
-  }
-}
+int main(int argc, char** argv) { return lattice::bench::mpi_main("bench_nccl_busbw", argc, argv, run); }

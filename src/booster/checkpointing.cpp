@@ -195,6 +195,12 @@ void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerSta
   mesh.world().barrier()->wait();
   const std::string tmp = step_dir + ".tmp";
 
+  // ZeRO-1's 16-bit gather leaves the fp32 matmul weights outside each
+  // rank's shard stale (core/param.h): the full values first (over dp).
+  if (r.zero) r.zero->gather_values(r.params);
+  LATTICE_CHECK(!r.params.values_partial(),
+                "save_checkpoint: the fp32 values are partial and no ZeRO-1 optimizer "
+                "can gather them");
   std::string report;
   if (gathers) {
     checkpoint::NamedTensors model = gather_stage(r.params, r.params.values().on_host(), "", mesh.tp(), writer);
@@ -230,6 +236,7 @@ void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerSta
 void load_checkpoint(const std::string& step_dir, RankState& r) {
   load_stage(checkpoint::IndexedTensors::open(step_dir, kModelIndex), r.params, r.params.values(), "");
   r.params.mark_written();                                    // the caller refreshes a 16-bit shadow (core/param.h)
+  r.params.mark_values_complete();                            // every value was read from the checkpoint
   if (!fs::exists(step_dir + "/" + kOptimizerIndex)) return;  // model only: a fresh optimizer
   checkpoint::IndexedTensors in = checkpoint::IndexedTensors::open(step_dir, kOptimizerIndex);
   for (auto& [name, buf] : r.optimizer.state()) {

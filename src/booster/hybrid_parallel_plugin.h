@@ -85,6 +85,13 @@ class HybridParallelPlugin final : public Plugin {
   Device device() const override { return placement_.device; }
   const RankPlacement& placement() const { return placement_; }
   FlatParams& params() { return params_; }
+  // ZeRO-1 with a 16-bit shadow leaves the fp32 matmul weights outside each
+  // dp rank's shard stale after a step (optim/zero.h): this all-gathers them
+  // (collective over dp; nothing when they are complete). Checkpoint saves
+  // do it themselves.
+  void gather_values() {
+    if (zero_) zero_->gather_values(params_);
+  }
   const pipeline::PipelineStageManager& stages() const { return *stages_; }
   const GradBuckets* grad_buckets() const { return buckets_.get(); }  // null: no bucketed dp all-reduce
 

@@ -181,6 +181,7 @@ void FlatParams::init(uint64_t seed) {
   }
   if (!values_.device().is_cpu()) values_.copy_from(host);
   mark_written();
+  mark_values_complete();
 }
 
 const Tensor& ShadowView::get() const& {
@@ -210,8 +211,19 @@ void FlatParams::enable_shadow(DType half) {
 
 void FlatParams::refresh_shadow() {
   if (!has_shadow() || shadow_current()) return;  // nothing written since the last rounding
+  LATTICE_CHECK(!values_partial_,
+                "FlatParams: the values were written at write {} while the fp32 matmul weights outside this rank's "
+                "ZeRO-1 shard are stale (its 16-bit gather); gather them in fp32 first "
+                "(ZeroOptimizer::gather_values), or write every value and call mark_values_complete()",
+                versions_->values);
   ops::round_to_half(shadow_, padded_values_);
   versions_->shadow = versions_->values;
+}
+
+void FlatParams::mark_shadow_gathered() {
+  LATTICE_CHECK(has_shadow(), "FlatParams: mark_shadow_gathered without a shadow (enable_shadow)");
+  versions_->shadow = versions_->values;
+  values_partial_ = true;
 }
 
 ShadowView FlatParams::shadow_view(const ParamEntry& e) const {

@@ -66,18 +66,25 @@ struct ParamSpec {
   std::string name;  // logical name, e.g. "h.0.attn.c_attn.weight"
   Shape shape;       // logical shape
   Placement placement = Placement::replicated;
-  int n_fused = 1;   // logical matrices fused along the split dim (QKV = 3, gate-up = 2)
+  int n_fused = 1;  // logical matrices fused along the split dim (QKV = 3, gate-up = 2)
   int layer = kEmbeddingLayer;
-  std::string tie_group;  // non-empty: one logical parameter with a replica per owning stage
+  std::string tie_group;     // non-empty: one logical parameter with a replica per owning stage
   int tie_layer = kNoLayer;  // a tied parameter also lives with this layer (GPT-2's LM head uses wte)
   bool tie_replica = false;  // set by stage selection: held here only as the replica for tie_layer
   bool weight_decay = false;
   InitKind init = InitKind::zeros;
   float init_std = 0.0f;  // for InitKind::normal
-  int max_shards = 0;  // column only, > 0: each part splits into at most this many blocks
-                       // (LLaMA k/v: n_kv_head); a larger tp holds each block on
-                       // tp / max_shards consecutive ranks (tp_replicas), whose
-                       // gradients the model sums (tp/replicas.h)
+  int max_shards = 0;     // column only, > 0: each part splits into at most this many blocks
+                          // (LLaMA k/v: n_kv_head); a larger tp holds each block on
+                          // tp / max_shards consecutive ranks (tp_replicas), whose
+                          // gradients the model sums (tp/replicas.h)
+  // A linear layer's weight or an untied LM head (the policy's attn_qkv,
+  // attn_out, mlp_in, mlp_out and lm_head roles on a 2-D tensor): forward and
+  // backward read it only as a matmul operand, so under a 16-bit shadow its
+  // fp32 values are read by the optimizer and checkpoints alone, and ZeRO-1
+  // gathers only its 16-bit copy (optim/zero.h). Models get no fp32 view of
+  // such a weight when there is a shadow (ChunkModel::bind).
+  bool matmul_weight = false;
 };
 
 // This rank's place in the tensor-parallel group, for slicing logical tensors.
@@ -112,8 +119,8 @@ void check_shardable(const ParamSpec& spec, const TpShard& shard);
 
 struct ParamEntry {
   ParamSpec spec;
-  Shape local_shape;  // this rank's shard (the logical shape when unsharded)
-  int64_t offset = 0; // element offset in the flat buffers
+  Shape local_shape;   // this rank's shard (the logical shape when unsharded)
+  int64_t offset = 0;  // element offset in the flat buffers
   int64_t numel = 0;
 };
 
@@ -195,6 +202,16 @@ class FlatParams {
   //   - every read through a ShadowView checks the shadow is current.
   // A writer that forgets mark_written() escapes the check; the bit-for-bit
   // tests against per-call rounding (test_shadow_weights) catch that.
+  //
+  // Partial values (ZeRO-1's 16-bit gather, optim/zero.h): after an update
+  // each dp rank rounds its own shard into the shadow and the dp group
+  // all-gathers the shadow, plus the fp32 values of every entry that is not
+  // a matmul weight (ParamSpec::matmul_weight). The fp32 values of matmul
+  // weights outside this rank's shard are then stale: values_partial() is
+  // true until a full fp32 gather (ZeroOptimizer::gather_values; checkpoint
+  // saves do it first) or a writer of every value (init, a checkpoint load)
+  // calls mark_values_complete(). While they are partial, rounding them
+  // again (refresh_shadow after a new write) is an error.
   void enable_shadow(DType half);  // bf16 or f16; stale until the first refresh
   bool has_shadow() const { return shadow_.defined(); }
   DType shadow_dtype() const { return shadow_.dtype(); }
@@ -202,12 +219,18 @@ class FlatParams {
   // Rounds all values into the shadow and records their version. Nothing
   // without a shadow, or when nothing was written since the last rounding.
   void refresh_shadow();
+  // The shadow was made current by other means (ZeRO-1's 16-bit gather):
+  // records the values' version as rounded and the values as partial.
+  void mark_shadow_gathered();
+  void mark_values_complete() { values_partial_ = false; }
+  bool values_partial() const { return values_partial_; }
   bool shadow_current() const { return versions_->shadow == versions_->values; }
   uint64_t values_version() const { return versions_->values; }
   ShadowView shadow_view(const ParamEntry& e) const;
   // Elements [offset, offset + numel(shape)) as `shape`, named `what` in errors (fused weights).
   ShadowView shadow_view(int64_t offset, Shape shape, std::string what) const;
   const Tensor& shadow() const { return shadow_; }  // the flat shadow (padded_numel()), unchecked
+  Tensor& padded_shadow() { return shadow_; }       // the same, for its writers (ZeRO-1's gather)
 
  private:
   std::vector<ParamEntry> entries_;
@@ -216,6 +239,7 @@ class FlatParams {
   Tensor values_, grads_;                // views of their first numel() elements
   Tensor shadow_;                        // padded_numel() bf16/f16, or undefined
   std::shared_ptr<ShadowVersions> versions_ = std::make_shared<ShadowVersions>();
+  bool values_partial_ = false;  // see "Partial values" above
 };
 
 }  // namespace lattice

@@ -52,9 +52,13 @@ void ChunkModel::set_activation_dtype(DType dtype) {
   act_dtype_ = dtype;
 }
 
+// With a shadow, a matmul weight (ParamSpec::matmul_weight) is bound without
+// its fp32 view: forward and backward read it through mm() only, and under
+// ZeRO-1 its fp32 values outside this rank's shard are stale (core/param.h).
 ParamView ChunkModel::bind(FlatParams& params, const std::string& name) const {
   const ParamEntry& e = params.entry(name);
-  return ParamView{params.value(e), params.grad(e), params.has_shadow() ? params.shadow_view(e) : ShadowView()};
+  if (!params.has_shadow()) return ParamView{params.value(e), params.grad(e), ShadowView()};
+  return ParamView{e.spec.matmul_weight ? Tensor() : params.value(e), params.grad(e), params.shadow_view(e)};
 }
 
 ParamView ChunkModel::bind_rows(FlatParams& params, const std::vector<std::string>& names) const {
@@ -73,7 +77,10 @@ ParamView ChunkModel::bind_rows(FlatParams& params, const std::vector<std::strin
   std::string what = names.front();
   for (size_t i = 1; i < names.size(); ++i) what += " + " + names[i];
   ShadowView w16 = params.has_shadow() ? params.shadow_view(first.offset, shape, what) : ShadowView();
-  return ParamView{params.values().view(first.offset, shape), params.grads().view(first.offset, shape), std::move(w16)};
+  bool matmul_only = params.has_shadow();
+  for (const std::string& n : names) matmul_only = matmul_only && params.entry(n).spec.matmul_weight;
+  Tensor w = matmul_only ? Tensor() : params.values().view(first.offset, shape);
+  return ParamView{std::move(w), params.grads().view(first.offset, shape), std::move(w16)};
 }
 
 void ChunkModel::fill_context(Context& ctx, const ChunkActivations& acts, const StageSpan& span, const MakeTensor& make,

@@ -41,7 +41,8 @@ namespace lattice {
 
 // One parameter's value and gradient views, and the weight its matmuls read.
 struct ParamView {
-  Tensor w, g;
+  Tensor w;  // the fp32 values; undefined for a matmul weight when there is a shadow (bind)
+  Tensor g;
   ShadowView w16;  // its view of the 16-bit shadow, when the parameters have one
   // The weight as a matmul operand (linear layers, the LM head): the 16-bit
   // shadow under runtime.precision bf16/fp16 (checked current on every call),

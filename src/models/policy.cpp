@@ -56,6 +56,7 @@ std::vector<ParamSpec> apply_policy(std::vector<ParamSpec> table, const Sharding
     s.placement = placement_of(role, int(s.shape.size()));
     s.n_fused = s.placement == Placement::column ? (r ? r->n_fused : 1) : 1;
     s.max_shards = s.placement == Placement::column && r ? r->max_shards : 0;
+    s.matmul_weight = s.shape.size() == 2 && role != Role::vocab_embedding && role != Role::replicated;
     LATTICE_CHECK(s.placement != Placement::vocab || s.shape.size() == 2,
                   "policy: '{}' has role {} but is not a 2-D (rows, C) tensor", s.name, role_name(role));
     LATTICE_CHECK(s.n_fused >= 1 && (s.shape.empty() || s.shape[0] % s.n_fused == 0),

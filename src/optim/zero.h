@@ -16,6 +16,24 @@
 //                         every dp rank again holds all N values (marked
 //                         written: a 16-bit shadow is then refreshed whole
 //                         by the caller, core/param.h)
+//
+// With a 16-bit shadow (runtime.precision bf16/fp16) step gathers less: each
+// rank rounds its updated shard into its block of the shadow and the dp group
+// all-gathers the shadow (2 bytes per parameter); the fp32 values of the
+// entries forward and backward read in fp32 (norms, biases, embeddings:
+// every entry that is not a ParamSpec::matmul_weight) go in fp32 too, by
+// broadcast from the rank whose shard holds them (their counts differ per
+// rank: a tied token embedding at the start of the buffer sits in the first
+// shards, so an all-gather of equal blocks would move it dp times). A piece
+// of 64Ki elements or more is broadcast where it lies; the shorter ones of a
+// rank (norms, biases) are packed into one block first. The all-gather and
+// every broadcast start before any is waited on. The shadow then holds
+// exactly the bits the fp32 gather and a whole refresh would give, and the
+// fp32 values of matmul weights outside the shard stay stale
+// (FlatParams::values_partial) until gather_values(). For GPT-2 124M (tied
+// wte: 39.5M of its 124.4M parameters read in fp32) that is 407 MB per step
+// instead of 498 MB.
+//
 // The shard is updated entry piece by entry piece with ops::adamw_update /
 // ops::sgd_update and the weight decay of the entry each element belongs to,
 // so every element sees the arithmetic of the unsharded optimizer.
@@ -28,13 +46,29 @@ namespace lattice::optim {
 
 class ZeroOptimizer final : public Optimizer {
  public:
-  // `params` must be padded to a multiple of dp.size(); `dp` is kept by reference.
-  ZeroOptimizer(const OptimizerOptions& opts, const FlatParams& params, comm::Group& dp);
+  // `params` must be padded to a multiple of dp.size(); `dp` is kept by
+  // reference. In the 16-bit gather, pieces of fp32-read entries of at least
+  // `in_place_min` elements are broadcast where they lie (tests lower it).
+  ZeroOptimizer(const OptimizerOptions& opts, const FlatParams& params, comm::Group& dp,
+                int64_t in_place_min = kInPlaceBroadcast);
+  static constexpr int64_t kInPlaceBroadcast = int64_t(1) << 16;
 
   void reduce_scatter_grads(FlatParams& params);
   double shard_grad_squares(const FlatParams& params, int tp_size) const;
   // Reads the shard's summed gradients (reduce_scatter_grads first), scaled by grad_scale.
   void step(FlatParams& params, double lr, int64_t step, float grad_scale) override;
+  // All-gathers the fp32 values when the 16-bit gather left them partial
+  // (collective over dp; nothing otherwise). Checkpoint saves call it.
+  void gather_values(FlatParams& params);
+  // Off: step all-gathers the fp32 values even with a shadow (the path
+  // before the 16-bit gather; tests and benchmarks compare the two).
+  void set_half_gather(bool on) { half_gather_ = on; }
+  // Per dp rank, the elements of fp32-read entries in its shard: what it
+  // broadcasts in fp32 in the 16-bit gather.
+  const std::vector<int64_t>& fp32_counts() const { return fp32_counts_; }
+  // How many of those pieces go in place, and packed, over all ranks.
+  int64_t in_place_pieces() const;
+  int64_t packed_pieces() const;
   // This shard's state, shard_numel() elements per buffer.
   std::vector<std::pair<std::string, Tensor*>> state() override;
 
@@ -47,6 +81,20 @@ class ZeroOptimizer final : public Optimizer {
   int64_t begin_ = 0, size_ = 0;
   Tensor m_, v_;    // (S) AdamW moments, or m_ = SGD momentum
   Tensor staging_;  // (S) reduce-scatter output
+  // The 16-bit gather's fp32 part, per dp rank: its pieces of fp32-read
+  // entries (each inside its shard) of at least in_place_min elements,
+  // broadcast in place, and the shorter ones, packed into its block of
+  // packed_staging_ (blocks at packed_offsets_; allocated on first use).
+  struct Range {
+    int64_t begin, end;
+  };
+  std::vector<int64_t> fp32_counts_;
+  std::vector<std::vector<Range>> in_place_, packed_;
+  std::vector<int64_t> packed_offsets_;
+  Tensor packed_staging_;
+  bool half_gather_ = true;
+
+  void gather_half(FlatParams& params);
 };
 
 }  // namespace lattice::optim

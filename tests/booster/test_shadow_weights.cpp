@@ -6,7 +6,10 @@
 //    with dropout (fp16 from an overflowing loss scale, so the first steps are
 //    skipped and write nothing); after init and every step the shadow is
 //    exactly the rounding of the values. At 2 ranks the layouts tp 2, pp 2 and
-//    ZeRO-1 over dp 2 (whose values arrive by all-gather) run too;
+//    ZeRO-1 over dp 2 run too. There the shadow arrives by a 16-bit all-gather
+//    and only the entries read in fp32 by an fp32 one (optim/zero.h), while
+//    the per-call run gathers every fp32 value: the shadow and those entries
+//    match the per-call run every step, the rest after gather_values();
 //  - a run resumed from a checkpoint refreshes the shadow from the loaded
 //    values and continues bit for bit;
 //  - a write the driver did not refresh after stops the next forward with one
@@ -64,15 +67,31 @@ std::string rank0s(const std::string& s) {
 
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
-// Every element of the shadow (padding included) is the rounding of its value.
-void expect_shadow_is_the_rounded_values(FlatParams& p, const std::string& when) {
+// Every element of p's shadow (padding included) is the rounding of its
+// value in `values` (p's own, or those of a run whose values are complete:
+// after a ZeRO-1 step p's fp32 matmul weights outside its shard are stale).
+void expect_shadow_is_the_rounded_values(FlatParams& p, FlatParams& values, const std::string& when) {
   ASSERT_TRUE(p.has_shadow()) << when;
   EXPECT_TRUE(p.shadow_current()) << when;
-  const float* v = p.padded_values().data<float>();
+  ASSERT_FALSE(values.values_partial()) << when;
+  ASSERT_EQ(values.padded_numel(), p.padded_numel()) << when;
+  const float* v = values.padded_values().data<float>();
   const uint16_t* h = static_cast<const uint16_t*>(p.shadow().raw());
   const bool bf16 = p.shadow_dtype() == DType::bf16;
   for (int64_t i = 0; i < p.padded_numel(); ++i)
     ASSERT_EQ(h[i], bf16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i])) << when << ": element " << i;
+}
+void expect_shadow_is_the_rounded_values(FlatParams& p, const std::string& when) {
+  expect_shadow_is_the_rounded_values(p, p, when);
+}
+
+// The fp32 values of every entry that is not a matmul weight are the same
+// bits in both (the 16-bit ZeRO-1 gather moves those in fp32).
+void expect_same_fp32_read_values(FlatParams& a, FlatParams& b, const std::string& when) {
+  for (const ParamEntry& e : a.entries()) {
+    if (e.spec.matmul_weight) continue;
+    EXPECT_EQ(std::memcmp(a.value(e).raw(), b.value(e).raw(), a.value(e).nbytes()), 0) << when << ": " << e.spec.name;
+  }
 }
 
 }  // namespace
@@ -100,8 +119,16 @@ TEST(ShadowWeights, SameBitsAsRoundingTheWeightsPerCall) {
           EXPECT_TRUE(same_bits(ua.loss_scale, ub.loss_scale)) << "step " << step;
           if (!ua.skipped) EXPECT_TRUE(same_bits(ua.grad_norm, ub.grad_norm)) << "step " << step;
           skipped += ua.skipped;
-          expect_shadow_is_the_rounded_values(shadow.params(), "after step " + std::to_string(step));
+          const std::string when = "after step " + std::to_string(step);
+          // ZeRO-1 gathers the shadow and the fp32-read entries only (optim/zero.h).
+          EXPECT_EQ(shadow.params().values_partial(), l.zero == 1 && l.dp > 1 && skipped < step) << when;
+          EXPECT_FALSE(per_call.params().values_partial()) << when;
+          expect_shadow_is_the_rounded_values(shadow.params(), per_call.params(), when);
+          expect_same_fp32_read_values(shadow.params(), per_call.params(), when);
         }
+        shadow.gather_values();
+        EXPECT_FALSE(shadow.params().values_partial());
+        expect_shadow_is_the_rounded_values(shadow.params(), "after gather_values");
         EXPECT_EQ(std::memcmp(shadow.params().values().raw(), per_call.params().values().raw(),
                               shadow.params().values().nbytes()),
                   0)
@@ -134,6 +161,8 @@ TEST(ShadowWeights, ResumeRefreshesFromTheLoadedValues) {
     EXPECT_TRUE(same_bits(b.execute_pipeline(step).loss_sum, losses[size_t(step - 1)])) << "step " << step;
     b.optimizer_step(step, 0.003);
   }
+  a.gather_values();  // ZeRO-1 at dp 2 left them partial
+  b.gather_values();
   EXPECT_EQ(std::memcmp(a.params().values().raw(), b.params().values().raw(), a.params().values().nbytes()), 0);
   std::filesystem::remove_all(own_dir);  // rank 0's holds the checkpoint, which every rank has loaded by now
 }

@@ -43,8 +43,17 @@ TEST(Gpt2, ParamTableUsesHfNamesAndCounts) {
   for (auto& s : specs) n += shape_numel(s.shape);
   const int64_t C = 16, V = 37, L = 2, P = 12;
   EXPECT_EQ(n, V * C + P * C + L * (12 * C * C + 13 * C) + 2 * C);
+  // Matmul weights (read through the 16-bit shadow only, core/param.h): the
+  // linear layers' 2-D weights and an untied head; not their biases, the
+  // norms, the position table or the tied token embedding.
+  for (auto& s : specs) {
+    const bool linear =
+        s.name.ends_with("c_attn.weight") || s.name.ends_with("c_proj.weight") || s.name.ends_with("c_fc.weight");
+    EXPECT_EQ(s.matmul_weight, linear) << s.name;
+  }
   c.tie_embeddings = false;
   EXPECT_EQ(param_specs(c).back().name, "lm_head.weight");
+  EXPECT_TRUE(param_specs(c).back().matmul_weight);
 }
 
 TEST(Gpt2, WholeModelGradientMatchesFiniteDifferences) {

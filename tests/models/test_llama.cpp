@@ -63,7 +63,11 @@ TEST(Llama, ParamTableUsesHfNamesCountsAndPlacements) {
     EXPECT_EQ(s.shape, shapes[i]) << s.name;
     EXPECT_EQ(s.layer, 1);
     EXPECT_EQ(s.max_shards, i == 1 || i == 2 ? 2 : 0) << s.name;
+    EXPECT_TRUE(s.matmul_weight) << s.name;
   }
+  EXPECT_FALSE(test::spec_named(specs, "model.layers.0.input_layernorm.weight").matmul_weight);
+  EXPECT_FALSE(test::spec_named(specs, "model.embed_tokens.weight").matmul_weight);  // a lookup table
+  EXPECT_TRUE(test::spec_named(specs, "lm_head.weight").matmul_weight);
   EXPECT_EQ(test::spec_named(specs, "model.layers.0.post_attention_layernorm.weight").placement, Placement::replicated);
   EXPECT_EQ(test::spec_named(specs, "model.embed_tokens.weight").placement, Placement::vocab);
   EXPECT_EQ(test::spec_named(specs, "lm_head.weight").placement, Placement::vocab);

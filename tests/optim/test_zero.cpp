@@ -6,15 +6,18 @@
 // reduce-scatter leaves the exact dp sum in this rank's shard; that the shard
 // norms sum to the full norm; and that the optimizer state is this rank's
 // 1/dp shard (tensor sizes and the allocator's live bytes).
-#include "optim/zero.h"
-
+// With a bf16 shadow, the 16-bit gather (the shadow, plus the entries that are
+// not matmul weights in fp32) against the fp32 gather of every value.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "comm/mpi_communicator.h"
 #include "core/allocator.h"
 #include "optim/grad_clip.h"
+#include "optim/zero.h"
+#include "support/error_text.h"
 
 using namespace lattice;
 
@@ -100,3 +103,91 @@ TEST(Zero, RefusesAnUnpaddedBuffer) {
   FlatParams p(specs(), DType::f32);  // 31 elements, no padding
   EXPECT_THROW(optim::ZeroOptimizer({}, p, dp), Error);
 }
+
+namespace {
+
+// Matmul weights (w*) between entries read in fp32 (b, n): 30 + 7 + 12 + 5 + 9 = 63 elements.
+std::vector<ParamSpec> mixed_specs() {
+  auto w = [](std::string name, Shape shape) {
+    return ParamSpec{.name = std::move(name),
+                     .shape = std::move(shape),
+                     .weight_decay = true,
+                     .init = InitKind::normal,
+                     .init_std = 0.5f,
+                     .matmul_weight = true};
+  };
+  return {w("w1", {6, 5}), ParamSpec{.name = "b", .shape = {7}, .init = InitKind::uniform, .init_std = 0.3f},
+          w("w2", {4, 3}), ParamSpec{.name = "n", .shape = {5}, .init = InitKind::ones}, w("w3", {3, 3})};
+}
+
+// Two copies of the same parameters with a bf16 shadow take the same steps,
+// one gathering the 16-bit shadow and the fp32-read entries, the other every
+// fp32 value (set_half_gather(false)) and refreshing its shadow whole. The
+// fp32-read pieces go packed (the default: all are short here) or each in
+// place (in_place_min 1).
+void check_half_gather(int64_t in_place_min) {
+  comm::Group dp(comm::make_world_communicator(60));
+  const int D = dp.size(), r = dp.rank();
+  FlatParams half(mixed_specs(), DType::f32, Device::cpu(), {}, D),
+      full(mixed_specs(), DType::f32, Device::cpu(), {}, D);
+  for (FlatParams* p : {&half, &full}) {
+    p->enable_shadow(DType::bf16);
+    p->init(11);
+    p->refresh_shadow();
+  }
+  const Tensor init = half.values().clone();
+  const int64_t N = half.numel(), S = half.padded_numel() / D;
+  ASSERT_EQ(N, 63);
+  const optim::OptimizerOptions opts{.name = "adamw", .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  optim::ZeroOptimizer zh(opts, half, dp, in_place_min), zf(opts, full, dp);
+  zf.set_half_gather(false);
+  const int64_t pieces = 3;  // dp 2: [30, 32) | [32, 37), [49, 54); dp 4: none | [30, 32) | [32, 37) | [49, 54)
+  EXPECT_EQ(zh.in_place_pieces(), in_place_min == 1 ? pieces : 0);
+  EXPECT_EQ(zh.packed_pieces(), in_place_min == 1 ? 0 : pieces);
+  // Each rank's count of fp32-read elements (b: [30, 37), n: [49, 54)) in its shard:
+  // dp 2: [0, 32) 2, [32, 64) 5 + 5; dp 4: [0, 16) none, [16, 32) 2, [32, 48) 5, [48, 64) 5.
+  ASSERT_TRUE(D == 2 || D == 4) << "the expected counts are for 2 and 4 ranks";
+  const std::vector<int64_t> counts = D == 2 ? std::vector<int64_t>{2, 10} : std::vector<int64_t>{0, 2, 5, 5};
+  EXPECT_EQ(zh.fp32_counts(), counts);
+
+  auto in_shard = [&](int64_t i) { return i >= r * S && i < (r + 1) * S; };
+  for (int step = 1; step <= kSteps; ++step) {
+    for (FlatParams* p : {&half, &full}) {
+      float* g = p->grads().data<float>();
+      for (int64_t i = 0; i < N; ++i) g[i] = local_grad(r, i, step);
+    }
+    zh.reduce_scatter_grads(half);
+    zf.reduce_scatter_grads(full);
+    zh.step(half, 0.01, step, 1.0f);
+    zf.step(full, 0.01, step, 1.0f);
+    full.refresh_shadow();
+    EXPECT_EQ(half.values_partial(), D > 1) << "step " << step;
+    EXPECT_FALSE(full.values_partial());
+    EXPECT_TRUE(half.shadow_current());
+    EXPECT_EQ(std::memcmp(half.shadow().raw(), full.shadow().raw(), half.shadow().nbytes()), 0)
+        << "step " << step << ": the gathered shadow is the whole refresh's";
+    const float* hv = half.values().data<float>();
+    const float* fv = full.values().data<float>();
+    const float* iv = init.data<float>();
+    for (const ParamEntry& e : half.entries())
+      for (int64_t i = e.offset; i < e.offset + e.numel; ++i) {
+        // Matmul weights outside the shard are never gathered in fp32: still the initial values.
+        const float want = !e.spec.matmul_weight || in_shard(i) ? fv[i] : iv[i];
+        ASSERT_EQ(hv[i], want) << "step " << step << ": " << e.spec.name << " element " << i;
+      }
+  }
+  if (D > 1) {  // rounding partial values again is refused
+    half.mark_written();
+    const std::string text = test::error_text([&] { half.refresh_shadow(); });
+    for (const char* part : {"ZeRO-1", "stale", "gather_values"}) EXPECT_HAS(text, part);
+    half.mark_shadow_gathered();  // back as it was: the shadow is current, the values partial
+  }
+  zh.gather_values(half);
+  EXPECT_FALSE(half.values_partial());
+  EXPECT_EQ(std::memcmp(half.values().raw(), full.values().raw(), half.values().nbytes()), 0);
+}
+
+}  // namespace
+
+TEST(Zero, HalfGatherPacksShortPieces) { check_half_gather(optim::ZeroOptimizer::kInPlaceBroadcast); }
+TEST(Zero, HalfGatherBroadcastsLongPiecesInPlace) { check_half_gather(1); }
