@@ -6,14 +6,8 @@
 
 namespace lattice {
 
-GradBuckets::GradBuckets(FlatParams& params, comm::Group& dp, double bucket_mb, int64_t shard_numel)
-    : params_(params),
-      dp_(dp),
-      shard_(shard_numel),
-      progress_(dp.comm().progresses_in_calls() ? comm::mpi_progress() : nullptr) {
-  LATTICE_CHECK(shard_ == 0 || shard_ * dp.size() == params.padded_numel(),
-                "grad buckets: ZeRO-1 shards of {} elements do not tile the {} padded gradients over dp {}", shard_,
-                params.padded_numel(), dp.size());
+GradBuckets::GradBuckets(FlatParams& params, comm::Group& dp, double bucket_mb)
+    : params_(params), dp_(dp), progress_(dp.comm().progresses_in_calls() ? comm::mpi_progress() : nullptr) {
   const int64_t limit = std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024) / dtype_size(params.dtype()));
   const std::vector<ParamEntry>& entries = params.entries();
   std::vector<size_t> order(entries.size());
@@ -47,7 +41,7 @@ GradBuckets::~GradBuckets() {
 
 void GradBuckets::begin_step() {
   for (Bucket& b : buckets_) {
-    LATTICE_CHECK(b.works.empty(), "grad buckets: a bucket's sum is still open at the start of a step");
+    LATTICE_CHECK(b.work == nullptr, "grad buckets: a bucket's all-reduce is still open at the start of a step");
     b.pending = b.entries;
     b.started = false;
   }
@@ -55,42 +49,19 @@ void GradBuckets::begin_step() {
   reported_.clear();
 }
 
-void GradBuckets::start_sum(int64_t begin, int64_t end, std::vector<comm::WorkPtr>& works) {
+void GradBuckets::start(Bucket& b) {
   if (progress_ && !holding_) {
     progress_->hold();
     holding_ = true;
   }
-  if (shard_ == 0) {
-    Tensor view = params_.grads().view(begin, {end - begin});
-    works.push_back(dp_.all_reduce(view));
-    return;
-  }
-  for (int64_t lo = begin; lo < end;) {  // one reduce per shard the range meets, to its rank
-    const int64_t owner = lo / shard_, hi = std::min(end, (owner + 1) * shard_);
-    Tensor piece = params_.grads().view(lo, {hi - lo});
-    works.push_back(dp_.reduce(piece, int(owner)));
-    lo = hi;
-  }
-}
-
-void GradBuckets::start(Bucket& b) {
-  start_sum(b.begin, b.end, b.works);
+  Tensor view = params_.grads().view(b.begin, {b.end - b.begin});
+  b.work = dp_.all_reduce(view);
   b.started = true;
 }
 
 void GradBuckets::poll() {
-  for (Bucket& b : buckets_) {
-    bool done = true;
-    for (comm::WorkPtr& w : b.works) done = done && w->test();
-    if (done) b.works.clear();
-  }
-}
-
-void GradBuckets::sum_now(int64_t begin, int64_t end) {
-  if (begin >= end) return;
-  std::vector<comm::WorkPtr> works;
-  start_sum(begin, end, works);
-  for (comm::WorkPtr& w : works) w->wait();
+  for (Bucket& b : buckets_)
+    if (b.work && b.work->test()) b.work.reset();
 }
 
 void GradBuckets::layer_ready(int layer) {
@@ -111,10 +82,11 @@ void GradBuckets::layer_ready(int layer) {
 void GradBuckets::finish() {
   for (Bucket& b : buckets_)
     if (!b.started) start(b);
-  for (Bucket& b : buckets_) {
-    for (comm::WorkPtr& w : b.works) w->wait();
-    b.works.clear();
-  }
+  for (Bucket& b : buckets_)
+    if (b.work) {
+      b.work->wait();
+      b.work.reset();
+    }
   if (holding_) {
     progress_->release();
     holding_ = false;

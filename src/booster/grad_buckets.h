@@ -20,13 +20,6 @@
 // in the same order on each (the MPI ordering rule for collectives on a group).
 // Summation is per element, so the result equals one big all-reduce up to the
 // reduction order MPI picks for a message size.
-//
-// ZeRO-1 (shard_numel S > 0; optim/zero.h): a bucket is reduced, not
-// all-reduced: each piece of it inside one dp rank's shard [r S, (r + 1) S)
-// goes to that rank (Communicator::reduce, in place), so every rank ends with
-// the dp sum of its own shard, which is what ZeroOptimizer::reduce_scatter_grads
-// leaves, and partial sums elsewhere, which nothing reads. The traffic is
-// that of the reduce-scatter, in pieces that overlap backward.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +33,7 @@ namespace lattice {
 
 class GradBuckets {
  public:
-  GradBuckets(FlatParams& params, comm::Group& dp, double bucket_mb, int64_t shard_numel = 0);
+  GradBuckets(FlatParams& params, comm::Group& dp, double bucket_mb);
   ~GradBuckets();
   GradBuckets(const GradBuckets&) = delete;
   GradBuckets& operator=(const GradBuckets&) = delete;
@@ -48,17 +41,12 @@ class GradBuckets {
   void begin_step();            // every bucket back to "waiting for its layers"
   void layer_ready(int layer);  // the gradients of `layer` (a ParamSpec layer) are final
   void finish();                // starts the remaining buckets and waits for all
-  // Sums elements [begin, end) of the gradient buffer over dp now, as a bucket
-  // would (all-reduced, or under ZeRO-1 reduced to their shards' ranks): the
-  // tied entries, which no bucket holds, after their tie-group sum.
-  void sum_now(int64_t begin, int64_t end);
-  bool zero() const { return shard_ > 0; }
 
   struct Bucket {
-    int64_t begin = 0, end = 0;        // element range of the flat gradient buffer
-    int entries = 0;                   // entries in it
-    int pending = 0;                   // entries whose layer has not reported this step
-    std::vector<comm::WorkPtr> works;  // its open all-reduce or reduces; empty before start and after completion
+    int64_t begin = 0, end = 0;  // element range of the flat gradient buffer
+    int entries = 0;             // entries in it
+    int pending = 0;             // entries whose layer has not reported this step
+    comm::WorkPtr work;          // open all-reduce, null before start and after completion
     bool started = false;
   };
   const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -67,12 +55,9 @@ class GradBuckets {
  private:
   void start(Bucket& b);
   void poll();
-  // Starts the sum of [begin, end) over dp: one all-reduce, or a reduce per shard it meets.
-  void start_sum(int64_t begin, int64_t end, std::vector<comm::WorkPtr>& works);
 
   FlatParams& params_;
   comm::Group& dp_;
-  int64_t shard_ = 0;                              // ZeRO-1's shard size S; 0: all-reduce
   std::vector<Bucket> buckets_;                    // in start order for a whole-model backward
   std::vector<std::pair<int, int>> layer_bucket_;  // (layer, bucket) per bucketed entry, sorted by layer
   std::vector<int> reported_;                      // layers reported this step

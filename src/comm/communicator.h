@@ -70,9 +70,6 @@ class Communicator {
   virtual WorkPtr all_gather(Tensor& out, const Tensor& in, const CollectiveOptions& o) = 0;
   virtual WorkPtr reduce_scatter(Tensor& out, const Tensor& in, const CollectiveOptions& o) = 0;
   virtual WorkPtr broadcast(Tensor& t, int root, const CollectiveOptions& o) = 0;
-  // In place on every rank: `root` gets the reduction of every rank's t; the
-  // other ranks' t are inputs only and keep their values.
-  virtual WorkPtr reduce(Tensor& t, int root, const CollectiveOptions& o) = 0;
   virtual WorkPtr send(const Tensor& t, int peer, const P2POptions& o) = 0;
   virtual WorkPtr recv(Tensor& t, int peer, const P2POptions& o) = 0;
   virtual WorkPtr batch_send_recv(const std::vector<P2POp>& ops, double timeout_s) = 0;
@@ -116,7 +113,6 @@ class Group {
     return comm_->reduce_scatter(out, in, o);
   }
   WorkPtr broadcast(Tensor& t, int root, const CollectiveOptions& o = {}) { return comm_->broadcast(t, root, o); }
-  WorkPtr reduce(Tensor& t, int root, const CollectiveOptions& o = {}) { return comm_->reduce(t, root, o); }
   WorkPtr send(const Tensor& t, int peer, const P2POptions& o = {}) { return comm_->send(t, peer, o); }
   WorkPtr recv(Tensor& t, int peer, const P2POptions& o = {}) { return comm_->recv(t, peer, o); }
   WorkPtr batch_send_recv(const std::vector<P2POp>& ops, double timeout_s = 0) {

@@ -298,17 +298,6 @@ WorkPtr MpiCommunicator::broadcast(Tensor& t, int root, const CollectiveOptions&
   return started(*this, timeout_for(o.timeout_s), "broadcast", req, t);
 }
 
-WorkPtr MpiCommunicator::reduce(Tensor& t, int root, const CollectiveOptions& o) {
-  check_tensor(t, "reduce");
-  check_peer(root, "reduce");
-  MPI_Op op = mpi_reduce_op(o.op, t.dtype());
-  MPI_Request req;
-  // The root reduces in place; the others only send (MPI ignores their recvbuf).
-  const void* send = rank_ == root ? MPI_IN_PLACE : t.raw();
-  MPI_CHECK(MPI_Ireduce(send, t.raw(), count_of(t, "reduce"), mpi_datatype(t.dtype()), op, root, comm_, &req));
-  return started(*this, timeout_for(o.timeout_s), "reduce", req, t);
-}
-
 WorkPtr MpiCommunicator::send(const Tensor& t, int peer, const P2POptions& o) {
   return batch_send_recv({P2POp{P2POp::Kind::send, t, peer, o.tag}}, o.timeout_s);
 }

@@ -47,7 +47,6 @@ class MpiCommunicator final : public Communicator {
   WorkPtr all_gather(Tensor& out, const Tensor& in, const CollectiveOptions& o) override;
   WorkPtr reduce_scatter(Tensor& out, const Tensor& in, const CollectiveOptions& o) override;
   WorkPtr broadcast(Tensor& t, int root, const CollectiveOptions& o) override;
-  WorkPtr reduce(Tensor& t, int root, const CollectiveOptions& o) override;
   WorkPtr send(const Tensor& t, int peer, const P2POptions& o) override;
   WorkPtr recv(Tensor& t, int peer, const P2POptions& o) override;
   WorkPtr batch_send_recv(const std::vector<P2POp>& ops, double timeout_s) override;

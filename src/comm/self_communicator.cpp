@@ -50,10 +50,6 @@ class SelfCommunicator final : public Communicator {
     LATTICE_CHECK(root == 0, "broadcast from rank {} in a group of one ({})", root, name_);
     return done();
   }
-  WorkPtr reduce(Tensor&, int root, const CollectiveOptions&) override {
-    LATTICE_CHECK(root == 0, "reduce to rank {} in a group of one ({})", root, name_);
-    return done();
-  }
   WorkPtr send(const Tensor& t, int peer, const P2POptions& o) override {
     return batch_send_recv({P2POp{P2POp::Kind::send, t, peer, o.tag}}, o.timeout_s);
   }

@@ -22,6 +22,7 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerOptions& opts, const FlatParams& par
   const Device device = params.values().device();
   m_ = Tensor::zeros({size_}, params.dtype(), device);
   if (o_.name == "adamw") v_ = Tensor::zeros({size_}, params.dtype(), device);
+  if (dp.size() > 1) staging_ = Tensor::zeros({size_}, params.dtype(), device);
   // The fp32-read entries' ranges, merged where adjacent, cut at the shard edges.
   std::vector<Range> fp32;
   for (const ParamEntry& e : params.entries()) {
@@ -68,7 +69,6 @@ int64_t ZeroOptimizer::packed_pieces() const {
 
 void ZeroOptimizer::reduce_scatter_grads(FlatParams& params) {
   if (dp_.size() == 1) return;  // the local gradients are the sum
-  if (!staging_.defined()) staging_ = Tensor::zeros({size_}, params.dtype(), params.padded_grads().device());
   dp_.reduce_scatter(staging_, params.padded_grads())->wait();
   params.padded_grads().view(begin_, {size_}).copy_from(staging_);
 }

@@ -9,11 +9,7 @@
 // Per step, collectives over dp in this order on every dp rank:
 //   reduce_scatter_grads  sum the gradients over dp; afterwards this rank's
 //                         shard of params.grads() holds the dp sum (elements
-//                         outside the shard keep this rank's local sums).
-//                         With parallel.dp_bucket_mb > 0 the plugin's
-//                         GradBuckets do this instead, in buckets reduced to
-//                         each shard's rank while backward runs
-//                         (booster/grad_buckets.h)
+//                         outside the shard keep this rank's local sums)
 //   shard_grad_squares    this shard's part of the squared global norm
 //                         (sum it over every rank of the job)
 //   step                  update the shard, then all-gather the values, so
@@ -84,7 +80,7 @@ class ZeroOptimizer final : public Optimizer {
   comm::Group& dp_;
   int64_t begin_ = 0, size_ = 0;
   Tensor m_, v_;    // (S) AdamW moments, or m_ = SGD momentum
-  Tensor staging_;  // (S) reduce-scatter output, allocated by its first use (not with dp buckets)
+  Tensor staging_;  // (S) reduce-scatter output
   // The 16-bit gather's fp32 part, per dp rank: its pieces of fp32-read
   // entries (each inside its shard) of at least in_place_min elements,
   // broadcast in place, and the shorter ones, packed into its block of

@@ -2,10 +2,7 @@
 // of the flat gradient buffer into contiguous ranges of at most the bucket
 // size (or one entry), tied entries stay out, a bucket starts the moment its
 // last layer reports, and finish() leaves the dp sum in every bucketed entry
-// and the tied entries untouched. Under ZeRO-1 the buckets (and sum_now, for
-// the tied entries) leave the dp sum in this rank's shard, the same bits as
-// the optimizer's reduce-scatter, and this rank's own values elsewhere.
-// Run on 2 ranks: the dp group is the world.
+// and the tied entries untouched. Run on 2 ranks: the dp group is the world.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -15,7 +12,6 @@
 #include "comm/mpi_communicator.h"
 #include "config/config.h"
 #include "models/registry.h"
-#include "optim/zero.h"
 
 using namespace lattice;
 
@@ -112,42 +108,4 @@ TEST(GradBuckets, ALayerReportedTwiceIsAnError) {
   gb.layer_ready(0);
   EXPECT_THROW(gb.layer_ready(0), Error);
   gb.finish();
-}
-
-TEST(GradBuckets, UnderZeroEachShardGetsItsSumAsTheReduceScatterGives) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const ModelConfig m = model(true);
-  FlatParams p(model_param_specs(m), DType::f32, Device::cpu(), {}, size),
-      ref(model_param_specs(m), DType::f32, Device::cpu(), {}, size);
-  comm::Group dp(comm::make_world_communicator(60));
-  const int64_t S = p.padded_numel() / size;
-  GradBuckets gb(p, dp, kBucketMb, S);
-  ASSERT_TRUE(gb.zero());
-  optim::ZeroOptimizer zero({.name = "adamw"}, ref, dp);
-  auto local = [&](int64_t i, int step) { return float((rank + 1) * (i % 89) + 3 * step) / 8.0f; };
-  for (int step = 0; step < 2; ++step) {
-    float* g = p.grads().data<float>();
-    float* rg = ref.grads().data<float>();
-    for (int64_t i = 0; i < p.numel(); ++i) g[i] = rg[i] = local(i, step);
-    gb.begin_step();
-    for (int layer = m.n_layer; layer >= kEmbeddingLayer; --layer) gb.layer_ready(layer);
-    for (const ParamEntry& e : p.entries())
-      if (!e.spec.tie_group.empty()) gb.sum_now(e.offset, e.offset + e.numel);
-    gb.finish();
-    zero.reduce_scatter_grads(ref);
-    for (int64_t i = 0; i < p.numel(); ++i) {
-      const float want = i / S == rank ? rg[i] : local(i, step);  // outside the shard: this rank's value
-      ASSERT_EQ(g[i], want) << "element " << i << (i / S == rank ? " in" : " outside") << " the shard, step " << step;
-    }
-  }
-}
-
-TEST(GradBuckets, ZeroShardsMustTileThePaddedBuffer) {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  FlatParams p(model_param_specs(model(true)), DType::f32, Device::cpu(), {}, size);
-  comm::Group dp(comm::make_world_communicator(60));
-  EXPECT_THROW(GradBuckets(p, dp, kBucketMb, p.padded_numel() / size + 1), Error);
 }

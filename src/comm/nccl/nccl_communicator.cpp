@@ -218,14 +218,6 @@ class NcclCommunicator final : public Communicator {
                    [&] { NCCL_CHECK(ncclBroadcast(t.raw(), t.raw(), count(t, ty), ty.type, root, nccl_, stream_)); });
   }
 
-  WorkPtr reduce(Tensor& t, int root, const CollectiveOptions& o) override {
-    NcclType ty = checked(t, "reduce", true);
-    check_peer(root, "reduce");
-    return started("reduce", o.timeout_s, {t}, [&] {  // sendbuff == recvbuff: in place on the root
-      NCCL_CHECK(ncclReduce(t.raw(), t.raw(), count(t, ty), ty.type, nccl_op(o.op), root, nccl_, stream_));
-    });
-  }
-
   WorkPtr send(const Tensor& t, int peer, const P2POptions& o) override {
     return batch_send_recv({P2POp{P2POp::Kind::send, t, peer, o.tag}}, o.timeout_s);
   }
