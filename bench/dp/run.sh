@@ -11,6 +11,9 @@
 #   dp2_bucket4_noprogress  dp2_bucket4 without the MPI progress thread (LATTICE_MPI_PROGRESS_US=0,
 #                  the default): the open buckets advance only inside this rank's own MPI calls.
 #                  The two runs above it run the thread every 50 us (LATTICE_MPI_PROGRESS_US=50).
+#   zero1_bucket4  ZeRO-1 (parallel.zero=1) with 4 MiB buckets all-reduced during backward, no
+#                  progress thread
+#   zero1_nobucket ZeRO-1 with dp_bucket_mb=0: one reduce-scatter after backward
 # Each run trains STEPS steps; the table has medians over steps > SKIP of tokens_per_s,
 # step_ms and grad_sync_ms (metrics.jsonl: the slowest rank's time from the end of its
 # schedule until its gradients were summed over dp — the exposed, not overlapped, part).
@@ -82,6 +85,10 @@ run --env LATTICE_MPI_PROGRESS_US=50 dp2_bucket25_progress 2 1 parallel.dp=2 tra
 run --env LATTICE_MPI_PROGRESS_US=0 dp2_nobucket 2 1 parallel.dp=2 train.micro_batch=4 parallel.dp_bucket_mb=0
 run --env LATTICE_MPI_PROGRESS_US=0 dp2_bucket4_noprogress 2 1 parallel.dp=2 train.micro_batch=4 \
     parallel.dp_bucket_mb=4
+run --env LATTICE_MPI_PROGRESS_US=0 zero1_bucket4 2 1 parallel.dp=2 parallel.zero=1 train.micro_batch=4 \
+    parallel.dp_bucket_mb=4
+run --env LATTICE_MPI_PROGRESS_US=0 zero1_nobucket 2 1 parallel.dp=2 parallel.zero=1 train.micro_batch=4 \
+    parallel.dp_bucket_mb=0
 
 python3 - "$work/runs" "$skip" <<'EOF2'
 import json, statistics, sys
@@ -96,7 +103,9 @@ print("|---|---|---|---|---|---|---|---|---|")
 for name, rt, bucket, prog in [("single_t2", "1 x 2", "-", "-"), ("dp2_bucket4", "2 x 1", "4", "on"),
                                ("dp2_bucket25", "2 x 1", "25", "off"),
                                ("dp2_bucket25_progress", "2 x 1", "25", "on"), ("dp2_nobucket", "2 x 1", "0", "-"),
-                               ("dp2_bucket4_noprogress", "2 x 1", "4", "off")]:
+                               ("dp2_bucket4_noprogress", "2 x 1", "4", "off"),
+                               ("zero1_bucket4", "2 x 1", "4 (ZeRO-1)", "off"),
+                               ("zero1_nobucket", "2 x 1", "0 (ZeRO-1)", "-")]:
     tps, ms, sync = med(name, "tokens_per_s"), med(name, "step_ms"), med(name, "grad_sync_ms")
     print(f"| {name} | {rt} | {bucket} | {prog} | {tps:.0f} | {ms:.0f} | {sync:.1f} | {sync / ms:.1%} | "
           f"{tps / base:.2f}x |")

@@ -102,7 +102,7 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
   }
   const int64_t T = cfg.train.seq_len, B = cfg.train.micro_batch;
   contexts_ = std::make_unique<ContextPool>([this, B, T](int v) { return chunks_[size_t(v)]->make_context(B, T); });
-  if (cfg.parallel.zero == 0 && layout_.dp > 1 && cfg.parallel.dp_bucket_mb > 0) {
+  if (layout_.dp > 1 && cfg.parallel.dp_bucket_mb > 0) {  // under ZeRO-1 too (optim/zero.h)
     buckets_ = std::make_unique<GradBuckets>(params_, groups_->dp(), cfg.parallel.dp_bucket_mb);
     last_backward_mb_.assign(spans_.size(), -1);
     for (const pipeline::Action& a : train_plan_)
@@ -228,15 +228,15 @@ StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
     Tensor g = params_.grad(e);
     groups_->tie().all_reduce(g)->wait();
   }
-  if (zero_) {
-    zero_->reduce_scatter_grads(params_);  // each dp rank gets the sum of its own shard
-  } else if (buckets_) {
+  if (buckets_) {                                    // every rank gets the whole dp sum (ZeRO-1 reads its shard of it)
     for (const ParamEntry& e : params_.entries()) {  // the tied entries, which no bucket holds
       if (e.spec.tie_group.empty()) continue;
       Tensor g = params_.grad(e);
       groups_->dp().all_reduce(g)->wait();
     }
     buckets_->finish();
+  } else if (zero_) {
+    zero_->reduce_scatter_grads(params_);  // each dp rank gets the sum of its own shard
   } else if (groups_->dp().size() > 1) {
     groups_->dp().all_reduce(params_.grads())->wait();
   }

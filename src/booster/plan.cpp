@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "models/registry.h"
+#include "optim/zero.h"
 
 namespace lattice {
 
@@ -213,18 +214,26 @@ RankMemory predict_rank_memory(const Config& cfg, const Layout& layout, const me
   m.coord = mesh.coord(rank);
   const TpShard tp{.rank = m.coord.tp, .size = layout.tp, .vocab_multiple = cfg.model.vocab_multiple};
   const std::vector<StageSpan> spans = stage_spans(cfg, stages, m.coord.pp);
-  for (const ParamSpec& s : select_stage_params(model_param_specs(cfg.model), spans, cfg.model.n_layer))
-    m.param_count += shape_numel(local_shape(s, tp));
+  const std::vector<ParamEntry> entries =
+      lay_out_params(select_stage_params(model_param_specs(cfg.model), spans, cfg.model.n_layer), tp);
+  for (const ParamEntry& e : entries) m.param_count += e.numel;
   // ZeRO-1 (optim/zero.h): the flat buffers padded to dp shards of S elements;
-  // the state covers this rank's shard, plus a staging shard for the reduce-scatter.
+  // the state covers this rank's shard, plus a staging shard for the
+  // reduce-scatter when there are no dp buckets (which all-reduce in place).
   const bool zero = cfg.parallel.zero == 1;
   const int64_t shard = zero ? (m.param_count + layout.dp - 1) / layout.dp : m.param_count;
   const int64_t flat = zero ? shard * layout.dp : m.param_count;
   m.params = m.grads = flat * kF32;
   // runtime.precision bf16 / fp16: the 16-bit shadow of the values, same layout (core/param.h).
   if (cfg.runtime.precision != Precision::fp32) m.params += flat * kHalf;
-  const int64_t state_buffers = (cfg.optimizer.name == OptimizerName::adamw ? 2 : 1) + (zero && layout.dp > 1 ? 1 : 0);
+  const int64_t state_buffers = (cfg.optimizer.name == OptimizerName::adamw ? 2 : 1) +
+                                (zero && layout.dp > 1 && cfg.parallel.dp_bucket_mb <= 0 ? 1 : 0);
   m.optimizer = state_buffers * shard * kF32;
+  // ZeRO-1 with the 16-bit shadow: the packed blocks of its fp32 broadcasts (optim/zero.h).
+  if (zero && layout.dp > 1 && cfg.runtime.precision != Precision::fp32)
+    m.optimizer += optim::plan_half_gather(entries, shard, layout.dp, optim::ZeroOptimizer::kInPlaceBroadcast)
+                       .packed_offsets.back() *
+                   kF32;
   const int64_t B = cfg.train.micro_batch, T = cfg.train.seq_len;
   m.data = 2 * int64_t(layout.microbatches) * B * T * kI32;  // token ids and targets of the step
 

@@ -95,18 +95,27 @@ int64_t local_to_logical(const ParamSpec& s, const TpShard& shard, int64_t local
   return local;
 }
 
+std::vector<ParamEntry> lay_out_params(const std::vector<ParamSpec>& specs, const TpShard& shard) {
+  std::vector<ParamEntry> entries;
+  int64_t offset = 0;
+  for (const ParamSpec& s : specs) {
+    ParamEntry e{s, local_shape(s, shard), offset, 0};
+    e.numel = shape_numel(e.local_shape);
+    offset += e.numel;
+    entries.push_back(std::move(e));
+  }
+  return entries;
+}
+
 FlatParams::FlatParams(const std::vector<ParamSpec>& specs, DType dtype, Device device, const TpShard& shard,
                        int64_t pad_multiple)
     : shard_(shard) {
   LATTICE_CHECK(pad_multiple >= 1, "FlatParams: pad_multiple must be at least 1, got {}", pad_multiple);
-  int64_t offset = 0;
-  for (const ParamSpec& s : specs) {
-    LATTICE_CHECK(!has(s.name), "parameter '{}' listed twice", s.name);
-    ParamEntry e{s, local_shape(s, shard), offset, 0};
-    e.numel = shape_numel(e.local_shape);
-    offset += e.numel;
+  for (ParamEntry& e : lay_out_params(specs, shard)) {
+    LATTICE_CHECK(!has(e.spec.name), "parameter '{}' listed twice", e.spec.name);
     entries_.push_back(std::move(e));
   }
+  const int64_t offset = entries_.empty() ? 0 : entries_.back().offset + entries_.back().numel;
   const int64_t padded = (offset + pad_multiple - 1) / pad_multiple * pad_multiple;
   padded_values_ = Tensor::zeros({padded}, dtype, device);
   padded_grads_ = Tensor::zeros({padded}, dtype, device);

@@ -124,6 +124,10 @@ struct ParamEntry {
   int64_t numel = 0;
 };
 
+// Each spec's entry for this tp shard, in order, at consecutive offsets of
+// the flat buffers (FlatParams' layout, for planners that allocate nothing).
+std::vector<ParamEntry> lay_out_params(const std::vector<ParamSpec>& specs, const TpShard& shard);
+
 // The fp32 values' write count and the count the 16-bit shadow was rounded
 // at (kNever before its first refresh), shared by a FlatParams and the
 // ShadowViews it hands out, so a view stays checkable after a move.

@@ -7,6 +7,40 @@
 
 namespace lattice::optim {
 
+HalfGatherPlan plan_half_gather(const std::vector<ParamEntry>& entries, int64_t shard, int dp, int64_t in_place_min) {
+  using Range = HalfGatherPlan::Range;
+  std::vector<Range> fp32;  // the fp32-read entries' ranges, merged where adjacent
+  for (const ParamEntry& e : entries) {
+    if (e.spec.matmul_weight || e.numel == 0) continue;
+    if (!fp32.empty() && fp32.back().end == e.offset)
+      fp32.back().end += e.numel;
+    else
+      fp32.push_back({e.offset, e.offset + e.numel});
+  }
+  HalfGatherPlan p;
+  p.fp32_counts.assign(size_t(dp), 0);
+  p.in_place.resize(size_t(dp));
+  p.packed.resize(size_t(dp));
+  p.packed_offsets.assign(size_t(dp) + 1, 0);
+  for (int r = 0; r < dp; ++r) {
+    const int64_t lo = int64_t(r) * shard, hi = lo + shard;
+    int64_t packed = 0;
+    for (const Range& f : fp32) {
+      const Range g{std::max(lo, f.begin), std::min(hi, f.end)};
+      if (g.begin >= g.end) continue;
+      p.fp32_counts[size_t(r)] += g.end - g.begin;
+      if (g.end - g.begin >= in_place_min) {
+        p.in_place[size_t(r)].push_back(g);
+      } else {
+        p.packed[size_t(r)].push_back(g);
+        packed += g.end - g.begin;
+      }
+    }
+    p.packed_offsets[size_t(r) + 1] = p.packed_offsets[size_t(r)] + packed;
+  }
+  return p;
+}
+
 ZeroOptimizer::ZeroOptimizer(const OptimizerOptions& opts, const FlatParams& params, comm::Group& dp,
                              int64_t in_place_min)
     : o_(opts), dp_(dp) {
@@ -22,53 +56,24 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerOptions& opts, const FlatParams& par
   const Device device = params.values().device();
   m_ = Tensor::zeros({size_}, params.dtype(), device);
   if (o_.name == "adamw") v_ = Tensor::zeros({size_}, params.dtype(), device);
-  if (dp.size() > 1) staging_ = Tensor::zeros({size_}, params.dtype(), device);
-  // The fp32-read entries' ranges, merged where adjacent, cut at the shard edges.
-  std::vector<Range> fp32;
-  for (const ParamEntry& e : params.entries()) {
-    if (e.spec.matmul_weight || e.numel == 0) continue;
-    if (!fp32.empty() && fp32.back().end == e.offset)
-      fp32.back().end += e.numel;
-    else
-      fp32.push_back({e.offset, e.offset + e.numel});
-  }
-  // Cut at the shard edges: per rank, long pieces broadcast in place, short ones packed.
-  fp32_counts_.assign(size_t(dp.size()), 0);
-  in_place_.resize(size_t(dp.size()));
-  packed_.resize(size_t(dp.size()));
-  packed_offsets_.assign(size_t(dp.size()) + 1, 0);
-  for (int r = 0; r < dp.size(); ++r) {
-    const int64_t lo = int64_t(r) * size_, hi = lo + size_;
-    int64_t packed = 0;
-    for (const Range& f : fp32) {
-      const Range g{std::max(lo, f.begin), std::min(hi, f.end)};
-      if (g.begin >= g.end) continue;
-      fp32_counts_[size_t(r)] += g.end - g.begin;
-      if (g.end - g.begin >= in_place_min) {
-        in_place_[size_t(r)].push_back(g);
-      } else {
-        packed_[size_t(r)].push_back(g);
-        packed += g.end - g.begin;
-      }
-    }
-    packed_offsets_[size_t(r) + 1] = packed_offsets_[size_t(r)] + packed;
-  }
+  half_ = plan_half_gather(params.entries(), size_, dp.size(), in_place_min);
 }
 
 int64_t ZeroOptimizer::in_place_pieces() const {
   int64_t n = 0;
-  for (const auto& r : in_place_) n += int64_t(r.size());
+  for (const auto& r : half_.in_place) n += int64_t(r.size());
   return n;
 }
 
 int64_t ZeroOptimizer::packed_pieces() const {
   int64_t n = 0;
-  for (const auto& r : packed_) n += int64_t(r.size());
+  for (const auto& r : half_.packed) n += int64_t(r.size());
   return n;
 }
 
 void ZeroOptimizer::reduce_scatter_grads(FlatParams& params) {
   if (dp_.size() == 1) return;  // the local gradients are the sum
+  if (!staging_.defined()) staging_ = Tensor::zeros({size_}, params.dtype(), params.padded_grads().device());
   dp_.reduce_scatter(staging_, params.padded_grads())->wait();
   params.padded_grads().view(begin_, {size_}).copy_from(staging_);
 }
@@ -116,23 +121,23 @@ void ZeroOptimizer::gather_half(FlatParams& params) {
   works.push_back(dp_.all_gather(shadow, mine));  // in place, as the fp32 gather
   // The fp32-read entries: rank r's short pieces packed into its block of
   // packed_staging_, then per rank that block and its long pieces in place.
-  if (packed_offsets_.back() > 0 && !packed_staging_.defined())
-    packed_staging_ = Tensor::zeros({packed_offsets_.back()}, values.dtype(), values.device());
+  if (half_.packed_offsets.back() > 0 && !packed_staging_.defined())
+    packed_staging_ = Tensor::zeros({half_.packed_offsets.back()}, values.dtype(), values.device());
   auto each_packed = [&](int r, auto&& f) {  // f(flat range, its place in rank r's block)
-    int64_t at = packed_offsets_[size_t(r)];
-    for (const Range& g : packed_[size_t(r)]) {
+    int64_t at = half_.packed_offsets[size_t(r)];
+    for (const HalfGatherPlan::Range& g : half_.packed[size_t(r)]) {
       f(values.view(g.begin, {g.end - g.begin}), packed_staging_.view(at, {g.end - g.begin}));
       at += g.end - g.begin;
     }
   };
   each_packed(dp_.rank(), [](const Tensor& v, Tensor s) { s.copy_from(v); });
   for (int r = 0; r < dp_.size(); ++r) {
-    const int64_t n = packed_offsets_[size_t(r) + 1] - packed_offsets_[size_t(r)];
+    const int64_t n = half_.packed_offsets[size_t(r) + 1] - half_.packed_offsets[size_t(r)];
     if (n > 0) {
-      Tensor block = packed_staging_.view(packed_offsets_[size_t(r)], {n});
+      Tensor block = packed_staging_.view(half_.packed_offsets[size_t(r)], {n});
       works.push_back(dp_.broadcast(block, r));
     }
-    for (const Range& g : in_place_[size_t(r)]) {
+    for (const HalfGatherPlan::Range& g : half_.in_place[size_t(r)]) {
       Tensor piece = values.view(g.begin, {g.end - g.begin});
       works.push_back(dp_.broadcast(piece, r));
     }

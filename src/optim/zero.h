@@ -9,7 +9,12 @@
 // Per step, collectives over dp in this order on every dp rank:
 //   reduce_scatter_grads  sum the gradients over dp; afterwards this rank's
 //                         shard of params.grads() holds the dp sum (elements
-//                         outside the shard keep this rank's local sums)
+//                         outside the shard keep this rank's local sums).
+//                         With parallel.dp_bucket_mb > 0 the plugin
+//                         all-reduces the gradients in dp buckets during
+//                         backward instead (booster/grad_buckets.h): twice
+//                         the reduce-scatter's bytes, overlapped with
+//                         backward, and every rank holds the whole dp sum
 //   shard_grad_squares    this shard's part of the squared global norm
 //                         (sum it over every rank of the job)
 //   step                  update the shard, then all-gather the values, so
@@ -44,6 +49,23 @@
 
 namespace lattice::optim {
 
+// The fp32 part of the 16-bit gather over the flat layout `entries` split
+// into dp shards of `shard` elements: per dp rank, its pieces of fp32-read
+// entries (every entry that is not a matmul weight, adjacent ones merged,
+// cut at the shard edges) of at least `in_place_min` elements, broadcast in
+// place, and the shorter ones, packed into its block of a staging buffer
+// (blocks at packed_offsets, packed_offsets.back() elements in all).
+// ZeroOptimizer runs it; `lattice plan` counts the staging buffer with it.
+struct HalfGatherPlan {
+  struct Range {
+    int64_t begin, end;
+  };
+  std::vector<int64_t> fp32_counts;  // per rank: elements of fp32-read entries in its shard
+  std::vector<std::vector<Range>> in_place, packed;
+  std::vector<int64_t> packed_offsets;  // dp + 1
+};
+HalfGatherPlan plan_half_gather(const std::vector<ParamEntry>& entries, int64_t shard, int dp, int64_t in_place_min);
+
 class ZeroOptimizer final : public Optimizer {
  public:
   // `params` must be padded to a multiple of dp.size(); `dp` is kept by
@@ -65,7 +87,7 @@ class ZeroOptimizer final : public Optimizer {
   void set_half_gather(bool on) { half_gather_ = on; }
   // Per dp rank, the elements of fp32-read entries in its shard: what it
   // broadcasts in fp32 in the 16-bit gather.
-  const std::vector<int64_t>& fp32_counts() const { return fp32_counts_; }
+  const std::vector<int64_t>& fp32_counts() const { return half_.fp32_counts; }
   // How many of those pieces go in place, and packed, over all ranks.
   int64_t in_place_pieces() const;
   int64_t packed_pieces() const;
@@ -79,19 +101,10 @@ class ZeroOptimizer final : public Optimizer {
   OptimizerOptions o_;
   comm::Group& dp_;
   int64_t begin_ = 0, size_ = 0;
-  Tensor m_, v_;    // (S) AdamW moments, or m_ = SGD momentum
-  Tensor staging_;  // (S) reduce-scatter output
-  // The 16-bit gather's fp32 part, per dp rank: its pieces of fp32-read
-  // entries (each inside its shard) of at least in_place_min elements,
-  // broadcast in place, and the shorter ones, packed into its block of
-  // packed_staging_ (blocks at packed_offsets_; allocated on first use).
-  struct Range {
-    int64_t begin, end;
-  };
-  std::vector<int64_t> fp32_counts_;
-  std::vector<std::vector<Range>> in_place_, packed_;
-  std::vector<int64_t> packed_offsets_;
-  Tensor packed_staging_;
+  Tensor m_, v_;           // (S) AdamW moments, or m_ = SGD momentum
+  Tensor staging_;         // (S) reduce-scatter output, allocated by its first use (not with dp buckets)
+  HalfGatherPlan half_;    // the 16-bit gather's fp32 part
+  Tensor packed_staging_;  // its packed blocks (half_.packed_offsets.back()), allocated on first use
   bool half_gather_ = true;
 
   void gather_half(FlatParams& params);
