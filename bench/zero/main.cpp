@@ -84,10 +84,6 @@ int run(int argc, char** argv, const comm::MpiRuntime& mpi) {
   const FlatParams& any = params[size_t(variants[0])];
   int64_t fp32_read = 0;
   for (const ParamEntry& e : any.entries()) fp32_read += e.spec.matmul_weight ? 0 : e.numel;
-  const int64_t P = any.padded_numel();
-  int64_t fp32_moved = 0;
-  for (int64_t n : zero[size_t(variants[0])]->fp32_counts()) fp32_moved += n;
-  const double mb_half = double(P * 2 + fp32_moved * 4) / 1e6, mb_fp32 = double(P * 4) / 1e6;
 
   std::vector<double> secs[2];
   for (int r = 0; r <= repeats; ++r)  // repeat 0 warms up (allocations, first touches)
@@ -107,8 +103,8 @@ int run(int argc, char** argv, const comm::MpiRuntime& mpi) {
       std::string all;
       for (double s : secs[v]) all += fmt::format(" {:.1f}", s * 1e3);
       fmt::print("{:<28} gathers {:8.1f} MB | step ms:{} | median {:.1f} ms\n",
-                 v == 0 ? "16-bit shadow + fp32 entries" : "fp32 values + refresh", v == 0 ? mb_half : mb_fp32, all,
-                 bench::median(secs[v]) * 1e3);
+                 v == 0 ? "16-bit shadow + fp32 entries" : "fp32 values + refresh",
+                 double(zero[size_t(v)]->gather_bytes(params[size_t(v)])) / 1e6, all, bench::median(secs[v]) * 1e3);
     }
   }
   return 0;

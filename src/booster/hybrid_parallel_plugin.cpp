@@ -140,10 +140,16 @@ void HybridParallelPlugin::batch_to_device() {
 }
 
 std::string HybridParallelPlugin::describe() const {
-  return fmt::format(
+  std::string s = fmt::format(
       "{} | {} parameters | layout tp={} pp={} dp={} | {} microbatches of {} x {} tokens per dp rank | activations {}",
       enum_name(cfg_.model.arch), param_count(), layout_.tp, layout_.pp, layout_.dp, layout_.microbatches,
       cfg_.train.micro_batch, cfg_.train.seq_len, dtype_name(chunks_.front()->activation_dtype()));
+  if (zero_ && layout_.dp > 1)  // this rank's stage and tp shard: the first rank's says it
+    s += fmt::format(" | ZeRO-1 gathers {} per step ({})", format_bytes(zero_->gather_bytes(params_)),
+                     zero_->gathers_half(params_)
+                         ? fmt::format("{} shadow + fp32 norms, biases, embeddings", dtype_name(params_.shadow_dtype()))
+                         : "fp32 values");
+  return s;
 }
 
 std::string HybridParallelPlugin::stage_map() const { return layout_.pp > 1 ? stages_->describe() : ""; }

@@ -325,8 +325,9 @@ Layout resolve_layout(const Config& c, int world) {
   long long per_micro = (long long)t.micro_batch * out.dp;
   if (p.microbatches == 0) {
     require(t.global_batch % per_micro == 0, c, "train.global_batch",
-            "{} is not divisible by micro_batch ({}) * dp ({}) = {} — choose a global_batch that is", t.global_batch,
-            t.micro_batch, out.dp, per_micro);
+            "{} is not divisible by micro_batch ({}) * dp ({}) = {} — set train.global_batch to a multiple of {} "
+            "(or a smaller train.micro_batch)",
+            t.global_batch, t.micro_batch, out.dp, per_micro, per_micro);
     out.microbatches = int(t.global_batch / per_micro);
   }
   require(t.global_batch == per_micro * out.microbatches, c, "train.global_batch",

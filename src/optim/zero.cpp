@@ -59,6 +59,14 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerOptions& opts, const FlatParams& par
   half_ = plan_half_gather(params.entries(), size_, dp.size(), in_place_min);
 }
 
+int64_t ZeroOptimizer::gather_bytes(const FlatParams& params) const {
+  if (!gathers_half(params)) return params.padded_numel() * int64_t(dtype_size(params.dtype()));
+  int64_t fp32 = 0;
+  for (int64_t n : half_.fp32_counts) fp32 += n;
+  return params.padded_numel() * int64_t(dtype_size(params.shadow_dtype())) +
+         fp32 * int64_t(dtype_size(params.dtype()));
+}
+
 int64_t ZeroOptimizer::in_place_pieces() const {
   int64_t n = 0;
   for (const auto& r : half_.in_place) n += int64_t(r.size());

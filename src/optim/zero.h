@@ -85,6 +85,11 @@ class ZeroOptimizer final : public Optimizer {
   // Off: step all-gathers the fp32 values even with a shadow (the path
   // before the 16-bit gather; tests and benchmarks compare the two).
   void set_half_gather(bool on) { half_gather_ = on; }
+  // Whether step gathers the 16-bit shadow (and the fp32-read entries) rather
+  // than every fp32 value, and the bytes its gather brings together (every
+  // rank's block counted once: what each rank holds after it).
+  bool gathers_half(const FlatParams& params) const { return half_gather_ && params.has_shadow(); }
+  int64_t gather_bytes(const FlatParams& params) const;
   // Per dp rank, the elements of fp32-read entries in its shard: what it
   // broadcasts in fp32 in the 16-bit gather.
   const std::vector<int64_t>& fp32_counts() const { return half_.fp32_counts; }

@@ -588,6 +588,7 @@ TEST(Config, ResolveLayoutArithmeticErrors) {
   c = parse_config(kMinimal, "job.yaml", {"train.global_batch=12"});
   msg = error_of([&] { resolve_layout(c, 4); });
   EXPECT_HAS(msg, "train.global_batch: 12 is not divisible by micro_batch (2) * dp (4) = 8");
+  EXPECT_HAS(msg, "set train.global_batch to a multiple of 8");
   c = parse_config(kMinimal, "job.yaml", {"train.global_batch=64", "parallel.microbatches=8"});
   msg = error_of([&] { resolve_layout(c, 2); });
   EXPECT_HAS(msg,

@@ -175,7 +175,9 @@ void check_16bit_activations(const ModelUnderTest& m, int64_t B, int64_t T) {
         const double a = gh.data<float>()[i], b = gf.data<float>()[i];
         diff += (a - b) * (a - b), norm += b * b;
       }
-      if (norm > 0) EXPECT_LT(std::sqrt(diff / norm), 40 * u) << e.spec.name;
+      if (norm > 0) {
+        EXPECT_LT(std::sqrt(diff / norm), 40 * u) << e.spec.name;
+      }
     }
   }
   cpu::set_matmul_dtype(before);
