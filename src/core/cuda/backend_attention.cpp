@@ -40,12 +40,13 @@ void* Backend::attention_work(int dev, size_t bytes) {
 }
 
 // When the fused path takes s: runs `pass(scratch)` with the pass's
-// scratch (sdpa_mu_ held) and says so; else false, for the plain path.
+// scratch (sdpa_mu_ held) and says whether it ran; false, for the plain
+// path, when the path does not take s or cuDNN failed to execute the pass.
 template <typename Pass>
 bool Backend::ran_fused(int dev, const SdpaShape& s, SdpaPass which, const SdpaStaging& st, Pass&& pass) {
   if (!fused_attention(dev, s)) return false;
   std::lock_guard<std::mutex> lock(sdpa_mu_);
-  pass(grown(sdpa_scratch_, dev, sdpa_.scratch_bytes(dev, s, which, st)));
+  if (!pass(grown(sdpa_scratch_, dev, sdpa_.scratch_bytes(dev, s, which, st)))) return false;
   finish();
   return true;
 }
@@ -57,7 +58,7 @@ void Backend::attention_forward_on(int dev, DType act, void* out, void* att, con
   const SdpaShape s = sdpa_shape(a, sdpa_dtype(), act != DType::f32);
   const SdpaStaging st = sdpa_staging(s, SdpaPass::forward, reinterpret_cast<uintptr_t>(qkv), 0, 0);
   if (ran_fused(dev, s, SdpaPass::forward, st,
-                [&](void* scratch) { sdpa_.forward(dev, kStream, out, att, qkv, s, st, scratch); }))
+                [&](void* scratch) { return sdpa_.forward(dev, kStream, out, att, qkv, s, st, scratch); }))
     return;
   cublasHandle_t h = blas(dev);
   storage(act, [&](auto t) {
@@ -74,12 +75,17 @@ void Backend::attention_backward_on(int dev, DType act, void* dqkv, void* scratc
   const SdpaShape s = sdpa_shape(a, sdpa_dtype(), act != DType::f32);
   const SdpaStaging st = sdpa_staging(s, SdpaPass::backward, reinterpret_cast<uintptr_t>(qkv),
                                       reinterpret_cast<uintptr_t>(dout), reinterpret_cast<uintptr_t>(dqkv));
+  const bool fused_forward = fused_attention(dev, s);  // then att holds O and Stats, not P
   if (ran_fused(dev, s, SdpaPass::backward, st,
-                [&](void* scratch) { sdpa_.backward(dev, kStream, dqkv, dout, qkv, att, s, st, scratch); }))
+                [&](void* scratch) { return sdpa_.backward(dev, kStream, dqkv, dout, qkv, att, s, st, scratch); }))
     return;
   cublasHandle_t h = blas(dev);
   storage(act, [&](auto t) {
     using S = decltype(t);
+    if (fused_forward)  // cuDNN failed to execute the backward: the plain forward again, for P in att (no dropout
+                        // on the fused path, so the same P); its out goes to dqkv, which backward overwrites
+      cuda::attention_forward<S>(h, kStream, static_cast<S*>(dqkv), static_cast<S*>(const_cast<void*>(att)),
+                                 attention_work(dev, attention_work_bytes<S>(a)), static_cast<const S*>(qkv), a);
     cuda::attention_backward<S>(h, kStream, static_cast<S*>(dqkv), static_cast<S*>(scratch),
                                 attention_work(dev, attention_work_bytes<S>(a)), static_cast<const S*>(dout),
                                 static_cast<const S*>(qkv), static_cast<const S*>(att), a);

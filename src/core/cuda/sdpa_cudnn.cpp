@@ -303,8 +303,10 @@ struct CudnnSdpa::Impl {
     if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());  // once per process
   }
 
-  void run(int dev, cudaStream_t stream, const Built& b, const SdpaShape& s, const void* qkv, char* out,
-           const void* dout, void* dqkv, char* stats, void* workspace) {
+  // Runs a built graph; returns "" or, when cuDNN fails to execute it (the
+  // variant pack or cudnnBackendExecute), its error.
+  std::string run(int dev, cudaStream_t stream, const Built& b, const SdpaShape& s, const void* qkv, char* out,
+                  const void* dout, void* dqkv, char* stats, void* workspace) {
     const float scale = 1.0f / std::sqrt(float(s.HS)), mask_value = std::numeric_limits<float>::lowest();
     std::vector<int64_t> uids;
     std::vector<void*> ptrs;
@@ -340,8 +342,8 @@ struct CudnnSdpa::Impl {
       ptrs.push_back(base + t.offset * int64_t(elem_bytes(t.elem)));
     }
     cudnnBackendDescriptor_t pack = nullptr;
-    CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
     auto execute = [&] {
+      CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
       CUDNN_CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
                                            int64_t(uids.size()), uids.data()));
       CUDNN_CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
@@ -351,13 +353,21 @@ struct CudnnSdpa::Impl {
       CUDNN_CHECK(cudnnBackendFinalize(pack));
       CUDNN_CHECK(cudnnBackendExecute(handle_on(dev, stream), b.plan->get(), pack));
     };
+    std::string failed;
     try {
       execute();
-    } catch (...) {
-      cudnnBackendDestroyDescriptor(pack);
-      throw;
+    } catch (const Error& e) {
+      failed = e.message();
     }
-    cudnnBackendDestroyDescriptor(pack);
+    if (pack) cudnnBackendDestroyDescriptor(pack);
+    return failed;
+  }
+
+  // A built graph cuDNN then failed to execute: the shape is refused from now
+  // on (one stderr line per process, as a refused build) and takes the plain path.
+  void refuse_after_run(int dev, const SdpaShape& s, const char* pass, const std::string& failed) {
+    const SdpaKey key = sdpa_key(dev, s);
+    refuse(cache[key], key, fmt::format("executing its {} graph failed: {}", pass, failed));
   }
 };
 
@@ -409,7 +419,7 @@ const void* io_input(cudaStream_t stream, const SdpaShape& s, bool staged, char*
 
 }  // namespace
 
-void CudnnSdpa::forward(int dev, cudaStream_t stream, void* out, void* att, const void* qkv, const SdpaShape& s,
+bool CudnnSdpa::forward(int dev, cudaStream_t stream, void* out, void* att, const void* qkv, const SdpaShape& s,
                         const SdpaStaging& staged, void* scratch) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   const Impl::Graphs& g = impl_->graphs(dev, s);
@@ -419,12 +429,17 @@ void CudnnSdpa::forward(int dev, cudaStream_t stream, void* out, void* att, cons
   char* base = static_cast<char*>(scratch);
   char* att_bytes = static_cast<char*>(att);
   const void* q = io_input(stream, s, staged.qkv, base + l.qkv, qkv, sdpa_qkv_elems(s));
-  impl_->run(dev, stream, *g.fwd, s, q, att_bytes + saved.out, nullptr, nullptr, att_bytes + saved.stats,
-             base + l.workspace);
+  const std::string failed = impl_->run(dev, stream, *g.fwd, s, q, att_bytes + saved.out, nullptr, nullptr,
+                                        att_bytes + saved.stats, base + l.workspace);
+  if (!failed.empty()) {
+    impl_->refuse_after_run(dev, s, "forward", failed);
+    return false;
+  }
   stage(stream, s, out, att_bytes + saved.out, sdpa_out_elems(s), false);
+  return true;
 }
 
-void CudnnSdpa::backward(int dev, cudaStream_t stream, void* dqkv, const void* dout, const void* qkv, const void* att,
+bool CudnnSdpa::backward(int dev, cudaStream_t stream, void* dqkv, const void* dout, const void* qkv, const void* att,
                          const SdpaShape& s, const SdpaStaging& staged, void* scratch) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   const Impl::Graphs& g = impl_->graphs(dev, s);
@@ -436,8 +451,14 @@ void CudnnSdpa::backward(int dev, cudaStream_t stream, void* dqkv, const void* d
   const void* q = io_input(stream, s, staged.qkv, base + l.qkv, qkv, sdpa_qkv_elems(s));
   const void* d = io_input(stream, s, staged.dout, base + l.dout, dout, sdpa_out_elems(s));
   void* dq = staged.dqkv ? base + l.dqkv : dqkv;
-  impl_->run(dev, stream, *g.bwd, s, q, att_bytes + saved.out, d, dq, att_bytes + saved.stats, base + l.workspace);
+  const std::string failed =
+      impl_->run(dev, stream, *g.bwd, s, q, att_bytes + saved.out, d, dq, att_bytes + saved.stats, base + l.workspace);
+  if (!failed.empty()) {
+    impl_->refuse_after_run(dev, s, "backward", failed);
+    return false;
+  }
   if (staged.dqkv) stage(stream, s, dqkv, dq, sdpa_qkv_elems(s), false);
+  return true;
 }
 
 }  // namespace lattice::cuda

@@ -12,7 +12,10 @@
 // plain path (core/cuda/attention.h). When cuDNN refuses a graph the plan
 // allows (a descriptor that does not finalize, no engine), one line goes to
 // stderr, once per process, and the shape is remembered as refused and takes
-// the plain path from then on.
+// the plain path from then on. So does a shape whose built graph cuDNN then
+// fails to execute (forward and backward return false; the caller runs the
+// plain path, and a backward whose forward ran fused first reruns the plain
+// forward for the probabilities it saves).
 //
 // Data: with f32 activations forward converts qkv to an io-typed copy in
 // scratch, runs the fused forward (O into the saved buffer, Stats next to
@@ -54,11 +57,13 @@ class CudnnSdpa {
   // Bytes of scratch a pass needs with `staged` buffers; the shape must be usable.
   size_t scratch_bytes(int dev, const SdpaShape& s, SdpaPass pass, const SdpaStaging& staged);
   // out (B, T, C), qkv (B, T, 3C): f32, or the io type under s.act16; att
-  // (B, NH, T, T) receives Stats and O. `staged`: sdpa_staging of these buffers.
-  void forward(int dev, cudaStream_t stream, void* out, void* att, const void* qkv, const SdpaShape& s,
+  // (B, NH, T, T) receives Stats and O. `staged`: sdpa_staging of these
+  // buffers. False: cuDNN failed to execute the graph (now refused; nothing
+  // written that the plain path needs).
+  bool forward(int dev, cudaStream_t stream, void* out, void* att, const void* qkv, const SdpaShape& s,
                const SdpaStaging& staged, void* scratch);
-  // dqkv (B, T, 3C) overwritten; att as forward left it.
-  void backward(int dev, cudaStream_t stream, void* dqkv, const void* dout, const void* qkv, const void* att,
+  // dqkv (B, T, 3C) overwritten; att as forward left it. False as forward.
+  bool backward(int dev, cudaStream_t stream, void* dqkv, const void* dout, const void* qkv, const void* att,
                 const SdpaShape& s, const SdpaStaging& staged, void* scratch);
 
  private:
