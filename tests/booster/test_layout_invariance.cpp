@@ -9,7 +9,8 @@
 // embedding (first and last stage) stay bit-identical. Every layout with
 // dp > 1 runs again with ZeRO-1 (parallel.zero = 1), whose step-1 gradients
 // are the dp shards gathered back together. The dp all-reduce runs in small
-// buckets that must all start during backward, and once more unbucketed.
+// buckets that must all start during backward (ZeRO-1 too), and once more
+// unbucketed (ZeRO-1: one reduce-scatter).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -37,7 +38,7 @@ std::vector<LayoutCase> model_layouts(int world) {
 
 // Every layout of the world: all (tp, pp, dp) factorisations with 1F1B, plus
 // GPipe, interleaved and uneven splits where pp > 1; each again with ZeRO-1
-// and with one unbucketed all-reduce where dp > 1. Eight ranks (on a 2-core
+// and with one unbucketed all-reduce (and reduce-scatter) where dp > 1. Eight ranks (on a 2-core
 // CI machine) run the full 3D layout (2, 2, 2) only.
 std::vector<LayoutCase> layouts(int world) {
   std::vector<LayoutCase> out;
@@ -47,6 +48,7 @@ std::vector<LayoutCase> layouts(int world) {
       out.push_back({.tp = 2, .pp = 2, .dp = 2, .schedule = "interleaved", .virtual_stages = 2, .zero = zero});
     }
     out.push_back({.tp = 2, .pp = 2, .dp = 2, .bucket_mb = 0});
+    out.push_back({.tp = 2, .pp = 2, .dp = 2, .zero = 1, .bucket_mb = 0});  // ZeRO-1's reduce-scatter
     return out;
   }
   for (int tp = 1; tp <= world; ++tp)
@@ -71,6 +73,8 @@ std::vector<LayoutCase> layouts(int world) {
     if (out[i].schedule != "1f1b" || out[i].layers != "uniform" || out[i].recompute != "[]") continue;
     LayoutCase whole = out[i];
     whole.bucket_mb = 0;
+    out.push_back(whole);
+    whole.zero = 1;  // ZeRO-1 without buckets: one reduce-scatter after backward
     out.push_back(whole);
   }
   return out;
