@@ -9,9 +9,10 @@
 // table, tp 1, pp 1). Each repeat times one step of each variant, in turn,
 // from the updated shard to a current shadow on every rank (AdamW update of
 // the shard, the gather(s), and for the fp32 variant refresh_shadow), after a
-// barrier (--only: one variant, for models whose two copies do not fit); a rank's time is the slowest rank's. Prints
-// the bytes each variant gathers (the whole buffer, every rank's block included: the 16-bit shadow and the broadcast
-// fp32 entries, or the fp32 values) and the medians.
+// barrier; a rank's time is the slowest rank's (--only: one variant, for
+// models whose two copies do not fit). Prints the bytes each variant gathers
+// (every rank's block counted once: the 16-bit shadow and the broadcast fp32
+// entries, or the fp32 values) and the medians.
 #include <fmt/format.h>
 #include <mpi.h>
 
@@ -82,8 +83,7 @@ int run(int argc, char** argv, const comm::MpiRuntime& mpi) {
     zero[size_t(v)]->set_half_gather(v == 0);
   }
   const FlatParams& any = params[size_t(variants[0])];
-  int64_t fp32_read = 0;
-  for (const ParamEntry& e : any.entries()) fp32_read += e.spec.matmul_weight ? 0 : e.numel;
+  const int64_t fp32_read = zero[size_t(variants[0])]->half_gather_plan().fp32_total();
 
   std::vector<double> secs[2];
   for (int r = 0; r <= repeats; ++r)  // repeat 0 warms up (allocations, first touches)

@@ -229,11 +229,13 @@ RankMemory predict_rank_memory(const Config& cfg, const Layout& layout, const me
   const int64_t state_buffers = (cfg.optimizer.name == OptimizerName::adamw ? 2 : 1) +
                                 (zero && layout.dp > 1 && cfg.parallel.dp_bucket_mb <= 0 ? 1 : 0);
   m.optimizer = state_buffers * shard * kF32;
-  // ZeRO-1 with the 16-bit shadow: the packed blocks of its fp32 broadcasts (optim/zero.h).
-  if (zero && layout.dp > 1 && cfg.runtime.precision != Precision::fp32)
-    m.optimizer += optim::plan_half_gather(entries, shard, layout.dp, optim::ZeroOptimizer::kInPlaceBroadcast)
-                       .packed_offsets.back() *
-                   kF32;
+  // ZeRO-1 with the 16-bit shadow: the packed blocks of its fp32 broadcasts,
+  // when it takes the 16-bit gather (optim/zero.h gathers_half).
+  if (zero && layout.dp > 1 && cfg.runtime.precision != Precision::fp32) {
+    const optim::HalfGatherPlan half =
+        optim::plan_half_gather(entries, shard, layout.dp, optim::ZeroOptimizer::kInPlaceBroadcast);
+    if (half.saves_bytes(flat)) m.optimizer += half.packed_offsets.back() * kF32;
+  }
   const int64_t B = cfg.train.micro_batch, T = cfg.train.seq_len;
   m.data = 2 * int64_t(layout.microbatches) * B * T * kI32;  // token ids and targets of the step
 

@@ -59,24 +59,19 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerOptions& opts, const FlatParams& par
   half_ = plan_half_gather(params.entries(), size_, dp.size(), in_place_min);
 }
 
+int64_t HalfGatherPlan::fp32_total() const {
+  int64_t n = 0;
+  for (int64_t c : fp32_counts) n += c;
+  return n;
+}
+
+bool ZeroOptimizer::gathers_half(const FlatParams& params) const {
+  return half_gather_ && params.has_shadow() && half_.saves_bytes(params.padded_numel());
+}
+
 int64_t ZeroOptimizer::gather_bytes(const FlatParams& params) const {
-  if (!gathers_half(params)) return params.padded_numel() * int64_t(dtype_size(params.dtype()));
-  int64_t fp32 = 0;
-  for (int64_t n : half_.fp32_counts) fp32 += n;
-  return params.padded_numel() * int64_t(dtype_size(params.shadow_dtype())) +
-         fp32 * int64_t(dtype_size(params.dtype()));
-}
-
-int64_t ZeroOptimizer::in_place_pieces() const {
-  int64_t n = 0;
-  for (const auto& r : half_.in_place) n += int64_t(r.size());
-  return n;
-}
-
-int64_t ZeroOptimizer::packed_pieces() const {
-  int64_t n = 0;
-  for (const auto& r : half_.packed) n += int64_t(r.size());
-  return n;
+  const int64_t n = params.padded_numel();
+  return gathers_half(params) ? half_.bytes(n) : n * int64_t(dtype_size(params.dtype()));
 }
 
 void ZeroOptimizer::reduce_scatter_grads(FlatParams& params) {
@@ -107,17 +102,17 @@ void ZeroOptimizer::step(FlatParams& params, double lr, int64_t step, float grad
       ops::sgd_update(value, grad, m, float(lr), float(o_.momentum), wd, grad_scale);
     }
   }
-  if (dp_.size() > 1 && half_gather_ && params.has_shadow()) {
-    params.mark_written();  // the shard's update
-    gather_half(params);
-    return;
-  }
+  params.mark_written();  // the shard's update and what the gather brings
+  if (dp_.size() > 1 && gathers_half(params)) return gather_half(params);
+  gather_fp32(params);
+}
+
+void ZeroOptimizer::gather_fp32(FlatParams& params) {
   if (dp_.size() > 1) {
     Tensor& all = params.padded_values();
     dp_.all_gather(all, all.view(begin_, {size_}))->wait();  // in place: this rank's block is its shard
   }
-  params.mark_written();  // the shard's update and the gathered values
-  params.mark_values_complete();
+  params.mark_values_complete();  // a shadow is then refreshed whole by the caller
 }
 
 void ZeroOptimizer::gather_half(FlatParams& params) {
@@ -157,10 +152,7 @@ void ZeroOptimizer::gather_half(FlatParams& params) {
 }
 
 void ZeroOptimizer::gather_values(FlatParams& params) {
-  if (!params.values_partial()) return;
-  Tensor& all = params.padded_values();
-  dp_.all_gather(all, all.view(begin_, {size_}))->wait();
-  params.mark_values_complete();  // the shadow already is their rounding
+  if (params.values_partial()) gather_fp32(params);  // the shadow already is their rounding
 }
 
 std::vector<std::pair<std::string, Tensor*>> ZeroOptimizer::state() {

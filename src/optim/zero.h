@@ -37,7 +37,9 @@
 // fp32 values of matmul weights outside the shard stay stale
 // (FlatParams::values_partial) until gather_values(). For GPT-2 124M (tied
 // wte: 39.5M of its 124.4M parameters read in fp32) that is 407 MB per step
-// instead of 498 MB.
+// instead of 498 MB. When the fp32-read entries are half the parameters or
+// more, the 16-bit gather would move more than the fp32 one, and step
+// gathers the fp32 values instead (gathers_half).
 //
 // The shard is updated entry piece by entry piece with ops::adamw_update /
 // ops::sgd_update and the weight decay of the entry each element belongs to,
@@ -63,6 +65,12 @@ struct HalfGatherPlan {
   std::vector<int64_t> fp32_counts;  // per rank: elements of fp32-read entries in its shard
   std::vector<std::vector<Range>> in_place, packed;
   std::vector<int64_t> packed_offsets;  // dp + 1
+  int64_t fp32_total() const;           // the sum of fp32_counts: the elements broadcast in fp32
+  // Bytes the 16-bit gather brings together over a buffer of `padded`
+  // elements (a 2-byte shadow of fp32 values, as core/param.h has it), and
+  // whether that is less than the fp32 gather's 4 bytes per element.
+  int64_t bytes(int64_t padded) const { return 2 * padded + 4 * fp32_total(); }
+  bool saves_bytes(int64_t padded) const { return bytes(padded) < 4 * padded; }
 };
 HalfGatherPlan plan_half_gather(const std::vector<ParamEntry>& entries, int64_t shard, int dp, int64_t in_place_min);
 
@@ -86,16 +94,14 @@ class ZeroOptimizer final : public Optimizer {
   // before the 16-bit gather; tests and benchmarks compare the two).
   void set_half_gather(bool on) { half_gather_ = on; }
   // Whether step gathers the 16-bit shadow (and the fp32-read entries) rather
-  // than every fp32 value, and the bytes its gather brings together (every
-  // rank's block counted once: what each rank holds after it).
-  bool gathers_half(const FlatParams& params) const { return half_gather_ && params.has_shadow(); }
+  // than every fp32 value: with a shadow, when that moves fewer bytes (a model
+  // whose embeddings are most of it, a tiny one with a large vocabulary, does
+  // better with the fp32 gather). And the bytes step's gather brings together
+  // (every rank's block counted once: what each rank holds after it).
+  bool gathers_half(const FlatParams& params) const;
   int64_t gather_bytes(const FlatParams& params) const;
-  // Per dp rank, the elements of fp32-read entries in its shard: what it
-  // broadcasts in fp32 in the 16-bit gather.
-  const std::vector<int64_t>& fp32_counts() const { return half_.fp32_counts; }
-  // How many of those pieces go in place, and packed, over all ranks.
-  int64_t in_place_pieces() const;
-  int64_t packed_pieces() const;
+  // The fp32 part of the 16-bit gather (what each rank broadcasts, in place or packed).
+  const HalfGatherPlan& half_gather_plan() const { return half_; }
   // This shard's state, shard_numel() elements per buffer.
   std::vector<std::pair<std::string, Tensor*>> state() override;
 
@@ -113,6 +119,7 @@ class ZeroOptimizer final : public Optimizer {
   bool half_gather_ = true;
 
   void gather_half(FlatParams& params);
+  void gather_fp32(FlatParams& params);  // every value, in place
 };
 
 }  // namespace lattice::optim

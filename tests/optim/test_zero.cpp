@@ -147,13 +147,18 @@ void check_half_gather(int64_t in_place_min) {
   optim::ZeroOptimizer zh(opts, half, dp, in_place_min), zf(opts, full, dp);
   zf.set_half_gather(false);
   const int64_t pieces = 3;  // dp 2: [30, 32) | [32, 37), [49, 54); dp 4: none | [30, 32) | [32, 37) | [49, 54)
-  EXPECT_EQ(zh.in_place_pieces(), in_place_min == 1 ? pieces : 0);
-  EXPECT_EQ(zh.packed_pieces(), in_place_min == 1 ? 0 : pieces);
+  const optim::HalfGatherPlan& plan = zh.half_gather_plan();
+  int64_t in_place = 0, packed = 0;
+  for (int q = 0; q < D; ++q) in_place += int64_t(plan.in_place[size_t(q)].size());
+  for (int q = 0; q < D; ++q) packed += int64_t(plan.packed[size_t(q)].size());
+  EXPECT_EQ(in_place, in_place_min == 1 ? pieces : 0);
+  EXPECT_EQ(packed, in_place_min == 1 ? 0 : pieces);
   // Each rank's count of fp32-read elements (b: [30, 37), n: [49, 54)) in its shard:
   // dp 2: [0, 32) 2, [32, 64) 5 + 5; dp 4: [0, 16) none, [16, 32) 2, [32, 48) 5, [48, 64) 5.
   ASSERT_TRUE(D == 2 || D == 4) << "the expected counts are for 2 and 4 ranks";
   const std::vector<int64_t> counts = D == 2 ? std::vector<int64_t>{2, 10} : std::vector<int64_t>{0, 2, 5, 5};
-  EXPECT_EQ(zh.fp32_counts(), counts);
+  EXPECT_EQ(plan.fp32_counts, counts);
+  EXPECT_EQ(plan.fp32_total(), 12);
 
   auto in_shard = [&](int64_t i) { return i >= r * S && i < (r + 1) * S; };
   for (int step = 1; step <= kSteps; ++step) {
@@ -196,3 +201,36 @@ void check_half_gather(int64_t in_place_min) {
 
 TEST(Zero, HalfGatherPacksShortPieces) { check_half_gather(optim::ZeroOptimizer::kInPlaceBroadcast); }
 TEST(Zero, HalfGatherBroadcastsLongPiecesInPlace) { check_half_gather(1); }
+
+// When the entries read in fp32 are half the parameters or more (here a
+// 60-element vector and a 5-element one beside 51 matmul elements), the
+// 16-bit gather would move more bytes than the fp32 one: step gathers every
+// fp32 value instead, and the values stay complete.
+TEST(Zero, HalfGatherOnlyWhereItMovesFewerBytes) {
+  comm::Group dp(comm::make_world_communicator(60));
+  const int D = dp.size();
+  std::vector<ParamSpec> specs = mixed_specs();
+  specs[1].shape = {60};  // "b": fp32-read
+  FlatParams p(specs, DType::f32, Device::cpu(), {}, D);
+  p.enable_shadow(DType::bf16);
+  p.init(3);
+  p.refresh_shadow();
+  optim::ZeroOptimizer zero({.name = "adamw"}, p, dp);
+  const int64_t P = p.padded_numel(), F = zero.half_gather_plan().fp32_total();
+  ASSERT_EQ(F, 65);  // b 60 + n 5 of 116: 2 * 116 + 4 * 65 = 492 bytes against 464
+  EXPECT_FALSE(zero.gathers_half(p));
+  EXPECT_EQ(zero.gather_bytes(p), 4 * P);
+  EXPECT_GE(zero.half_gather_plan().bytes(P), 4 * P);
+  for (int64_t i = 0; i < p.numel(); ++i) p.grads().data<float>()[i] = local_grad(dp.rank(), i, 1);
+  zero.reduce_scatter_grads(p);
+  zero.step(p, 0.01, 1, 1.0f);
+  EXPECT_FALSE(p.values_partial());
+  p.refresh_shadow();  // a whole refresh, as after any fp32 gather
+  EXPECT_TRUE(p.shadow_current());
+
+  FlatParams q(mixed_specs(), DType::f32, Device::cpu(), {}, D);  // 12 of 63 read in fp32
+  q.enable_shadow(DType::bf16);
+  optim::ZeroOptimizer zq({.name = "adamw"}, q, dp);
+  EXPECT_TRUE(zq.gathers_half(q));
+  EXPECT_EQ(zq.gather_bytes(q), 2 * q.padded_numel() + 4 * 12);
+}
