@@ -226,7 +226,13 @@ class CudaBackend {
   // product is cublasGemmEx with 16-bit A and B and CUBLAS_COMPUTE_32F into
   // fp32 (the output itself, or a grow-only fp32 scratch in blocks of rows),
   // then one kernel adds the bias (and GELU) and rounds to nearest even once.
+  // A 16-bit output with nothing to add (no bias, no GELU, beta 0) is
+  // written and rounded by cuBLAS itself where half_outputs_direct(dev).
   // c (m, n) = round(alpha * op(a) op(b) + beta * widen(c)); a, b fp32 or `act`.
+  // Whether cuBLAS rounds a 16-bit output of the matmul type as Lattice does
+  // (half_out_probe.h): checked on the first call per device and type, then
+  // remembered; false (with one line on stderr) keeps the fp32 scratch path.
+  virtual bool half_outputs_direct(int dev) = 0;
   virtual void gemm16(int dev, DType act, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                       MatmulOperand a, MatmulOperand b, float beta, void* c) = 0;
   // out (N, OC) of `out_dtype` (act, or f32 unrounded) = inp (N, C) @ weight^T + bias.

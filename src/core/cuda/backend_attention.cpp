@@ -51,15 +51,36 @@ bool Backend::ran_fused(int dev, const SdpaShape& s, SdpaPass which, const SdpaS
   return true;
 }
 
+// Which path last wrote `att`: the fused forward leaves O and its row
+// statistics there, the plain one P. Backward must read what the forward of
+// that buffer wrote, not what the shape would take now: a key mask (BERT's
+// padding) sends the forward to the plain path while its backward, which
+// takes no mask, would qualify for the fused one, and a shape cuDNN refuses
+// mid-step (a failed execution) leaves the layers it already ran fused.
+void Backend::note_forward(const void* att, bool fused) {
+  std::lock_guard<std::mutex> lock(sdpa_mu_);
+  if (fused)
+    fused_att_.insert(att);
+  else
+    fused_att_.erase(att);
+}
+
+bool Backend::forward_was_fused(const void* att) {
+  std::lock_guard<std::mutex> lock(sdpa_mu_);
+  return fused_att_.count(att) > 0;
+}
+
 // Either path, on activations of dtype `act` (f32: the f32 calls).
 void Backend::attention_forward_on(int dev, DType act, void* out, void* att, const void* qkv,
                                    const CudaAttentionArgs& a) {
   check_attention(a);
   const SdpaShape s = sdpa_shape(a, sdpa_dtype(), act != DType::f32);
   const SdpaStaging st = sdpa_staging(s, SdpaPass::forward, reinterpret_cast<uintptr_t>(qkv), 0, 0);
-  if (ran_fused(dev, s, SdpaPass::forward, st,
-                [&](void* scratch) { return sdpa_.forward(dev, kStream, out, att, qkv, s, st, scratch); }))
-    return;
+  const bool fused = ran_fused(dev, s, SdpaPass::forward, st, [&](void* scratch) {
+    return sdpa_.forward(dev, kStream, out, att, qkv, s, st, scratch);
+  });
+  note_forward(att, fused);
+  if (fused) return;
   cublasHandle_t h = blas(dev);
   storage(act, [&](auto t) {
     using S = decltype(t);
@@ -75,9 +96,10 @@ void Backend::attention_backward_on(int dev, DType act, void* dqkv, void* scratc
   const SdpaShape s = sdpa_shape(a, sdpa_dtype(), act != DType::f32);
   const SdpaStaging st = sdpa_staging(s, SdpaPass::backward, reinterpret_cast<uintptr_t>(qkv),
                                       reinterpret_cast<uintptr_t>(dout), reinterpret_cast<uintptr_t>(dqkv));
-  const bool fused_forward = fused_attention(dev, s);  // then att holds O and Stats, not P
-  if (ran_fused(dev, s, SdpaPass::backward, st,
-                [&](void* scratch) { return sdpa_.backward(dev, kStream, dqkv, dout, qkv, att, s, st, scratch); }))
+  const bool fused_forward = forward_was_fused(att);  // then att holds O and Stats, not P
+  if (fused_forward && ran_fused(dev, s, SdpaPass::backward, st, [&](void* scratch) {
+        return sdpa_.backward(dev, kStream, dqkv, dout, qkv, att, s, st, scratch);
+      }))
     return;
   cublasHandle_t h = blas(dev);
   storage(act, [&](auto t) {

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -74,6 +75,7 @@ class Backend final : public CudaBackend {
                            int64_t N, int64_t C, int64_t OC) override;
   void linear_backward(int dev, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        MatmulOperand weight, int64_t N, int64_t C, int64_t OC) override;
+  bool half_outputs_direct(int dev) override;
   void gemm16(int dev, DType act, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               MatmulOperand a, MatmulOperand b, float beta, void* c) override;
   void linear_forward16(int dev, DType act, void* out, DType out_dtype, const void* inp, MatmulOperand weight,
@@ -258,13 +260,14 @@ class Backend final : public CudaBackend {
                                              int64_t nb);
   static const void* at16(const void* p, int64_t elems);
   void gemm_ex(cublasHandle_t h, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-               const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc);
+               const void* a, int64_t lda, const void* b, int64_t ldb, float beta, void* c, DType c_dtype, int64_t ldc);
   template <typename Fn>
   void for_row_blocks(int dev, int64_t rows, int64_t cols, Fn&& fn);
   void linear16(int dev, DType act, void* out, DType out_dtype, void* gelu, const void* inp, MatmulOperand weight,
                 const float* bias, int64_t N, int64_t C, int64_t OC);
-  void backward_products16(int dev, cublasHandle_t h, void* dinp, DType dinp_dtype, float* dweight, const void* dout,
-                           const MatmulOperand& inp, const MatmulOperand& weight, int64_t N, int64_t C, int64_t OC);
+  void backward_products16(int dev, cublasHandle_t h, void* dinp, DType dinp_dtype, bool direct, float* dweight,
+                           const void* dout, const MatmulOperand& inp, const MatmulOperand& weight, int64_t N,
+                           int64_t C, int64_t OC);
   void check_act16(const char* op, DType act) const;
   bool gelu_epilogue_ok(int dev);
 
@@ -286,6 +289,8 @@ class Backend final : public CudaBackend {
   void* attention_work(int dev, size_t bytes);
   template <typename Pass>
   bool ran_fused(int dev, const SdpaShape& s, SdpaPass which, const SdpaStaging& st, Pass&& pass);
+  void note_forward(const void* att, bool fused);
+  bool forward_was_fused(const void* att);
   void attention_forward_on(int dev, DType act, void* out, void* att, const void* qkv, const CudaAttentionArgs& a);
   void attention_backward_on(int dev, DType act, void* dqkv, void* scratch, const void* dout, const void* qkv,
                              const void* att, const CudaAttentionArgs& a);
@@ -302,11 +307,14 @@ class Backend final : public CudaBackend {
   std::vector<Workspace> dout16_;         // indexed by device: linear backward's fp32 dout rounded once; half_mu_
   std::vector<Workspace> acc16_;          // indexed by device: fp32 sums of 16-bit matmul outputs; half_mu_
   DType matmul_dtype_ = DType::f32;       // runtime.precision (set_matmul_dtype)
+  std::mutex half_out_mu_;
+  std::vector<int> half_out_[2];  // [bf16, f16], indexed by device: 0 unknown, 1 cuBLAS rounds as Lattice, -1 not
   std::mutex gelu_mu_;
   std::vector<int> gelu_epilogue_;  // indexed by device: 0 unknown, 1 cuBLASLt's GELU is ours, -1 it is not
   CudnnSdpa sdpa_;                  // cuDNN fused attention: handles and built graphs
   std::mutex sdpa_mu_;
-  std::vector<Workspace> sdpa_scratch_;  // indexed by device: its io copies and workspace; sdpa_mu_
+  std::vector<Workspace> sdpa_scratch_;        // indexed by device: its io copies and workspace; sdpa_mu_
+  std::unordered_set<const void*> fused_att_;  // att buffers whose last forward was fused (O, Stats); sdpa_mu_
 };
 
 }  // namespace lattice::cuda

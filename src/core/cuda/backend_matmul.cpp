@@ -2,6 +2,14 @@
 // backward, through cuBLASLt (fp32, with the bias and GELU epilogues) or
 // cublasGemmEx on bf16/fp16 operands with fp32 accumulation, f32 and 16-bit
 // activations; and round_to_half, the parameters' 16-bit shadow.
+//
+// A 16-bit output is the fp32 sum rounded once, as on the CPU. With a bias
+// or GELU (or beta) the sum goes to fp32 scratch and one kernel adds, rounds
+// and applies GELU: cuBLAS would take the bias only in the output's type
+// (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), rounding the fp32
+// parameter first. With nothing to add cuBLAS writes the 16-bit output
+// itself, where the first-use probe (half_out_probe.h) found that it rounds
+// as Lattice does: no scratch, no second pass over the output.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -10,12 +18,15 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "core/cuda/backend_impl.h"
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/half_out_probe.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/lt_linear.h"
 #include "core/cuda/lt_plan.h"
@@ -64,16 +75,65 @@ std::pair<const void*, const void*> Backend::halves(int dev, const MatmulOperand
 const void* Backend::at16(const void* p, int64_t elems) { return static_cast<const uint16_t*>(p) + elems; }
 
 // Row-major C (m, n; row stride ldc) = alpha op(A) op(B) + beta C with A and
-// B of the matmul's 16-bit type (row strides lda, ldb), C fp32, fp32
-// accumulation: column-major C^T = op(B)^T op(A)^T, so cuBLAS gets B first.
+// B of the matmul's 16-bit type (row strides lda, ldb), C of `c_dtype` (f32,
+// or the matmul type, rounded by cuBLAS), fp32 accumulation: column-major
+// C^T = op(B)^T op(A)^T, so cuBLAS gets B first.
 void Backend::gemm_ex(cublasHandle_t h, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                      const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+                      const void* a, int64_t lda, const void* b, int64_t ldb, float beta, void* c, DType c_dtype,
+                      int64_t ldc) {
+  LATTICE_CHECK(c_dtype == DType::f32 || c_dtype == matmul_dtype_, "cuda gemm: a {} output of {} matmuls",
+                dtype_name(c_dtype), dtype_name(matmul_dtype_));
   const int mi = checked_int(m, "m"), ni = checked_int(n, "n"), ki = checked_int(k, "k");
   if (mi == 0 || ni == 0) return;
   const cudaDataType_t type = matmul_dtype_ == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
   CUBLAS_CHECK(cublasGemmEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, ni, mi, ki,
                             &alpha, b, type, checked_int(ldb, "ldb"), a, type, checked_int(lda, "lda"), &beta, c,
-                            CUDA_R_32F, checked_int(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                            c_dtype == DType::f32 ? CUDA_R_32F : type, checked_int(ldc, "ldc"), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+}
+
+// The probe of half_out_probe.h on `dev` for the matmul type: its product
+// through cuBLAS with a 16-bit C, every bit compared. Runs once per device
+// and type; a mismatch, or cuBLAS refusing the call, is one line on stderr
+// and keeps the fp32 scratch path.
+bool Backend::half_outputs_direct(int dev) {
+  if (matmul_dtype_ == DType::f32) return false;
+  const bool bf16 = matmul_dtype_ == DType::bf16;
+  std::lock_guard<std::mutex> lock(half_out_mu_);
+  std::vector<int>& known = half_out_[bf16 ? 0 : 1];
+  if (size_t(dev) < known.size() && known[size_t(dev)] != 0) return known[size_t(dev)] > 0;
+  const HalfOutProbe p = make_half_out_probe(bf16);
+  // a | b | c, each at a 256-byte offset.
+  const size_t na = p.a16.size(), nb = p.b16.size(), nc = p.expected.size(), stride = 128;
+  auto pad = [&](size_t n) { return (n + stride - 1) / stride * stride; };
+  auto* d = static_cast<uint16_t*>(malloc((pad(na) + pad(nb) + nc) * sizeof(uint16_t), dev));
+  uint16_t *da = d, *db = d + pad(na), *dc = db + pad(nb);
+  std::vector<uint16_t> got(nc);
+  std::string why;
+  try {
+    copy(da, Device::cuda(dev), p.a16.data(), Device::cpu(), na * sizeof(uint16_t));
+    copy(db, Device::cuda(dev), p.b16.data(), Device::cpu(), nb * sizeof(uint16_t));
+    gemm_ex(blas(dev), false, false, p.m, p.n, p.k, 1.0f, da, p.k, db, p.n, 0.0f, dc, matmul_dtype_, p.n);
+    copy(got.data(), Device::cpu(), dc, Device::cuda(dev), nc * sizeof(uint16_t));
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  free(d, dev);
+  for (size_t i = 0; why.empty() && i < nc; ++i)
+    if (got[i] != p.expected[i]) {
+      char line[160];
+      std::snprintf(line, sizeof(line), "the sum %.9g came out as bits 0x%04x, Lattice rounds it to 0x%04x",
+                    double(p.sums[i]), unsigned(got[i]), unsigned(p.expected[i]));
+      why = line;
+    }
+  if (!why.empty())
+    std::fprintf(stderr,
+                 "lattice: cuda:%d: cuBLAS does not write %s matmul outputs as Lattice rounds them (%s): they are "
+                 "summed in fp32 scratch and rounded by Lattice's kernel\n",
+                 dev, bf16 ? "bf16" : "fp16", why.c_str());
+  if (size_t(dev) >= known.size()) known.resize(size_t(dev) + 1, 0);
+  known[size_t(dev)] = why.empty() ? 1 : -1;
+  return why.empty();
 }
 
 // Calls fn(r0, rows, acc) over blocks of the rows of a (rows, cols) 16-bit
@@ -93,18 +153,19 @@ void Backend::linear16(int dev, DType act, void* out, DType out_dtype, void* gel
                        MatmulOperand weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
   check_act16("linear_forward", act);
   cpu::check_matmul_operand("cuda linear_forward", "weight", weight, matmul_dtype_);
+  const bool direct = out_dtype != DType::f32 && !bias && !gelu && half_outputs_direct(dev);
   cublasHandle_t h = blas(dev);
   std::lock_guard<std::mutex> lock(half_mu_);
   const auto [x16, w16] = halves(dev, MatmulOperand(inp, act), N * C, weight, OC * C);
   const int64_t ldx = std::max<int64_t>(1, C);
-  if (out_dtype == DType::f32) {
-    gemm_ex(h, false, true, N, OC, C, 1.0f, x16, ldx, w16, ldx, 0.0f, static_cast<float*>(out), OC);
+  if (out_dtype == DType::f32 || direct) {
+    gemm_ex(h, false, true, N, OC, C, 1.0f, x16, ldx, w16, ldx, 0.0f, out, out_dtype, OC);
     if (bias) launch_add_bias(kStream, static_cast<float*>(out), bias, N, OC);
   } else {
     on_act16(act, [&](auto s) {
       using S = decltype(s);
       for_row_blocks(dev, N, OC, [&](int64_t r0, int64_t rows, float* acc) {
-        gemm_ex(h, false, true, rows, OC, C, 1.0f, at16(x16, r0 * C), ldx, w16, ldx, 0.0f, acc, OC);
+        gemm_ex(h, false, true, rows, OC, C, 1.0f, at16(x16, r0 * C), ldx, w16, ldx, 0.0f, acc, DType::f32, OC);
         launch_narrow_rows<S>(kStream, as(s, out) + r0 * OC, gelu ? as(s, gelu) + r0 * OC : nullptr, acc, bias, rows,
                               OC);
       });
@@ -115,25 +176,26 @@ void Backend::linear16(int dev, DType act, void* out, DType out_dtype, void* gel
 
 // Linear backward's two products with dout (N, OC) of the matmul's 16-bit
 // type: dinp (N, C) = dout @ weight in `dinp_dtype` (f32, or the 16-bit
-// type rounded once) and dweight (OC, C) += dout^T @ inp, each skipped when
-// null; inp and weight fp32 (rounded here) or 16-bit. half_mu_ held.
-void Backend::backward_products16(int dev, cublasHandle_t h, void* dinp, DType dinp_dtype, float* dweight,
+// type rounded once: by cuBLAS when `direct`, half_outputs_direct) and
+// dweight (OC, C) += dout^T @ inp, each skipped when null; inp and weight
+// fp32 (rounded here) or 16-bit. half_mu_ held.
+void Backend::backward_products16(int dev, cublasHandle_t h, void* dinp, DType dinp_dtype, bool direct, float* dweight,
                                   const void* dout, const MatmulOperand& inp, const MatmulOperand& weight, int64_t N,
                                   int64_t C, int64_t OC) {
   const auto [x16, w16] = halves(dev, inp, dweight ? N * C : 0, weight, dinp ? OC * C : 0);
   const int64_t ldx = std::max<int64_t>(1, C), ldo = std::max<int64_t>(1, OC);
-  if (dinp && dinp_dtype == DType::f32)  // (N, OC) @ (OC, C)
-    gemm_ex(h, false, false, N, C, OC, 1.0f, dout, ldo, w16, ldx, 0.0f, static_cast<float*>(dinp), ldx);
+  if (dinp && (dinp_dtype == DType::f32 || direct))  // (N, OC) @ (OC, C)
+    gemm_ex(h, false, false, N, C, OC, 1.0f, dout, ldo, w16, ldx, 0.0f, dinp, dinp_dtype, ldx);
   else if (dinp)
     on_act16(matmul_dtype_, [&](auto s) {
       using S = decltype(s);
       for_row_blocks(dev, N, C, [&](int64_t r0, int64_t rows, float* acc) {
-        gemm_ex(h, false, false, rows, C, OC, 1.0f, at16(dout, r0 * OC), ldo, w16, ldx, 0.0f, acc, ldx);
+        gemm_ex(h, false, false, rows, C, OC, 1.0f, at16(dout, r0 * OC), ldo, w16, ldx, 0.0f, acc, DType::f32, ldx);
         launch_narrow_rows<S>(kStream, as(s, dinp) + r0 * C, nullptr, acc, nullptr, rows, C);
       });
     });
   if (dweight)  // += (N, OC)^T @ (N, C)
-    gemm_ex(h, true, false, OC, C, N, 1.0f, dout, ldo, x16, ldx, 1.0f, dweight, ldx);
+    gemm_ex(h, true, false, OC, C, N, 1.0f, dout, ldo, x16, ldx, 1.0f, dweight, DType::f32, ldx);
 }
 
 // 16-bit activations of type `act` need the matmuls to run in it.
@@ -241,7 +303,7 @@ void Backend::gemm(int dev, bool trans_a, bool trans_b, int64_t m, int64_t n, in
   // parameter's shadow) is read where it is, with no conversion kernel.
   std::lock_guard<std::mutex> lock(half_mu_);
   const auto [a16, b16] = halves(dev, a, m * k, b, k * n);
-  gemm_ex(h, trans_a, trans_b, m, n, k, alpha, a16, lda, b16, ldb, beta, c, n);
+  gemm_ex(h, trans_a, trans_b, m, n, k, alpha, a16, lda, b16, ldb, beta, c, DType::f32, n);
   finish();
 }
 
@@ -285,7 +347,7 @@ void Backend::linear_backward(int dev, float* dinp, float* dweight, float* dbias
       std::lock_guard<std::mutex> lock(half_mu_);
       const int64_t n_dout = dinp || dweight ? N * OC : 0;
       const void* dout16 = half_operand(dout, static_cast<uint16_t*>(grown(dout16_, dev, size_t(n_dout) * 2)), n_dout);
-      backward_products16(dev, h, dinp, DType::f32, dweight, dout16, inp, weight, N, C, OC);
+      backward_products16(dev, h, dinp, DType::f32, false, dweight, dout16, inp, weight, N, C, OC);
     }
     if (dbias) launch_bias_backward(kStream, dbias, dout, N, OC);
     finish();
@@ -307,17 +369,24 @@ void Backend::gemm16(int dev, DType act, bool trans_a, bool trans_b, int64_t m, 
   check_act16("gemm", act);
   cpu::check_matmul_operand("cuda gemm", "a", a, matmul_dtype_);
   cpu::check_matmul_operand("cuda gemm", "b", b, matmul_dtype_);
+  const bool direct = beta == 0.0f && half_outputs_direct(dev);
   cublasHandle_t h = blas(dev);
   std::lock_guard<std::mutex> lock(half_mu_);
   const auto [a16, b16] = halves(dev, a, m * k, b, k * n);
   const int64_t lda = std::max<int64_t>(1, trans_a ? m : k), ldb = std::max<int64_t>(1, trans_b ? k : n);
+  if (direct) {
+    gemm_ex(h, trans_a, trans_b, m, n, k, alpha, a16, lda, b16, ldb, 0.0f, c, act, n);
+    finish();
+    return;
+  }
   on_act16(act, [&](auto s) {
     using S = decltype(s);
     S* cs = static_cast<S*>(c);
     for_row_blocks(dev, m, n, [&](int64_t r0, int64_t rows, float* acc) {
       if (beta != 0.0f) launch_convert(kStream, acc, cs + r0 * n, rows * n);
       // Rows r0.. of op(a): rows of a, or columns of a stored transposed.
-      gemm_ex(h, trans_a, trans_b, rows, n, k, alpha, at16(a16, trans_a ? r0 : r0 * lda), lda, b16, ldb, beta, acc, n);
+      gemm_ex(h, trans_a, trans_b, rows, n, k, alpha, at16(a16, trans_a ? r0 : r0 * lda), lda, b16, ldb, beta, acc,
+              DType::f32, n);
       launch_narrow_rows<S>(kStream, cs + r0 * n, nullptr, acc, nullptr, rows, n);
     });
   });
@@ -343,10 +412,11 @@ void Backend::linear_backward16(int dev, DType act, void* dinp, DType dinp_dtype
   cpu::check_matmul_operand("cuda linear_backward", "weight", weight, matmul_dtype_);
   LATTICE_CHECK(dinp_dtype == act || dinp_dtype == DType::f32, "cuda linear_backward: dinp is {}, not {} or f32",
                 dtype_name(dinp_dtype), dtype_name(act));
+  const bool direct = dinp && dinp_dtype != DType::f32 && half_outputs_direct(dev);
   cublasHandle_t h = blas(dev);
   {
     std::lock_guard<std::mutex> lock(half_mu_);
-    backward_products16(dev, h, dinp, dinp_dtype, dweight, dout, MatmulOperand(inp, act), weight, N, C, OC);
+    backward_products16(dev, h, dinp, dinp_dtype, direct, dweight, dout, MatmulOperand(inp, act), weight, N, C, OC);
   }
   if (dbias) on_act16(act, [&](auto s) { launch_bias_backward(kStream, dbias, as(s, dout), N, OC); });
   finish();

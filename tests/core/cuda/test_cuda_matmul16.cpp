@@ -10,7 +10,11 @@
 //  - a 16-bit weight (the shadow) and its fp32 master give the same bits;
 //  - GELU's output is the CPU's 16-bit GELU of the GPU's pre within one ulp
 //    (tanhf against the CPU's vectorised tanh);
-//  - outputs past 2^24 elements (the fp32 scratch in row blocks);
+//  - outputs past 2^24 elements (the fp32 scratch in row blocks, and
+//    cuBLAS's own 16-bit output without a bias);
+//  - cuBLAS rounds a 16-bit output as Lattice does (half_outputs_direct:
+//    the probe of half_out_probe.h), so outputs without a bias skip the
+//    fp32 scratch;
 //  - convert and the mixed adds are bitwise the CPU's (one fp32 op, rounded);
 //  - activations of another type than the matmuls are one error.
 // Without a device every test skips, saying why.
@@ -88,7 +92,11 @@ void expect_linear16_matches_cpu(DType d, int64_t N, int64_t C, int64_t OC, bool
 
   Tensor act = zeros_gpu({N, OC}, d), pre = zeros_gpu({N, OC}, d);
   ops::linear_gelu_forward(act, pre, inp_g, in.w16_gpu, b);
-  EXPECT_TRUE(same_bits(pre.on_host(), out.on_host())) << "linear_gelu's pre is linear_forward's out";
+  if (with_bias) {  // both through the fp32 scratch and the same kernel
+    EXPECT_TRUE(same_bits(pre.on_host(), out.on_host())) << "linear_gelu's pre is linear_forward's out";
+  } else {  // out rounded by cuBLAS, whose 16-bit-output kernel may sum in another order
+    expect_rounded_equal(pre.on_host(), out.on_host(), 1);
+  }
   Tensor act_ref = Tensor::zeros({N, OC}, DType::f32);
   ops::gelu_forward(act_ref, as_f32(pre));
   expect_rounded_equal(act.on_host(), act_ref, 1);
@@ -113,6 +121,15 @@ TEST_F(CudaOps, Linear16MatchesCpu) {
     expect_linear16_matches_cpu(d, 37, 129, 67, false);   // ragged sizes
     expect_linear16_matches_cpu(d, 5, 17, 3, true);
     expect_linear16_matches_cpu(d, 0, 32, 64, true);  // empty batch
+  }
+}
+
+TEST_F(CudaOps, CublasRoundsHalfOutputsAsLatticeDoes) {
+  for (DType d : kAct16) {
+    const GpuMatmuls on(d);
+    EXPECT_TRUE(cuda_backend().half_outputs_direct(0))
+        << dtype_name(d) << ": cuBLAS's 16-bit output is not Lattice's rounding (its stderr line says where), so "
+        << "every 16-bit matmul output goes through the fp32 scratch: correct, but slower";
   }
 }
 
@@ -146,6 +163,10 @@ TEST_F(CudaOps, Linear16LargeOutputsInRowBlocks) {
     Tensor out = zeros_gpu({N, OC}, d), bias_g = on_gpu(in.bias);
     ops::linear_forward(out, on_gpu(in.inp), in.w16_gpu, &bias_g);
     expect_within_ulp(out.on_host(), ref);
+    Tensor ref_nb = Tensor::zeros({N, OC}, DType::f32), out_nb = zeros_gpu({N, OC}, d);  // no bias: cuBLAS rounds
+    ops::linear_forward(ref_nb, as_f32(in.inp), in.w_r, nullptr);
+    ops::linear_forward(out_nb, on_gpu(in.inp), in.w16_gpu, nullptr);
+    expect_within_ulp(out_nb.on_host(), ref_nb);
   }
 }
 
