@@ -12,6 +12,15 @@
 // ended whatever NCCL had launched on them. An enqueue that fails before any
 // NCCL call (the event record or wait) releases them at once. Either way the
 // failure's own error propagates unchanged.
+//
+// Teardown (NCCL's guide, "Asynchronous errors": after an error, abort, do
+// not destroy): ncclCommDestroy waits for the communicator's operations, so
+// it is used only when the stream drains within the timeout and no exception
+// is unwinding (a rank that failed mid-step leaves its peers' collectives
+// unmatched). Otherwise ncclCommAbort, whose kernels then exit; the taken
+// buffers are freed only once the stream has drained, else kept for good.
+// A broken communicator refuses new operations (they would queue behind the
+// one that never completes).
 #include "comm/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -21,6 +30,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <utility>
 
 #include "comm/communicator.h"
@@ -141,7 +151,10 @@ class NcclCommunicator final : public Communicator {
       NCCL_CHECK(ncclGetUniqueId(&made));
       return made;
     });
-    NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
+    // Blocking calls whatever NCCL_COMM_BLOCKING says: every NCCL_CHECK here expects ncclSuccess, not ncclInProgress.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 1;
+    NCCL_CHECK(ncclCommInitRankConfig(&nccl_, size_, id, rank_, &config));
     // Non-blocking: no implicit synchronisation with the compute stream, only events (stream_order.h).
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
@@ -150,13 +163,13 @@ class NcclCommunicator final : public Communicator {
 
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
-    if (broken_) {
-      ncclCommAbort(nccl_);
-    } else {
-      cudaStreamSynchronize(stream_);
+    if (!broken_ && std::uncaught_exceptions() == 0 && drained(timeout_s_)) {
       ncclCommDestroy(nccl_);
+    } else {
+      ncclCommAbort(nccl_);
+      if (!drained(kAbortDrainS)) new std::vector<Tensor>(std::move(abandoned_));  // still written: kept for good
     }
-    abandoned_.clear();  // NCCL is done with them: completed, or aborted above
+    abandoned_.clear();  // NCCL is done with them: completed, or aborted and drained above
     cudaFree(barrier_buf_);
     cudaEventDestroy(ready_);
     cudaStreamDestroy(stream_);
@@ -172,6 +185,12 @@ class NcclCommunicator final : public Communicator {
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   void mark_broken() { broken_ = true; }
+  // Whether the stream has finished all its work within `timeout_s` (an error on it is not finished).
+  bool drained(double timeout_s) {
+    cudaError_t e = cudaErrorNotReady;
+    poll_until([&] { return (e = cudaStreamQuery(stream_)) != cudaErrorNotReady; }, deadline_after(timeout_s));
+    return e == cudaSuccess;
+  }
   // An operation that never completes hands its buffers over (see the header comment).
   void abandon(std::vector<Tensor> buffers) {
     mark_broken();
@@ -180,6 +199,8 @@ class NcclCommunicator final : public Communicator {
   void check_async_error() {
     ncclResult_t async = ncclSuccess;
     NCCL_CHECK(ncclCommGetAsyncError(nccl_, &async));
+    if (async == ncclSuccess || async == ncclInProgress) return;
+    mark_broken();  // its operations never complete: abort at teardown
     NCCL_CHECK(async);
   }
 
@@ -227,6 +248,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   WorkPtr batch_send_recv(const std::vector<P2POp>& ops, double timeout_s) override {
+    CUDA_CHECK(cudaSetDevice(device_));  // checked() sets it too, but an empty list has no tensor to check
     std::string what;
     std::vector<Tensor> keep;
     for (const P2POp& p : ops) {
@@ -238,14 +260,19 @@ class NcclCommunicator final : public Communicator {
     }
     auto enqueue = [&] {
       NCCL_CHECK(ncclGroupStart());
-      for (const P2POp& p : ops) {
-        NcclType ty = nccl_type(p.tensor.dtype());
-        size_t n = count(p.tensor, ty);
-        if (p.kind == P2POp::Kind::send) {
-          NCCL_CHECK(ncclSend(p.tensor.raw(), n, ty.type, p.peer, nccl_, stream_));
-        } else {
-          NCCL_CHECK(ncclRecv(p.tensor.raw(), n, ty.type, p.peer, nccl_, stream_));
+      try {
+        for (const P2POp& p : ops) {
+          NcclType ty = nccl_type(p.tensor.dtype());
+          size_t n = count(p.tensor, ty);
+          if (p.kind == P2POp::Kind::send) {
+            NCCL_CHECK(ncclSend(p.tensor.raw(), n, ty.type, p.peer, nccl_, stream_));
+          } else {
+            NCCL_CHECK(ncclRecv(p.tensor.raw(), n, ty.type, p.peer, nccl_, stream_));
+          }
         }
+      } catch (...) {
+        ncclGroupEnd();  // a group left open would defer every later NCCL call of this thread
+        throw;
       }
       NCCL_CHECK(ncclGroupEnd());
     };
@@ -290,6 +317,8 @@ class NcclCommunicator final : public Communicator {
   // buffers go as the header comment says and the error propagates.
   template <typename Enqueue>
   WorkPtr started(std::string what, double timeout_s, std::vector<Tensor> keep, Enqueue&& enqueue) {
+    LATTICE_CHECK(!broken_, "{} on {}: the communicator is broken by an earlier failure (a timeout or NCCL error)",
+                  what, group());
     auto work =
         std::make_unique<NcclWork>(*this, std::move(what), timeout_s > 0 ? timeout_s : timeout_s_, std::move(keep));
     CudaEvents events;
@@ -304,6 +333,7 @@ class NcclCommunicator final : public Communicator {
   std::string name_;
   int local_rank_, local_size_;
   double timeout_s_;
+  static constexpr double kAbortDrainS = 10;  // how long teardown waits for aborted kernels to exit
   int rank_ = 0, size_ = 1, device_ = 0;
   std::vector<int> world_ranks_;
   ncclComm_t nccl_ = nullptr;
@@ -320,8 +350,10 @@ NcclWork::NcclWork(NcclCommunicator& comm, std::string what, double timeout_s, s
 }
 
 NcclWork::~NcclWork() {
-  // An unfinished operation still owns its buffers: keep them alive for good.
-  if (!done_ && error_.empty() && !keep_.empty()) new std::vector<Tensor>(std::move(keep_));
+  // Dropped without wait(): fine if it has finished; an unfinished operation
+  // still owns its buffers, so they are kept alive for good.
+  if (!done_ && error_.empty() && !keep_.empty() && cudaEventQuery(event_) != cudaSuccess)
+    new std::vector<Tensor>(std::move(keep_));
   cudaEventDestroy(event_);
 }
 
@@ -334,7 +366,10 @@ bool NcclWork::test() {
     keep_.clear();
     return true;
   }
-  if (e != cudaErrorNotReady) CUDA_CHECK(e);
+  if (e != cudaErrorNotReady) {
+    comm_->mark_broken();
+    CUDA_CHECK(e);
+  }
   comm_->check_async_error();
   return false;
 }
