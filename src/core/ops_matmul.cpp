@@ -206,8 +206,8 @@ void check_linear_grads(const char* op, const Tensor* dinp, const Tensor* dweigh
 
 void linear_backward16(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
                        const Tensor& weight, const LinearDims& d) {
-  float* dw = ptr<float>(dweight);
-  float* db = ptr<float>(dbias);
+  float* dw = dweight ? fp(*dweight) : nullptr;  // device pointers on CUDA (ptr<> is Tensor::data, host-only)
+  float* db = dbias ? fp(*dbias) : nullptr;
   if (dout.device().is_cuda())
     return cuda_backend().linear_backward16(dout.device().index, dout.dtype(), dinp ? dinp->raw() : nullptr,
                                             dinp ? dinp->dtype() : dout.dtype(), dw, db, dout.raw(), inp.raw(),

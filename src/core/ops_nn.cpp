@@ -83,7 +83,7 @@ CudaAttentionArgs cuda_attention(const cpu::AttentionDims& ad, const Dropout& d,
   CudaAttentionArgs a;
   a.B = ad.B, a.T = ad.T, a.NH = ad.NH, a.HS = ad.HS, a.head_offset = ad.head_offset;
   a.causal = causal;
-  a.key_mask = key_mask ? key_mask->data<int32_t>() : nullptr;
+  a.key_mask = key_mask ? ip(*key_mask) : nullptr;  // (B, T) i32 on the device (Tensor::data is host-only)
   a.key = d.key, a.sample0 = d.sample0, a.p = d.p;
   return a;
 }

@@ -122,8 +122,11 @@ cublasHandle_t Backend::blas(int dev) {
     cublasHandle_t h = nullptr;
     CUBLAS_CHECK(cublasCreate(&h));
     CUBLAS_CHECK(cublasSetStream(h, kStream));
-    // Plain fp32 (no TF32) so results match the CPU path within f32 tolerance.
-    CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+    // Plain fp32 (no TF32) so results match the CPU path within f32 tolerance; and a 16-bit output
+    // is reduced in fp32 and rounded once, never split-k partials reduced in the output type
+    // (cublas_api.h: without the flag, mixed-precision routines may reduce in the output's precision).
+    CUBLAS_CHECK(
+        cublasSetMathMode(h, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     handles_[dev] = h;
   }
   return handles_[dev];

@@ -10,7 +10,10 @@
 // one kernel per matmul, but its documentation does not say how it rounds.
 // So the backend runs this product once per device and type through cuBLAS
 // with a 16-bit C and compares every bit with `expected`; only if all agree
-// does it let cuBLAS round.
+// does it let cuBLAS round. The probe's k is tiny; at a model's k cuBLAS may
+// split the sum, and the handle's CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_
+// REDUCTION (backend.cpp) keeps those partial sums in fp32 until the one
+// rounding.
 //
 // The product is exact in fp32 whatever order the GEMM sums in: k = 2, every
 // input exactly representable in the 16-bit type, and each row's two terms
