@@ -6,6 +6,7 @@
 
 #include "core/kernels/cpu/bias.h"
 #include "core/kernels/cpu/matmul.h"
+#include "core/kernels/cpu/matmul_half.h"
 
 namespace lattice::cpu {
 
@@ -56,12 +57,26 @@ MatmulOperand act(const S* p) {
   return {p, storage_dtype<S>};
 }
 
+// Whether an (m, n, k) product with 16-bit outputs of S is written by the
+// multiply itself (gemm_half_out: bf16 through oneDNN), with no fp32 block.
+template <typename S>
+bool direct(int64_t m, int64_t n, int64_t k) {
+  return m > 0 && n > 0 && k > 0 && half_out_direct(storage_dtype<S>);
+}
+
+template <typename S>
+uint16_t* bits(S* p) {
+  return reinterpret_cast<uint16_t*>(p);
+}
+
 }  // namespace
 
 template <typename S>
 void gemm16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, MatmulOperand a, MatmulOperand b,
             float beta, S* c) {
   const int64_t lda = std::max<int64_t>(1, trans_a ? m : k), ldb = std::max<int64_t>(1, trans_b ? k : n);
+  if (beta == 0.0f && direct<S>(m, n, k))
+    return gemm_half_out(storage_dtype<S>, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, nullptr, bits(c), n);
   for_row_blocks(m, n, [&](int64_t r0, int64_t rows, float* acc) {
     S* cb = c + r0 * n;
     if (beta != 0.0f) {
@@ -77,6 +92,8 @@ void gemm16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float a
 
 template <typename S>
 void linear_forward16(S* out, const S* inp, MatmulOperand weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
+  if (direct<S>(N, OC, C))
+    return gemm_half_out(storage_dtype<S>, false, true, N, OC, C, 1.0f, act(inp), C, weight, C, bias, bits(out), OC);
   for_row_blocks(N, OC, [&](int64_t r0, int64_t rows, float* acc) {
     linear_forward(acc, act(inp + r0 * C), weight, nullptr, rows, C, OC);
     narrow_rows(out + r0 * OC, acc, bias, rows, OC);
@@ -90,7 +107,9 @@ void linear_backward16(D* dinp, float* dweight, float* dbias, const S* dout, con
     linear_backward_products(dinp, dweight, act(dout), act(inp), weight, N, C, OC);
   } else {
     linear_backward_products(nullptr, dweight, act(dout), act(inp), weight, N, C, OC);
-    if (dinp)
+    if (dinp && direct<S>(N, C, OC))
+      gemm_half_out(storage_dtype<S>, false, false, N, C, OC, 1.0f, act(dout), OC, weight, C, nullptr, bits(dinp), C);
+    else if (dinp)
       for_row_blocks(N, C, [&](int64_t r0, int64_t rows, float* acc) {
         linear_backward_products(acc, nullptr, act(dout + r0 * OC), act(inp), weight, rows, C, OC);
         narrow_rows(dinp + r0 * C, acc, nullptr, rows, C);

@@ -6,12 +6,15 @@
 // (cpu::matmul_dtype(); core/ops.h checks it). Activation operands are read
 // as they are (no rounding: they already are S); a weight is the fp32 master
 // (rounded on the call) or its 16-bit shadow of type S, which give the same
-// bits. All arithmetic accumulates in fp32 into a per-thread fp32 scratch
-// (grow-only), and each 16-bit output is rounded ONCE to nearest even, after
-// the bias: out = narrow<S>(fp32 product + bias). Outputs with more than
-// 2^24 elements are computed in blocks of rows, so the scratch stays at most
-// 64 MiB a thread. These are the bits of the f32 ops under the same 16-bit
-// matmuls on the widened inputs, rounded once (test_ops_matmul16).
+// bits. All arithmetic accumulates in fp32, and each 16-bit output is
+// rounded ONCE to nearest even, after the bias: out = narrow<S>(fp32 product
+// + bias). bf16 outputs are written so by oneDNN itself (its bf16
+// destination with the fp32 bias, gemm_half_out); f16 ones (sgemm
+// emulation) go through a per-thread fp32 scratch (grow-only) in blocks of
+// rows, so it stays at most 64 MiB a thread for outputs past 2^24 elements.
+// These are the bits of the f32 ops under the same 16-bit matmuls on the
+// widened inputs, rounded once (test_ops_matmul16), except that oneDNN
+// flushes fp32 subnormal sums (below 2^-126) to zero.
 //
 // Activation gradients OVERWRITE; dweight and dbias ACCUMULATE (+=), fp32.
 #pragma once

@@ -6,6 +6,7 @@
 
 #ifdef LATTICE_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
 #endif
 
 namespace lattice::cpu {
@@ -71,6 +72,29 @@ void gemm_bf16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), attr, d.eng);
   memory am(ad, d.eng, const_cast<uint16_t*>(a)), bm(bd, d.eng, const_cast<uint16_t*>(b)), cm(cd, d.eng, c);
   dnnl::matmul(pd).execute(d.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  d.stream.wait();
+#endif
+}
+
+void gemm_bf16_packed_out(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                          const uint16_t* b, const float* bias, uint16_t* c, int64_t ldc) {
+#ifndef LATTICE_HAVE_DNNL
+  LATTICE_FAIL("gemm_bf16: this build has no oneDNN");
+#else
+  using dnnl::memory;
+  const memory::desc ad({m, k}, memory::data_type::bf16, trans_a ? memory::dims{1, m} : memory::dims{k, 1});
+  const memory::desc bd({k, n}, memory::data_type::bf16, trans_b ? memory::dims{1, k} : memory::dims{n, 1});
+  const memory::desc cd({m, n}, memory::data_type::bf16, memory::dims{ldc, 1});
+  const memory::desc biasd({1, n}, memory::data_type::f32, memory::dims{n, 1});
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  Dnnl& d = dnnl_ctx();
+  const dnnl::matmul::primitive_desc pd(bias ? dnnl::matmul::desc(ad, bd, biasd, cd) : dnnl::matmul::desc(ad, bd, cd),
+                                        attr, d.eng);
+  memory am(ad, d.eng, const_cast<uint16_t*>(a)), bm(bd, d.eng, const_cast<uint16_t*>(b)), cm(cd, d.eng, c);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(biasd, d.eng, const_cast<float*>(bias)));
+  dnnl::matmul(pd).execute(d.stream, args);
   d.stream.wait();
 #endif
 }

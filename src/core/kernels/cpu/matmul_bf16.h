@@ -35,6 +35,16 @@ void f32_to_bf16_n(uint16_t* dst, const float* src, int64_t n);
 void gemm_bf16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                       const uint16_t* b, float beta, float* c, int64_t ldc);
 
+// c (m, n), bf16 bits with row stride ldc, = bf16(alpha * op(a) op(b) + bias)
+// from bf16 inputs packed as gemm_bf16_packed's: fp32 accumulation, the fp32
+// bias (n, or null) added, then one rounding to nearest even by oneDNN (its
+// bf16 destination). These are the bits of gemm_bf16_packed into fp32, the
+// bias added and f32_to_bf16 (test_ops_matmul16 checks it), except that
+// oneDNN's conversion (AVX512-BF16 vcvtneps2bf16) flushes fp32 subnormals
+// (below 2^-126) to zero.
+void gemm_bf16_packed_out(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                          const uint16_t* b, const float* bias, uint16_t* c, int64_t ldc);
+
 // c (m, n) = alpha * op(a) op(b) + beta * c as cpu::gemm (row-major, strides
 // lda/ldb/ldc), with a and b rounded to bf16 and fp32 accumulation
 // (gemm_half with two fp32 operands).

@@ -94,6 +94,18 @@ void gemm_half(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, in
   });
 }
 
+void gemm_half_out(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   MatmulOperand a, int64_t lda, MatmulOperand b, int64_t ldb, const float* bias, uint16_t* c,
+                   int64_t ldc) {
+  LATTICE_CHECK(half_out_direct(dtype), "cpu gemm_half_out: {} outputs are written through fp32", dtype_name(dtype));
+  LATTICE_CHECK(m > 0 && n > 0 && k > 0, "cpu gemm_half_out: empty product ({}, {}, {})", m, n, k);
+  check_matmul_operand("gemm_half_out", "a", a, dtype);
+  check_matmul_operand("gemm_half_out", "b", b, dtype);
+  const auto* ap = prepared<Bf16>(a, trans_a ? k : m, trans_a ? m : k, lda, 0);
+  const auto* bp = prepared<Bf16>(b, trans_b ? n : k, trans_b ? k : n, ldb, 1);
+  gemm_bf16_packed_out(trans_a, trans_b, m, n, k, alpha, ap, bp, bias, c, ldc);
+}
+
 void linear_backward_half(DType dtype, float* dinp, float* dweight, MatmulOperand dout, MatmulOperand inp,
                           MatmulOperand weight, int64_t N, int64_t C, int64_t OC) {
   LATTICE_CHECK(N > 0 && C > 0 && OC > 0, "cpu linear_backward_half: empty product ({}, {}, {})", N, C, OC);

@@ -41,6 +41,18 @@ void linear_backward_half(DType dtype, float* dinp,  // (N, C) overwrite
                           MatmulOperand weight,      // (OC, C)
                           int64_t N, int64_t C, int64_t OC);
 
+// Whether gemm_half_out writes 16-bit outputs of `dtype` itself: bf16 (oneDNN
+// writes a bf16 destination); not f16, whose sgemm emulation writes fp32.
+inline bool half_out_direct(DType dtype) { return dtype == DType::bf16; }
+
+// c (m, n), bf16 bits with row stride ldc, = bf16(alpha * op(a) op(b) + bias),
+// bias (n) fp32 or null, rounded once (gemm_bf16_packed_out): the bits of
+// gemm_half into fp32, the bias added and rounded, without the fp32 output.
+// Operands as gemm_half's. half_out_direct(dtype); m, n, k > 0.
+void gemm_half_out(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   MatmulOperand a, int64_t lda, MatmulOperand b, int64_t ldb, const float* bias, uint16_t* c,
+                   int64_t ldc);
+
 // dst (n) = src (n) rounded to `dtype` (bf16 or f16) as raw bits, the rounding
 // the matmuls apply to an fp32 operand; parallel over blocks (a shadow's refresh).
 void round_to_half(DType dtype, uint16_t* dst, const float* src, int64_t n);
