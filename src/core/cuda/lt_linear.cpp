@@ -112,9 +112,12 @@ void build(Entry& e, cublasLtHandle_t handle, const LtLinearPlan& p, const void*
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, e.desc.value, e.a.value, e.b.value, e.d.value,
                                                            e.d.value, pref.value, 1, &result, &found);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return;  // found stays false
+  // No algorithm: NOT_SUPPORTED, none found, or INVALID_VALUE, which the heuristic may also answer for an
+  // epilogue and type combination it does not take. found stays false: the caller falls back.
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE ||
+      (st == CUBLAS_STATUS_SUCCESS && (found == 0 || result.state != CUBLAS_STATUS_SUCCESS)))
+    return;
   CUBLAS_CHECK(st);
-  CUBLAS_CHECK(result.state);
   e.algo = result.algo;
   e.found = true;
 }

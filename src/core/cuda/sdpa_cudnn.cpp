@@ -207,6 +207,9 @@ std::unique_ptr<Built> build(cudnnHandle_t handle, const SdpaGraph& g, SdpaDType
   graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, handle, "graph handle")
       .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ops.data(), int64_t(ops.size()), "graph ops")
       .finalize("operation graph");
+  // The ops refer to the tensor descriptors, and cuDNN does not say whether it
+  // copies them: they live as long as the plan (as cudnn-frontend keeps its).
+  for (Desc& t : tensors) b->keep.push_back(std::move(t));
   Desc& heur = b->keep.emplace_back(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph, "heuristics graph")
       .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, CUDNN_HEUR_MODE_A, "heuristics mode")
@@ -358,6 +361,7 @@ struct CudnnSdpa::Impl {
       execute();
     } catch (const Error& e) {
       failed = e.message();
+      cudaGetLastError();  // a launch error cuDNN left behind must not fail the plain path's finish()
     }
     if (pack) cudnnBackendDestroyDescriptor(pack);
     return failed;
