@@ -97,10 +97,11 @@ TEST(OpsActivation, ForwardValues) {
   }
 }
 
-// The f32 GELU runs a vectorisable exp/tanh (kernels/cpu/activation.cpp), the
-// f64 one libm's: over [-12, 12] and at the extremes the f32 forward and
-// backward stay within a few float ulps of f64 (absolute 2e-6 on the scale of
-// x, which is what GELU's 0.5 x (1 + tanh) carries).
+// The f32 GELU runs a vectorisable exp (kernels/cpu/activation.cpp), the f64
+// one libm's: over [-12, 12] and at the extremes the f32 forward and backward
+// stay within 1e-5 relative of f64, the left tail included (where the output
+// is tiny and 0.5 x (1 + tanh u) in float kept only a few bits), plus a floor
+// where the backward crosses zero (x near -0.75) and where both underflow.
 TEST(OpsActivation, F32GeluIsCloseToF64AcrossTheRange) {
   const int64_t n = 48001;
   Tensor x32 = Tensor::empty({n}, DType::f32), x64 = Tensor::empty({n}, DType::f64);
@@ -119,8 +120,9 @@ TEST(OpsActivation, F32GeluIsCloseToF64AcrossTheRange) {
   ops::gelu_backward(g64, ones64, x64);
   for (int64_t i = 0; i < n; ++i) {
     const double x = x64.data<double>()[i];
-    ASSERT_NEAR(y32.data<float>()[i], y64.data<double>()[i], 2e-6 * std::max(1.0, std::fabs(x))) << "x = " << x;
-    ASSERT_NEAR(g32.data<float>()[i], g64.data<double>()[i], 2e-6) << "x = " << x;
+    const double y = y64.data<double>()[i], g = g64.data<double>()[i];
+    ASSERT_NEAR(y32.data<float>()[i], y, 1e-5 * std::fabs(y) + 3e-38 * std::max(1.0, std::fabs(x))) << "x = " << x;
+    ASSERT_NEAR(g32.data<float>()[i], g, 1e-5 * std::fabs(g) + 1e-7) << "x = " << x;
   }
 }
 

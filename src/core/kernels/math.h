@@ -13,27 +13,39 @@
 
 namespace lattice::math {
 
-// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-// Unqualified tanh/exp/sqrt after `using std::...` pick the float overloads
-// for float on the host (tanhf, not the double tanh) and under nvcc alike.
+// GELU, tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+// Computed as x sigmoid(2u), since 0.5 (1 + tanh(u)) = sigmoid(2u) and
+// 1 - tanh(u)^2 = 4 sigmoid(2u) sigmoid(-2u): 1 + tanh(u) cancels for u << 0
+// (in float, x = -4 keeps only a few bits of it), while both sigmoids come
+// from exp(-2|u|) <= 1 without cancelling, in either tail.
+// Unqualified exp/fabs after `using std::...` pick the float overloads for
+// float on the host (expf, not the double exp) and under nvcc alike.
 template <typename T>
-LATTICE_HD T gelu(T x) {
-  using std::tanh;
-  const T k = T(0.7978845608028654);  // sqrt(2 / pi)
-  T cube = T(0.044715) * x * x * x;
-  return T(0.5) * x * (T(1) + tanh(k * (x + cube)));
+struct GeluSigmoids {
+  T s, s_neg, du_dx;  // sigmoid(2u), sigmoid(-2u) = 1 - sigmoid(2u), du / dx
+};
+template <typename T>
+LATTICE_HD GeluSigmoids<T> gelu_sigmoids(T x) {
+  using std::exp;
+  using std::fabs;
+  const T k = T(0.7978845608028654), c = T(0.044715);  // sqrt(2 / pi)
+  const T u = k * (x + c * x * x * x);
+  const T a = exp(T(-2) * fabs(u));  // in [0, 1]
+  const T d = T(1) / (T(1) + a);
+  const bool pos = u >= T(0);
+  return {pos ? d : a * d, pos ? a * d : d, k * (T(1) + T(3) * c * x * x)};
 }
 
-// d gelu(x) / dx.
+template <typename T>
+LATTICE_HD T gelu(T x) {
+  return x * gelu_sigmoids(x).s;
+}
+
+// d gelu(x) / dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx.
 template <typename T>
 LATTICE_HD T gelu_grad(T x) {
-  using std::tanh;
-  const T k = T(0.7978845608028654);
-  T cube = T(0.044715) * x * x * x;
-  T u = k * (x + cube);
-  T th = tanh(u);
-  T sech2 = T(1) - th * th;
-  return T(0.5) * (T(1) + th) + T(0.5) * x * sech2 * k * (T(1) + T(3) * T(0.044715) * x * x);
+  const GeluSigmoids<T> g = gelu_sigmoids(x);
+  return g.s + T(2) * x * g.s * g.s_neg * g.du_dx;
 }
 
 template <typename T>
@@ -53,20 +65,23 @@ LATTICE_HD T silu_grad(T x) {
   return s * (T(1) + x * (T(1) - s));
 }
 
-// GELU with the exact error function (BERT): 0.5 x (1 + erf(x / sqrt 2)).
+// GELU with the exact error function (BERT): x Phi(x), Phi(x) = 0.5 (1 + erf(x / sqrt 2))
+// written as 0.5 erfc(-x / sqrt 2), which does not cancel in the left tail.
+template <typename T>
+LATTICE_HD T normal_cdf(T x) {
+  using std::erfc;
+  return T(0.5) * erfc(x * T(-0.70710678118654752440));
+}
 template <typename T>
 LATTICE_HD T gelu_erf(T x) {
-  using std::erf;
-  return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
+  return x * normal_cdf(x);
 }
 // d gelu_erf(x) / dx = Phi(x) + x phi(x).
 template <typename T>
 LATTICE_HD T gelu_erf_grad(T x) {
-  using std::erf;
   using std::exp;
-  T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
   T pdf = T(0.39894228040143267794) * exp(T(-0.5) * x * x);
-  return cdf + x * pdf;
+  return normal_cdf(x) + x * pdf;
 }
 
 // SwiGLU on one (gate, up) pair: y = silu(gate) * up, and its two gradients.

@@ -15,14 +15,21 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 14;
 
 // GELU (tanh form) and its derivative, the formulas of math::gelu and
-// math::gelu_grad; float takes the vectorisable tanh, double (the gradient
-// checks) and the CUDA kernels math.h's.
+// math::gelu_grad (sigmoids of 2u, so neither tail cancels); float takes the
+// vectorisable exp, double (the gradient checks) and the CUDA kernels math.h's.
 constexpr float kGeluK = 0.7978845608028654f, kGeluC = 0.044715f;
-inline float gelu_val(float x) { return 0.5f * x * (1.0f + tanh_f32(kGeluK * (x + kGeluC * x * x * x))); }
+inline math::GeluSigmoids<float> gelu_sigmoids_f32(float x) {
+  const float u = kGeluK * (x + kGeluC * x * x * x);
+  const float a = exp_f32(-2.0f * std::fabs(u));
+  const float d = 1.0f / (1.0f + a);
+  const bool pos = u >= 0.0f;
+  return {pos ? d : a * d, pos ? a * d : d, kGeluK * (1.0f + 3.0f * kGeluC * x * x)};
+}
+inline float gelu_val(float x) { return x * gelu_sigmoids_f32(x).s; }
 inline double gelu_val(double x) { return math::gelu(x); }
 inline float gelu_grad_val(float x) {
-  const float th = tanh_f32(kGeluK * (x + kGeluC * x * x * x));
-  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluK * (1.0f + 3.0f * kGeluC * x * x);
+  const math::GeluSigmoids<float> g = gelu_sigmoids_f32(x);
+  return g.s + 2.0f * x * g.s * g.s_neg * g.du_dx;
 }
 inline double gelu_grad_val(double x) { return math::gelu_grad(x); }
 

@@ -1,7 +1,7 @@
 // Float math that `omp simd` loops vectorise, and the softmax row pieces the
 // CPU kernels share (activations, attention, cross-entropy).
 //
-// A libm expf/tanhf call per element keeps a loop scalar; exp_f32 is plain
+// A libm expf call per element keeps a loop scalar; exp_f32 is plain
 // arithmetic, so the loops around it run 16 floats per AVX-512 instruction.
 // (GCC also needs -fno-math-errno -fno-trapping-math for the clamp and the
 // rounding to vectorise: core/CMakeLists.txt sets them for the CPU kernels.)
@@ -49,10 +49,6 @@ inline float exp_f32(float x) {
   const float scale = std::bit_cast<float>(uint32_t(ni + 127) << 23);
   return x < kLo ? 0.0f : e * scale;
 }
-
-// tanh(u) = 1 - 2 / (1 + e^(2u)): exact limits +-1, no cancellation problem
-// for GELU, which adds it to 1.
-inline float tanh_f32(float u) { return 1.0f - 2.0f / (1.0f + exp_f32(2.0f * u)); }
 
 // Logistic sigmoid 1 / (1 + e^-x) (SiLU, SwiGLU). Below x = -88 it is e^-88
 // times too large at most (true value under 1e-38); above 87.3 it is exactly 1.
