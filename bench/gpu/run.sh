@@ -79,8 +79,9 @@ rc=0
 "$info" || rc=$?
 (( rc == 0 )) || exit "$rc"  # 77: it printed "no CUDA device: <reason>"
 if command -v nvidia-smi > /dev/null; then
+  # A failing nvidia-smi (driver/library mismatch) is reported, not fatal: the device report above stands.
   nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id --format=csv,noheader |
-    sed 's/^/nvidia-smi: /'
+    sed 's/^/nvidia-smi: /' || echo "nvidia-smi: failed (exit ${PIPESTATUS[0]})"
 else
   echo "nvidia-smi: not installed"
 fi

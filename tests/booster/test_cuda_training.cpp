@@ -39,33 +39,12 @@
 #include "comm/self_communicator.h"
 #include "core/backend.h"
 #include "layout_harness.h"
+#include "support/gpu_ranks.h"
 
 using namespace lattice;
 using namespace lattice::layout_test;
 
 namespace {
-
-// "" when every rank of the job has a GPU of its own, else why not (the same
-// answer on every rank: the first rank's reason that has one).
-std::string why_not_every_rank_has_a_gpu(comm::Group& world) {
-  std::string why;
-  const int count = cuda_available(&why) ? cuda_backend().device_count(&why) : 0;
-  const comm::NodeLocal local = comm::node_local();
-  std::string mine;  // the placement rules' own refusal (comm/device_placement.h), if any
-  try {
-    comm::choose_cuda_device({.local_rank = local.rank,
-                              .local_size = local.size,
-                              .device_count = count,
-                              .cuda_visible_devices = std::getenv("CUDA_VISIBLE_DEVICES"),
-                              .host = host_name(),
-                              .why_none = why});
-  } catch (const Error& e) {
-    mine = e.what();
-  }
-  for (const std::string& w : comm::all_gather_strings(world, mine))
-    if (!w.empty()) return w;
-  return "";
-}
 
 std::vector<LayoutCase> gpu_layouts(int world) {
   if (world == 1) return {{1, 1, 1}};
@@ -79,7 +58,7 @@ std::vector<LayoutCase> gpu_layouts(int world) {
 
 TEST(CudaTraining, EveryLayoutOnGpusMatchesOneCpuRank) {
   comm::Group job(comm::make_world_communicator(60));
-  const std::string why = why_not_every_rank_has_a_gpu(job);
+  const std::string why = test::why_not_one_gpu_per_rank(job, job.size() > 1);
   if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
   const int world = job.size();
   const std::string glob = make_data();
@@ -117,7 +96,7 @@ TEST(CudaTraining, EveryLayoutOnGpusMatchesOneCpuRank) {
 
 TEST(CudaTraining, SixteenBitOnGpusMatchesOneCpuRankAtTheSamePrecision) {
   comm::Group job(comm::make_world_communicator(60));
-  const std::string why = why_not_every_rank_has_a_gpu(job);
+  const std::string why = test::why_not_one_gpu_per_rank(job, job.size() > 1);
   if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
   const std::vector<std::vector<std::string>> precisions = half_precisions("1024", 1000);  // no step overflows
   const std::string glob = make_data();

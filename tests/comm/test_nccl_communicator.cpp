@@ -12,6 +12,7 @@
 #include "comm/mpi_runtime.h"
 #include "comm/nccl_communicator.h"
 #include "core/backend.h"
+#include "support/gpu_ranks.h"
 
 namespace lattice::comm {
 namespace {
@@ -42,7 +43,10 @@ TEST(NcclCommunicator, RefusesClearlyWithoutAGpuOrLibrary) {
 
 TEST(NcclCommunicator, AllReduceAndRingOnDeviceMemory) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU: covered by RefusesClearlyWithoutAGpuOrLibrary";
-  auto world = make_world_communicator(60);
+  Group job(make_world_communicator(60));
+  const std::string why = test::why_not_one_gpu_per_rank(job, true);
+  if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
+  Communicator* world = &job.comm();
   const NodeLocal local = node_local();
   auto nccl = make_nccl_communicator(*world, local.rank, local.size);
   const int p = nccl->size(), r = nccl->rank();

@@ -77,7 +77,8 @@ TEST_P(CudaAttention16, MatchesTheCpu16BitKernel) {
   ASSERT_EQ(why.empty(), c.fused) << why;
   const Tensor qkv = test::act16({c.B, c.T, 3 * c.C()}, dt(), 51, 1.5), dout = test::act16({c.B, c.T, c.C()}, dt(), 52);
   const Results want = run(c, qkv, dout), got = run(c, gpu(qkv), gpu(dout));
-  if (!c.fused) test::expect_rounded_equal(got.att, want.att, 1);  // the fused path saves Stats and O instead
+  if (!c.fused)
+    test::expect_rounded_equal(got.att, want.att, 1, test::kCancelAtol);  // the fused path saves Stats and O instead
   EXPECT_TENSOR_NEAR(test::as_f32(got.out), test::as_f32(want.out), tol());
   EXPECT_TENSOR_NEAR(test::as_f32(got.dqkv), test::as_f32(want.dqkv), tol());
 }
@@ -120,7 +121,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          Case{"plain_masked_dropout", 3, 24, 4, 8, true, 0.2f, 4, false},
                                          Case{"plain_head12", 2, 64, 2, 12, false, 0.0f, 0, false},
                                          Case{"plain_short_T", 2, 40, 2, 64, false, 0.0f, 0, false},
-                                         Case{"plain_long_rows", 1, 300, 2, 32, false, 0.0f, 0, false},
+                                         Case{"plain_long_rows", 1, 300, 2, 36, false, 0.0f, 0,
+                                              false},  // head size 36: not fused
                                          Case{"fused_gpt2_head", 2, 96, 4, 64, false, 0.0f, 0, true},
                                          Case{"fused_odd_T", 2, 77, 2, 32, false, 0.0f, 0, true},
                                          Case{"fused_tp_offset_head128", 1, 137, 2, 128, false, 0.0f, 2, true})),

@@ -1,0 +1,63 @@
+// Whether every rank of a multi-rank GPU test has a GPU of its own, asked of
+// all ranks together so that they skip (or run) as one. Empty: yes; else the
+// first rank's reason, which the tests print after "no CUDA device: " (the
+// SKIP_REGULAR_EXPRESSION of their CTest entries). The reasons:
+//   - no usable device, or the placement rules refuse this rank
+//     (comm/device_placement.h: more ranks on a host than devices);
+//   - two ranks of one host would use the same GPU: the same device of the
+//     same CUDA_VISIBLE_DEVICES (a launcher that exports one id to every
+//     rank), which NCCL does not support ("may lead to hangs");
+//   - `need_nccl` and liblattice_nccl.so was not built (no NCCL at configure).
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "comm/communicator.h"
+#include "comm/device_placement.h"
+#include "comm/gather_strings.h"
+#include "core/backend.h"
+#include "support/test_support.h"
+
+namespace lattice::test {
+
+inline std::string why_not_one_gpu_per_rank(comm::Group& world, bool need_nccl) {
+  std::string why;
+  const int count = cuda_available(&why) ? cuda_backend().device_count(&why) : 0;
+  const comm::NodeLocal local = comm::node_local();
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::string mine, key;
+  try {
+    const int dev = comm::choose_cuda_device({.local_rank = local.rank,
+                                              .local_size = local.size,
+                                              .device_count = count,
+                                              .cuda_visible_devices = visible,
+                                              .host = host_name(),
+                                              .why_none = why});
+    key =
+        host_name() + " device " + std::to_string(dev) + " of CUDA_VISIBLE_DEVICES=" + (visible ? visible : "(unset)");
+  } catch (const Error& e) {
+    mine = e.what();
+  }
+  if (mine.empty() && need_nccl) {
+    const char* env = std::getenv("LATTICE_NCCL_LIB");
+    const std::string lib =
+        env ? env
+            : std::filesystem::read_symlink("/proc/self/exe").parent_path().string() + "/../lib/liblattice_nccl.so";
+    if (!std::filesystem::exists(lib)) mine = lib + " was not built (no NCCL found when configuring)";
+  }
+  for (const std::string& w : comm::all_gather_strings(world, mine))
+    if (!w.empty()) return w;
+  std::map<std::string, int> first;  // each GPU's first rank
+  const std::vector<std::string> keys = comm::all_gather_strings(world, key);
+  for (int r = 0; r < int(keys.size()); ++r) {
+    auto [it, fresh] = first.emplace(keys[size_t(r)], r);
+    if (!fresh)
+      return "ranks " + std::to_string(it->second) + " and " + std::to_string(r) + " would share " + keys[size_t(r)];
+  }
+  return "";
+}
+
+}  // namespace lattice::test
