@@ -10,6 +10,7 @@
 // probabilities included. Without a GPU every case skips and says why.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "core/backend.h"
@@ -79,6 +80,19 @@ class Bf16Attention : public test::CudaOps {
 
 class CudaSdpa : public Bf16Attention, public ::testing::WithParamInterface<Case> {};
 
+// ||got - want|| / ||want|| over the elements of part `part` (0 q, 1 k, 2 v)
+// of rows of `parts` blocks of `width` (parts 1: every element).
+double rel_l2(const Tensor& got, const Tensor& want, int64_t width, int parts, int part) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    if ((i % (width * parts)) / width != part) continue;
+    const double g = got.data<float>()[i], w = want.data<float>()[i];
+    num += (g - w) * (g - w);
+    den += w * w;
+  }
+  return std::sqrt(num / den);
+}
+
 TEST_P(CudaSdpa, MatchesTheCpuOnBf16Inputs) {
   const Case c = GetParam();
   ASSERT_EQ(cuda_backend().attention_plain_reason(0, args(c), DType::f32), "");
@@ -89,6 +103,10 @@ TEST_P(CudaSdpa, MatchesTheCpuOnBf16Inputs) {
   // P and O are rounded to bf16 inside the fused path; the CPU keeps f32.
   EXPECT_TENSOR_NEAR(host(r.out_g), r.out, test::tolerance(DType::bf16));
   EXPECT_TENSOR_NEAR(host(r.dqkv_g), r.dqkv, test::tolerance(DType::bf16));
+  // The absolute floor above is as large as the smallest gradients (dQ of late
+  // rows): each tensor as a whole must also be within 1% in L2.
+  EXPECT_LT(rel_l2(host(r.out_g), r.out, C, 1, 0), 1e-2);
+  for (int part = 0; part < 3; ++part) EXPECT_LT(rel_l2(host(r.dqkv_g), r.dqkv, C, 3, part), 1e-2) << "qkv"[part];
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaSdpa,
