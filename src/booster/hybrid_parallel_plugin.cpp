@@ -2,8 +2,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 
 #include "booster/plan.h"
+#include "comm/device_placement.h"
+#include "comm/gather_strings.h"
 #include "core/allocator.h"
 #include "core/backend.h"
 #include "core/kernels/cpu/matmul.h"
@@ -78,6 +81,12 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
                 "plugin: config layout (tp {}, pp {}, dp {}) differs from the mesh's", layout_.tp, layout_.pp,
                 layout_.dp);
   placement_ = placement ? *placement : place_rank(cfg);
+  if (!placement && placement_.device.is_cuda()) {  // no two ranks on one GPU: checked by the whole job at once
+    const std::vector<std::string> keys = comm::all_gather_strings(
+        mesh.world(),
+        comm::placed_device_key(host_name(), std::getenv("CUDA_VISIBLE_DEVICES"), placement_.device.index));
+    if (const std::string e = comm::shared_gpu_error(keys); !e.empty()) config_fail(cfg, "runtime.device", e);
+  }
   set_matmul_precision(cfg, placement_.device);
   groups_ = std::make_unique<DeviceGroups>(mesh, placement_, cfg.runtime.comm_timeout_s);
   const int stage = mesh.this_coord().pp;

@@ -1,5 +1,7 @@
 #include "comm/device_placement.h"
 
+#include <map>
+
 #include "core/error.h"
 
 namespace lattice::comm {
@@ -35,6 +37,24 @@ int choose_cuda_device(const DevicePlacementInput& in) {
                 "ranks per node (mpirun --map-by ppr:{}:node) or make {} devices visible",
                 in.host, in.local_size, n, visible_devices(in.cuda_visible_devices), n, n, in.local_size);
   return in.local_rank;
+}
+
+std::string placed_device_key(const std::string& host, const char* cuda_visible_devices, int device) {
+  return fmt::format("device {} of host {} ({})", device, host, visible_devices(cuda_visible_devices));
+}
+
+std::string shared_gpu_error(const std::vector<std::string>& keys) {
+  std::map<std::string, size_t> first;  // each device's first rank
+  for (size_t r = 0; r < keys.size(); ++r) {
+    auto [it, fresh] = first.emplace(keys[r], r);
+    if (!fresh)
+      return fmt::format(
+          "ranks {} and {} would share CUDA {}: Lattice runs one rank per GPU; give each rank of a host its own "
+          "device (unset CUDA_VISIBLE_DEVICES to place by node-local rank, or bind one GPU per rank: Slurm "
+          "--gpus-per-task=1)",
+          it->second, r, keys[r]);
+  }
+  return "";
 }
 
 }  // namespace lattice::comm

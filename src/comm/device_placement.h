@@ -18,6 +18,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace lattice::comm {
 
@@ -33,5 +34,15 @@ struct DevicePlacementInput {
 // The device index (0-based, among the visible devices) this rank uses.
 // Throws lattice::Error (one line) when the rules above give none.
 int choose_cuda_device(const DevicePlacementInput& in);
+
+// The rules above see one rank at a time, so a launcher that exports the
+// same single CUDA_VISIBLE_DEVICES to every rank of a host passes them (one
+// visible device is device 0) and the ranks share a GPU, which NCCL does not
+// support. The job checks every rank's placed device together:
+// placed_device_key names one (host, CUDA_VISIBLE_DEVICES, index), and
+// shared_gpu_error, given every rank's key in rank order, is "" or one line
+// naming the first two ranks that share a GPU and the fix.
+std::string placed_device_key(const std::string& host, const char* cuda_visible_devices, int device);
+std::string shared_gpu_error(const std::vector<std::string>& keys);
 
 }  // namespace lattice::comm

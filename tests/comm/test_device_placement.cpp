@@ -69,5 +69,23 @@ TEST(DevicePlacement, LocalRankOutsideTheNodeIsRefused) {
   EXPECT_HAS(test::error_text([] { choose_cuda_device(node(-1, 2, 4)); }), "node-local rank -1");
 }
 
+// A launcher exporting the same single id to every rank of a host passes
+// choose_cuda_device on each rank; the job-wide check names the shared GPU.
+TEST(DevicePlacement, RanksSharingAGpuAreOneErrorNamingBoth) {
+  const std::vector<std::string> keys = {placed_device_key("a", "0", 0), placed_device_key("a", "0", 0),
+                                         placed_device_key("b", "0", 0)};
+  const std::string e = shared_gpu_error(keys);
+  EXPECT_HAS(e, "ranks 0 and 1 would share CUDA device 0 of host a (CUDA_VISIBLE_DEVICES=\"0\")");
+  EXPECT_HAS(e, "--gpus-per-task=1");
+}
+
+TEST(DevicePlacement, DistinctDevicesOrHostsAreNoError) {
+  EXPECT_EQ(
+      shared_gpu_error({placed_device_key("a", "0", 0), placed_device_key("a", "1", 0), placed_device_key("b", "0", 0),
+                        placed_device_key("a", nullptr, 1), placed_device_key("a", nullptr, 0)}),
+      "");
+  EXPECT_EQ(shared_gpu_error({}), "");
+}
+
 }  // namespace
 }  // namespace lattice::comm

@@ -4,15 +4,13 @@
 // SKIP_REGULAR_EXPRESSION of their CTest entries). The reasons:
 //   - no usable device, or the placement rules refuse this rank
 //     (comm/device_placement.h: more ranks on a host than devices);
-//   - two ranks of one host would use the same GPU: the same device of the
-//     same CUDA_VISIBLE_DEVICES (a launcher that exports one id to every
-//     rank), which NCCL does not support ("may lead to hangs");
+//   - two ranks of one host would use the same GPU (comm::shared_gpu_error,
+//     the check lattice train makes too);
 //   - `need_nccl` and liblattice_nccl.so was not built (no NCCL at configure).
 #pragma once
 
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <string>
 
 #include "comm/communicator.h"
@@ -36,8 +34,7 @@ inline std::string why_not_one_gpu_per_rank(comm::Group& world, bool need_nccl) 
                                               .cuda_visible_devices = visible,
                                               .host = host_name(),
                                               .why_none = why});
-    key =
-        host_name() + " device " + std::to_string(dev) + " of CUDA_VISIBLE_DEVICES=" + (visible ? visible : "(unset)");
+    key = comm::placed_device_key(host_name(), visible, dev);
   } catch (const Error& e) {
     mine = e.what();
   }
@@ -50,14 +47,7 @@ inline std::string why_not_one_gpu_per_rank(comm::Group& world, bool need_nccl) 
   }
   for (const std::string& w : comm::all_gather_strings(world, mine))
     if (!w.empty()) return w;
-  std::map<std::string, int> first;  // each GPU's first rank
-  const std::vector<std::string> keys = comm::all_gather_strings(world, key);
-  for (int r = 0; r < int(keys.size()); ++r) {
-    auto [it, fresh] = first.emplace(keys[size_t(r)], r);
-    if (!fresh)
-      return "ranks " + std::to_string(it->second) + " and " + std::to_string(r) + " would share " + keys[size_t(r)];
-  }
-  return "";
+  return comm::shared_gpu_error(comm::all_gather_strings(world, key));
 }
 
 }  // namespace lattice::test
