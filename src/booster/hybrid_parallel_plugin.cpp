@@ -82,9 +82,10 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
                 layout_.dp);
   placement_ = placement ? *placement : place_rank(cfg);
   if (!placement && placement_.device.is_cuda()) {  // no two ranks on one GPU: checked by the whole job at once
+    const int dev = placement_.device.index;
     const std::vector<std::string> keys = comm::all_gather_strings(
-        mesh.world(),
-        comm::placed_device_key(host_name(), std::getenv("CUDA_VISIBLE_DEVICES"), placement_.device.index));
+        mesh.world(), comm::placed_device_key(comm::machine_id(), cuda_backend().device_pci_bus_id(dev), host_name(),
+                                              dev, std::getenv("CUDA_VISIBLE_DEVICES")));
     if (const std::string e = comm::shared_gpu_error(keys); !e.empty()) config_fail(cfg, "runtime.device", e);
   }
   set_matmul_precision(cfg, placement_.device);

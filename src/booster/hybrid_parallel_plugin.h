@@ -126,7 +126,7 @@ class HybridParallelPlugin final : public Plugin {
   FlatParams params_;
   std::vector<std::unique_ptr<LanguageModel>> chunks_;
   std::unique_ptr<ContextPool> contexts_;
-  // parallel.dp_bucket_mb > 0 with dp > 1 and no ZeRO: the overlapped dp all-reduce
+  // parallel.dp_bucket_mb > 0 with dp > 1 (with or without ZeRO-1): the overlapped dp all-reduce
   std::unique_ptr<GradBuckets> buckets_;
   std::vector<int> last_backward_mb_;  // per chunk: the microbatch of its last backward in train_plan_
   std::unique_ptr<optim::Optimizer> optimizer_;

@@ -1,5 +1,6 @@
 #include "comm/device_placement.h"
 
+#include <fstream>
 #include <map>
 
 #include "core/error.h"
@@ -39,20 +40,33 @@ int choose_cuda_device(const DevicePlacementInput& in) {
   return in.local_rank;
 }
 
-std::string placed_device_key(const std::string& host, const char* cuda_visible_devices, int device) {
-  return fmt::format("device {} of host {} ({})", device, host, visible_devices(cuda_visible_devices));
+std::string machine_id() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (f && std::getline(f, id) && !id.empty()) return id;
+  return host_name();
+}
+
+std::string placed_device_key(const std::string& machine, const std::string& pci_bus_id, const std::string& host,
+                              int device, const char* cuda_visible_devices) {
+  return fmt::format("{} {}\ndevice {} (PCI {}) of host {} ({})", machine, pci_bus_id, device, pci_bus_id, host,
+                     visible_devices(cuda_visible_devices));
 }
 
 std::string shared_gpu_error(const std::vector<std::string>& keys) {
-  std::map<std::string, size_t> first;  // each device's first rank
+  auto part = [](const std::string& key, bool identity) {
+    const size_t nl = key.find('\n');
+    return identity ? key.substr(0, nl) : (nl == std::string::npos ? key : key.substr(nl + 1));
+  };
+  std::map<std::string, size_t> first;  // each GPU's first rank
   for (size_t r = 0; r < keys.size(); ++r) {
-    auto [it, fresh] = first.emplace(keys[r], r);
+    auto [it, fresh] = first.emplace(part(keys[r], true), r);
     if (!fresh)
       return fmt::format(
-          "ranks {} and {} would share CUDA {}: Lattice runs one rank per GPU; give each rank of a host its own "
-          "device (unset CUDA_VISIBLE_DEVICES to place by node-local rank, or bind one GPU per rank: Slurm "
-          "--gpus-per-task=1)",
-          it->second, r, keys[r]);
+          "ranks {} and {} would share one GPU (rank {}: {}; rank {}: {}): Lattice runs one rank per GPU; give each "
+          "rank of a host its own device (unset CUDA_VISIBLE_DEVICES to place by node-local rank, or bind one GPU "
+          "per rank: Slurm --gpus-per-task=1)",
+          it->second, r, it->second, part(keys[it->second], false), r, part(keys[r], false));
   }
   return "";
 }

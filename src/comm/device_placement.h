@@ -38,11 +38,17 @@ int choose_cuda_device(const DevicePlacementInput& in);
 // The rules above see one rank at a time, so a launcher that exports the
 // same single CUDA_VISIBLE_DEVICES to every rank of a host passes them (one
 // visible device is device 0) and the ranks share a GPU, which NCCL does not
-// support. The job checks every rank's placed device together:
-// placed_device_key names one (host, CUDA_VISIBLE_DEVICES, index), and
-// shared_gpu_error, given every rank's key in rank order, is "" or one line
-// naming the first two ranks that share a GPU and the fix.
-std::string placed_device_key(const std::string& host, const char* cuda_visible_devices, int device);
+// support. The job checks every rank's placed device together, by physical
+// identity: the machine (machine_id: the kernel's boot id, which containers
+// on one machine share; the host name where it cannot be read) and the
+// device's PCI address. So ranks that each see their own GPU as device 0
+// (Slurm with ConstrainDevices, one container per GPU) are no error.
+// placed_device_key is one rank's identity plus a description for the
+// message; shared_gpu_error, given every rank's key in rank order, is "" or
+// one line naming the first two ranks that share a GPU and the fix.
+std::string machine_id();
+std::string placed_device_key(const std::string& machine, const std::string& pci_bus_id, const std::string& host,
+                              int device, const char* cuda_visible_devices);
 std::string shared_gpu_error(const std::vector<std::string>& keys);
 
 }  // namespace lattice::comm

@@ -53,6 +53,9 @@ class CudaBackend {
   // 0 when there is no usable device (no GPU or no driver); `why` says which.
   virtual int device_count(std::string* why) = 0;
   virtual std::string device_name(int dev) = 0;  // cudaDeviceProp::name, e.g. "NVIDIA H100 80GB HBM3"
+  // The device's PCI address (cudaDeviceGetPCIBusId, e.g. "0000:3B:00.0"): which physical GPU a visible index
+  // is, whatever CUDA_VISIBLE_DEVICES or a cgroup renumbered.
+  virtual std::string device_pci_bus_id(int dev) = 0;
 
   virtual void* malloc(size_t bytes, int dev) = 0;
   virtual void free(void* ptr, int dev) = 0;

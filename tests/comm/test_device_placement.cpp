@@ -70,21 +70,32 @@ TEST(DevicePlacement, LocalRankOutsideTheNodeIsRefused) {
 }
 
 // A launcher exporting the same single id to every rank of a host passes
-// choose_cuda_device on each rank; the job-wide check names the shared GPU.
+// choose_cuda_device on each rank; the job-wide check names the shared GPU
+// by its PCI address on one machine, however each rank numbers it.
 TEST(DevicePlacement, RanksSharingAGpuAreOneErrorNamingBoth) {
-  const std::vector<std::string> keys = {placed_device_key("a", "0", 0), placed_device_key("a", "0", 0),
-                                         placed_device_key("b", "0", 0)};
+  const std::vector<std::string> keys = {placed_device_key("m1", "0000:3B:00.0", "a", 0, "0"),
+                                         placed_device_key("m1", "0000:3B:00.0", "a", 0, "0"),
+                                         placed_device_key("m2", "0000:3B:00.0", "b", 0, "0")};
   const std::string e = shared_gpu_error(keys);
-  EXPECT_HAS(e, "ranks 0 and 1 would share CUDA device 0 of host a (CUDA_VISIBLE_DEVICES=\"0\")");
+  EXPECT_HAS(e, "ranks 0 and 1 would share one GPU");
+  EXPECT_HAS(e, "rank 1: device 0 (PCI 0000:3B:00.0) of host a (CUDA_VISIBLE_DEVICES=\"0\")");
   EXPECT_HAS(e, "--gpus-per-task=1");
+  // The same GPU under two numberings (one rank sees it as device 1 of all, the other as device 0 of "1").
+  EXPECT_HAS(shared_gpu_error({placed_device_key("m1", "0000:5E:00.0", "a", 1, nullptr),
+                               placed_device_key("m1", "0000:5E:00.0", "a", 0, "1")}),
+             "ranks 0 and 1 would share one GPU");
 }
 
-TEST(DevicePlacement, DistinctDevicesOrHostsAreNoError) {
-  EXPECT_EQ(
-      shared_gpu_error({placed_device_key("a", "0", 0), placed_device_key("a", "1", 0), placed_device_key("b", "0", 0),
-                        placed_device_key("a", nullptr, 1), placed_device_key("a", nullptr, 0)}),
-      "");
+// Each rank of a host seeing its own GPU as device 0 (Slurm's
+// ConstrainDevices, one container per GPU) is one GPU per rank; so are equal
+// addresses on different machines.
+TEST(DevicePlacement, DistinctGpusAreNoErrorHoweverNumbered) {
+  EXPECT_EQ(shared_gpu_error({placed_device_key("m1", "0000:3B:00.0", "a", 0, "0"),
+                              placed_device_key("m1", "0000:5E:00.0", "a", 0, "0"),
+                              placed_device_key("m2", "0000:3B:00.0", "b", 0, "0")}),
+            "");
   EXPECT_EQ(shared_gpu_error({}), "");
+  EXPECT_FALSE(machine_id().empty());
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ inline std::string why_not_one_gpu_per_rank(comm::Group& world, bool need_nccl) 
                                               .cuda_visible_devices = visible,
                                               .host = host_name(),
                                               .why_none = why});
-    key = comm::placed_device_key(host_name(), visible, dev);
+    key = comm::placed_device_key(comm::machine_id(), cuda_backend().device_pci_bus_id(dev), host_name(), dev, visible);
   } catch (const Error& e) {
     mine = e.what();
   }

@@ -36,6 +36,12 @@ std::string Backend::device_name(int dev) {
   return p.name;
 }
 
+std::string Backend::device_pci_bus_id(int dev) {
+  char id[32] = {};
+  CUDA_CHECK(cudaDeviceGetPCIBusId(id, int(sizeof(id)), dev));
+  return id;
+}
+
 void* Backend::malloc(size_t bytes, int dev) {
   use(dev);
   void* p = nullptr;

@@ -104,10 +104,12 @@ void Backend::attention_backward_on(int dev, DType act, void* dqkv, void* scratc
   cublasHandle_t h = blas(dev);
   storage(act, [&](auto t) {
     using S = decltype(t);
-    if (fused_forward)  // cuDNN failed to execute the backward: the plain forward again, for P in att (no dropout
-                        // on the fused path, so the same P); its out goes to dqkv, which backward overwrites
+    if (fused_forward) {  // cuDNN failed to execute the backward: the plain forward again, for P in att (no
+                          // dropout on the fused path, so the same P); its out goes to dqkv, which backward overwrites
       cuda::attention_forward<S>(h, kStream, static_cast<S*>(dqkv), static_cast<S*>(const_cast<void*>(att)),
                                  attention_work(dev, attention_work_bytes<S>(a)), static_cast<const S*>(qkv), a);
+      note_forward(att, false);  // att holds P now
+    }
     cuda::attention_backward<S>(h, kStream, static_cast<S*>(dqkv), static_cast<S*>(scratch),
                                 attention_work(dev, attention_work_bytes<S>(a)), static_cast<const S*>(dout),
                                 static_cast<const S*>(qkv), static_cast<const S*>(att), a);

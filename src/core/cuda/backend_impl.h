@@ -57,6 +57,7 @@ class Backend final : public CudaBackend {
   // ---- device, memory, copies (backend.cpp) ----
   int device_count(std::string* why) override;
   std::string device_name(int dev) override;
+  std::string device_pci_bus_id(int dev) override;
   void* malloc(size_t bytes, int dev) override;
   void free(void* ptr, int dev) override;
   void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) override;

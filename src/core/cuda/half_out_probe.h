@@ -1,6 +1,6 @@
 // The first-use check behind 16-bit matmul outputs written by cuBLAS
 // (CudaBackend::half_outputs_direct), as plain C++ with no CUDA header, so
-// the CPU tests check its inputs (tests/core/cuda/test_lt_plan.cpp).
+// the CPU tests check its inputs (tests/core/cuda/test_half_out_probe.cpp).
 //
 // A 16-bit matmul output is Lattice's rounding of the fp32 sum: round to
 // nearest even, overflow to infinity, subnormals kept (dtype.h's f32_to_bf16

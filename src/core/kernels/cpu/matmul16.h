@@ -13,8 +13,8 @@
 // emulation) go through a per-thread fp32 scratch (grow-only) in blocks of
 // rows, so it stays at most 64 MiB a thread for outputs past 2^24 elements.
 // These are the bits of the f32 ops under the same 16-bit matmuls on the
-// widened inputs, rounded once (test_ops_matmul16), except that oneDNN
-// flushes fp32 subnormal sums (below 2^-126) to zero.
+// widened inputs, rounded once (test_ops_matmul16), except where adding the
+// bias makes a sum subnormal (below 2^-126): oneDNN flushes it to zero.
 //
 // Activation gradients OVERWRITE; dweight and dbias ACCUMULATE (+=), fp32.
 #pragma once

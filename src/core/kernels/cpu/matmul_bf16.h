@@ -39,9 +39,9 @@ void gemm_bf16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 // from bf16 inputs packed as gemm_bf16_packed's: fp32 accumulation, the fp32
 // bias (n, or null) added, then one rounding to nearest even by oneDNN (its
 // bf16 destination). These are the bits of gemm_bf16_packed into fp32, the
-// bias added and f32_to_bf16 (test_ops_matmul16 checks it), except that
-// oneDNN's conversion (AVX512-BF16 vcvtneps2bf16) flushes fp32 subnormals
-// (below 2^-126) to zero.
+// bias added and f32_to_bf16 (test_ops_matmul16 checks it), except where
+// adding the bias makes a sum subnormal (below 2^-126): oneDNN flushes it to
+// zero (its products flush subnormals either way, fp32 output or bf16).
 void gemm_bf16_packed_out(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                           const uint16_t* b, const float* bias, uint16_t* c, int64_t ldc);
 
