@@ -26,6 +26,7 @@ namespace {
 
 struct Trace {
   std::vector<double> loss, norm;
+  std::vector<bool> skipped;  // fp16: the step's gradients were not finite, no update (loss scale backed off)
 };
 
 Trace run_steps(const Config& cfg, mesh::ProcessGroupMesh& mesh, std::optional<RankPlacement> placement,
@@ -39,6 +40,7 @@ Trace run_steps(const Config& cfg, mesh::ProcessGroupMesh& mesh, std::optional<R
     UpdateStats u = plugin.optimizer_step(step, optim::learning_rate(schedule, step));
     t.loss.push_back(s.valid_tokens > 0 ? s.loss_sum / double(s.valid_tokens) : 0.0);
     t.norm.push_back(u.grad_norm);
+    t.skipped.push_back(u.skipped);
   }
   return t;
 }
@@ -66,15 +68,31 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
   auto ref_mesh = create_job_mesh(ref_cfg, comm::self_group("world"));
   Trace ref = run_steps(ref_cfg, ref_mesh, placement);  // on this rank's own device
 
+  // fp16 adds which run skipped each step: a step one run skips and the
+  // other applies makes every later loss differ, and the table then says why.
+  const bool fp16 = cfg.runtime.precision == Precision::fp16;
+  auto skip_text = [&](size_t i) {
+    const bool a = ref.skipped[i], b = got.skipped[i];
+    return a && b ? "both" : a ? "1 rank" : b ? "layout" : "-";
+  };
   double worst = 0;
-  std::string table = fmt::format("{:>5}  {:>14}  {:>14}  {:>9}  {:>12}  {:>12}  {:>9}\n", "step", "loss (1 rank)",
-                                  "loss (layout)", "rel diff", "norm (1)", "norm (layout)", "rel diff");
+  std::string table =
+      fmt::format("{:>5}  {:>14}  {:>14}  {:>9}  {:>12}  {:>12}  {:>9}{}\n", "step", "loss (1 rank)", "loss (layout)",
+                  "rel diff", "norm (1)", "norm (layout)", "rel diff", fp16 ? "  skipped" : "");
+  std::string skips_differ;  // the steps skipped by one run only
   for (size_t i = 0; i < ref.loss.size(); ++i) {
     worst = std::max(worst, rel(got.loss[i], ref.loss[i]));
-    table += fmt::format("{:>5}  {:>14.9g}  {:>14.9g}  {:>9.2e}  {:>12.6g}  {:>12.6g}  {:>9.2e}\n", i + 1, ref.loss[i],
-                         got.loss[i], rel(got.loss[i], ref.loss[i]), ref.norm[i], got.norm[i],
-                         rel(got.norm[i], ref.norm[i]));
+    table += fmt::format("{:>5}  {:>14.9g}  {:>14.9g}  {:>9.2e}  {:>12.6g}  {:>12.6g}  {:>9.2e}{}\n", i + 1,
+                         ref.loss[i], got.loss[i], rel(got.loss[i], ref.loss[i]), ref.norm[i], got.norm[i],
+                         rel(got.norm[i], ref.norm[i]), fp16 ? fmt::format("  {:>7}", skip_text(i)) : "");
+    if (ref.skipped[i] != got.skipped[i])
+      skips_differ += fmt::format("{}{} ({})", skips_differ.empty() ? "" : ", ", i + 1, skip_text(i));
   }
+  if (!skips_differ.empty())
+    table += fmt::format(
+        "fp16: step {} skipped by one run only (non-finite gradients on one side of a 16-bit rounding): the runs "
+        "apply different updates from there on\n",
+        skips_differ);
   const bool ok = worst <= tolerance;
   if (mpi.world_rank() == 0) {
     std::fputs(fmt::format("verify-layout {}: tp={} pp={} dp={} against one rank, {} steps\n{}", cfg.source, layout.tp,

@@ -76,5 +76,15 @@ runtime: { seed: 11, threads: 1 }
   EXPECT_EQ(r.status, 0) << half << "\n" << r.out;
   EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(tolerance 1e-03)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  skipped\n"), std::string::npos) << "fp16 tables say which run skipped a step\n" << r.out;
+  // A loss scale of 2^40 overflows the fp16 gradients of step 1 in both runs;
+  // the backoff to 2^12 lets step 2 on. The table marks step 1 "both".
+  const std::string overflow = half +
+                               " train.steps=4 runtime.loss_scale.max=1.2e12 runtime.loss_scale.initial=1099511627776 "
+                               "runtime.loss_scale.backoff_factor=3.7252902984619140625e-09";
+  r = lattice::test::run_lattice(overflow, dir, 4);
+  EXPECT_EQ(r.status, 0) << overflow << "\n" << r.out;
+  EXPECT_NE(r.out.find("     both\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("skipped by one run only"), std::string::npos) << r.out;
   fs::remove_all(dir);
 }
