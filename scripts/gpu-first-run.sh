@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# scripts/gpu-first-run.sh: the first session on a machine with a GPU, in one
+# command (docs/gpu.md has the background and what to look at first).
+#
+# Runs these parts in order, each under its own time limit, going on past a
+# failure, each part's output in OUT/<part>.log:
+#   build   scripts/build.sh (incremental; the CUDA backend builds where nvcc is)
+#   info    bench_gpu_info: the devices, driver and runtime (exit 77: no GPU, stop)
+#   tests   the GPU tests and the host-side plans they rest on, through ctest
+#           (test_cuda_*, test_nccl_*, test_ops with its OpsCuda cases, the
+#           cuBLASLt, SDPA and half-output plans); test_cuda_training's entries
+#           skip, saying why, where there are fewer GPUs than their ranks
+#   cudnn   only when test_cuda_sdpa failed: it again with cuDNN's debug log
+#           (OUT/cudnn-debug.log says why a graph was refused)
+#   train   lattice train on configs/gpt2-tiny.yaml with runtime.device=cuda
+#           at fp32, bf16 and fp16 (the repo's sources as byte tokens)
+#   bench   bench/gpu/run.sh --precision bf16, one rank per visible GPU
+# and ends with a table: part, exit status, seconds, log.
+#
+# Usage: scripts/gpu-first-run.sh [--parts build,info,tests,cudnn,train,bench] [--out DIR]
+#   OUT defaults to $OUT (the folder the device tool brings back) or
+#   gpu-first-run-<UTC time>. BUILD_DIR as scripts/build.sh (default build).
+# Exit status: 0 every part passed; 1 a part failed; 77 no CUDA device; 2 bad usage.
+set -uo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo" || exit 2
+build="${BUILD_DIR:-build}"
+parts="build,info,tests,cudnn,train,bench"
+out="${OUT:-gpu-first-run-$(date -u +%Y%m%dT%H%M%SZ)}"
+while (( $# > 0 )); do
+  case "$1" in
+    --parts) parts="${2:?--parts needs a list}"; shift 2 ;;
+    --out) out="${2:?--out needs a folder}"; shift 2 ;;
+    *) echo "gpu-first-run.sh: unknown argument '$1' (usage: scripts/gpu-first-run.sh [--parts LIST] [--out DIR])" >&2
+       exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+wanted() { [[ ",$parts," == *",$1,"* ]]; }
+summary=()
+failed=0
+# part NAME LIMIT_S CMD...: runs CMD under `timeout`, its output to OUT/NAME.log and the
+# last lines to the terminal; records the status. Returns CMD's status.
+part() {
+  local name="$1" limit="$2"
+  shift 2
+  local log="$out/$name.log" start=$SECONDS rc=0
+  echo "== $name (limit ${limit} s): $*"
+  timeout "$limit" "$@" > "$log" 2>&1 || rc=$?
+  tail -n 15 "$log" | sed 's/^/   /'
+  (( rc == 124 )) && echo "   $name: stopped at its limit of $limit s"
+  summary+=("$(printf '%-7s %5s %7s  %s' "$name" "$rc" "$((SECONDS - start))" "$log")")
+  (( rc == 0 )) || failed=1
+  return "$rc"
+}
+
+if wanted build; then
+  part build 3600 scripts/build.sh
+fi
+info="$build/bin/bench_gpu_info"
+gpus=1
+if wanted info; then
+  if [[ ! -x "$info" ]]; then
+    echo "no CUDA device: cannot look: $info is not built (no CUDA toolkit found when configuring)"
+    exit 77
+  fi
+  rc=0
+  part info 120 "$info" || rc=$?
+  if (( rc == 77 )); then
+    grep -m1 'no CUDA device' "$out/info.log"
+    exit 77
+  fi
+  gpus="$("$info" --count 2> /dev/null || echo 1)"
+  command -v nvidia-smi > /dev/null && nvidia-smi > "$out/nvidia-smi.log" 2>&1
+fi
+
+sdpa_failed=0
+if wanted tests; then
+  part tests 1800 ctest --test-dir "$build" --output-on-failure -j 4 \
+    -R "test_cuda|test_nccl|^test_ops$|test_lt_plan|test_sdpa_plan|test_half_out_probe"
+  grep -q "test_cuda_sdpa .*Failed\|test_cuda_sdpa .*Exception" "$out/tests.log" && sdpa_failed=1
+fi
+if wanted cudnn && (( sdpa_failed )); then
+  part cudnn 600 env CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG="$out/cudnn-debug.log" "$build/tests/test_cuda_sdpa"
+fi
+
+if wanted train; then
+  mapfile -t inputs < <(find src docs -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.md' \) | sort)
+  part data 300 "$build/bin/lattice" data prepare --input "${inputs[@]}" --tokenizer bytes --out "$out/data/text" \
+    --val-tokens 65536
+  for precision in fp32 bf16 fp16; do
+    rm -rf "$out/runs/tiny-$precision"
+    part "train-$precision" 900 "$build/bin/lattice" train configs/gpt2-tiny.yaml runtime.device=cuda \
+      "runtime.precision=$precision" train.steps=40 train.eval_every=20 train.eval_steps=2 \
+      "data.train=$out/data/text_train_*.bin" "data.val=$out/data/text_val_*.bin" data.tokenizer=bytes \
+      data.vocab_dir= "log.dir=$out/runs/tiny-$precision" log.every=5 checkpoint.resume=never
+  done
+fi
+
+if wanted bench; then
+  part bench 2400 env STEPS=10 SKIP=3 bench/gpu/run.sh --precision bf16 --np "$gpus" --out "$out/bench"
+fi
+
+echo
+echo "part     exit seconds  log"
+printf '%s\n' "${summary[@]}"
+echo "logs and runs: $out"
+exit "$failed"
