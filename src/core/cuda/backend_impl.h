@@ -52,6 +52,25 @@ namespace lattice::cuda {
 // The stream every call uses: the device's legacy default stream.
 inline constexpr cudaStream_t kStream = nullptr;
 
+// A yes or no about a device that a first-use probe finds and that is then
+// kept: how cuBLAS(Lt) behaves there. Callers of one device wait for its
+// probe; a probe that throws leaves the question open for the next call.
+class DeviceVerdicts {
+ public:
+  template <typename Probe>  // bool probe()
+  bool get(int dev, Probe&& probe) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (size_t(dev) >= verdicts_.size()) verdicts_.resize(size_t(dev) + 1, 0);
+    int& v = verdicts_[size_t(dev)];
+    if (v == 0) v = probe() ? 1 : -1;
+    return v > 0;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<int> verdicts_;  // by device: 0 not probed yet, 1 yes, -1 no
+};
+
 class Backend final : public CudaBackend {
  public:
   // ---- device, memory, copies (backend.cpp) ----
@@ -271,6 +290,8 @@ class Backend final : public CudaBackend {
                            int64_t C, int64_t OC);
   void check_act16(const char* op, DType act) const;
   bool gelu_epilogue_ok(int dev);
+  bool probe_gelu_epilogue(int dev);
+  bool probe_half_outputs(int dev);
 
   // backend_kernels.cpp
   template <typename S>
@@ -308,11 +329,9 @@ class Backend final : public CudaBackend {
   std::vector<Workspace> dout16_;         // indexed by device: linear backward's fp32 dout rounded once; half_mu_
   std::vector<Workspace> acc16_;          // indexed by device: fp32 sums of 16-bit matmul outputs; half_mu_
   DType matmul_dtype_ = DType::f32;       // runtime.precision (set_matmul_dtype)
-  std::mutex half_out_mu_;
-  std::vector<int> half_out_[2];  // [bf16, f16], indexed by device: 0 unknown, 1 cuBLAS rounds as Lattice, -1 not
-  std::mutex gelu_mu_;
-  std::vector<int> gelu_epilogue_;  // indexed by device: 0 unknown, 1 cuBLASLt's GELU is ours, -1 it is not
-  CudnnSdpa sdpa_;                  // cuDNN fused attention: handles and built graphs
+  DeviceVerdicts half_out_[2];            // [bf16, f16]: cuBLAS rounds 16-bit outputs as Lattice (probe_half_outputs)
+  DeviceVerdicts gelu_epilogue_;          // cuBLASLt's GELU epilogue is Lattice's GELU (probe_gelu_epilogue)
+  CudnnSdpa sdpa_;                        // cuDNN fused attention: handles and built graphs
   std::mutex sdpa_mu_;
   std::vector<Workspace> sdpa_scratch_;        // indexed by device: its io copies and workspace; sdpa_mu_
   std::unordered_set<const void*> fused_att_;  // att buffers whose last forward was fused (O, Stats); sdpa_mu_

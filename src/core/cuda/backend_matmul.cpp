@@ -98,10 +98,11 @@ void Backend::gemm_ex(cublasHandle_t h, bool trans_a, bool trans_b, int64_t m, i
 // and keeps the fp32 scratch path.
 bool Backend::half_outputs_direct(int dev) {
   if (matmul_dtype_ == DType::f32) return false;
+  return half_out_[matmul_dtype_ == DType::bf16 ? 0 : 1].get(dev, [&] { return probe_half_outputs(dev); });
+}
+
+bool Backend::probe_half_outputs(int dev) {
   const bool bf16 = matmul_dtype_ == DType::bf16;
-  std::lock_guard<std::mutex> lock(half_out_mu_);
-  std::vector<int>& known = half_out_[bf16 ? 0 : 1];
-  if (size_t(dev) < known.size() && known[size_t(dev)] != 0) return known[size_t(dev)] > 0;
   const HalfOutProbe p = make_half_out_probe(bf16);
   // a | b | c, each at a 256-byte offset.
   const size_t na = p.a16.size(), nb = p.b16.size(), nc = p.expected.size(), stride = 128;
@@ -131,8 +132,6 @@ bool Backend::half_outputs_direct(int dev) {
                  "lattice: cuda:%d: cuBLAS does not write %s matmul outputs as Lattice rounds them (%s): they are "
                  "summed in fp32 scratch and rounded by Lattice's kernel\n",
                  dev, bf16 ? "bf16" : "fp16", why.c_str());
-  if (size_t(dev) >= known.size()) known.resize(size_t(dev) + 1, 0);
-  known[size_t(dev)] = why.empty() ? 1 : -1;
   return why.empty();
 }
 
@@ -216,10 +215,10 @@ void Backend::check_act16(const char* op, DType act) const {
 // cuBLASLt offers no algorithm with the epilogue for the probe, the
 // epilogue stays unused on that device.
 bool Backend::gelu_epilogue_ok(int dev) {
-  {
-    std::lock_guard<std::mutex> lock(gelu_mu_);
-    if (size_t(dev) < gelu_epilogue_.size() && gelu_epilogue_[size_t(dev)] != 0) return gelu_epilogue_[size_t(dev)] > 0;
-  }
+  return gelu_epilogue_.get(dev, [&] { return probe_gelu_epilogue(dev); });
+}
+
+bool Backend::probe_gelu_epilogue(int dev) {
   constexpr int64_t N = 8, C = 8, OC = 64;
   std::vector<float> host(size_t(N * C + OC * C + OC), 0.0f);
   float* h_inp = host.data();
@@ -264,9 +263,6 @@ bool Backend::gelu_epilogue_ok(int dev) {
                  "lattice: cuda:%d: cuBLASLt's GELU epilogue differs from Lattice's GELU (tanh form) by up to %.3g: "
                  "linear + GELU runs as a matmul and the GELU kernel\n",
                  dev, worst);
-  std::lock_guard<std::mutex> lock(gelu_mu_);
-  if (size_t(dev) >= gelu_epilogue_.size()) gelu_epilogue_.resize(size_t(dev) + 1, 0);
-  gelu_epilogue_[size_t(dev)] = ok ? 1 : -1;
   return ok;
 }
 

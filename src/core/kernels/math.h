@@ -24,13 +24,21 @@ template <typename T>
 struct GeluSigmoids {
   T s, s_neg, du_dx;  // sigmoid(2u), sigmoid(-2u) = 1 - sigmoid(2u), du / dx
 };
-template <typename T>
-LATTICE_HD GeluSigmoids<T> gelu_sigmoids(T x) {
-  using std::exp;
+// The exp gelu_sigmoids takes by default (std's: expf for float); the CPU's
+// float kernel passes its vectorisable exp_f32 instead.
+struct StdExp {
+  template <typename T>
+  LATTICE_HD T operator()(T v) const {
+    using std::exp;
+    return exp(v);
+  }
+};
+template <typename T, typename Exp = StdExp>
+LATTICE_HD GeluSigmoids<T> gelu_sigmoids(T x, Exp exp_of = {}) {
   using std::fabs;
   const T k = T(0.7978845608028654), c = T(0.044715);  // sqrt(2 / pi)
   const T u = k * (x + c * x * x * x);
-  const T a = exp(T(-2) * fabs(u));  // in [0, 1]
+  const T a = exp_of(T(-2) * fabs(u));  // in [0, 1]
   const T d = T(1) / (T(1) + a);
   const bool pos = u >= T(0);
   return {pos ? d : a * d, pos ? a * d : d, k * (T(1) + T(3) * c * x * x)};

@@ -17,13 +17,8 @@ constexpr int64_t kParallelMin = 1 << 14;
 // GELU (tanh form) and its derivative, the formulas of math::gelu and
 // math::gelu_grad (sigmoids of 2u, so neither tail cancels); float takes the
 // vectorisable exp, double (the gradient checks) and the CUDA kernels math.h's.
-constexpr float kGeluK = 0.7978845608028654f, kGeluC = 0.044715f;
 inline math::GeluSigmoids<float> gelu_sigmoids_f32(float x) {
-  const float u = kGeluK * (x + kGeluC * x * x * x);
-  const float a = exp_f32(-2.0f * std::fabs(u));
-  const float d = 1.0f / (1.0f + a);
-  const bool pos = u >= 0.0f;
-  return {pos ? d : a * d, pos ? a * d : d, kGeluK * (1.0f + 3.0f * kGeluC * x * x)};
+  return math::gelu_sigmoids(x, [](float v) { return exp_f32(v); });
 }
 inline float gelu_val(float x) { return x * gelu_sigmoids_f32(x).s; }
 inline double gelu_val(double x) { return math::gelu(x); }

@@ -51,16 +51,21 @@ void f32_to_bf16_n(uint16_t* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
-void gemm_bf16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-                      const uint16_t* b, float beta, float* c, int64_t ldc) {
-#ifndef LATTICE_HAVE_DNNL
-  LATTICE_FAIL("gemm_bf16: this build has no oneDNN");
-#else
+namespace {
+
+#ifdef LATTICE_HAVE_DNNL
+// One oneDNN matmul: c (m, n) of type c_type, row stride ldc, = alpha op(a)
+// op(b) (+ bias (n), f32) (+ beta c), a and b bf16 packed in their stored
+// layouts ((m, k) or (k, m); (k, n) or (n, k)), fp32 accumulation.
+void dnnl_matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                 const uint16_t* b, const float* bias, float beta, void* c, dnnl::memory::data_type c_type,
+                 int64_t ldc) {
   using dnnl::memory;
   // Logical (m, k) and (k, n) with the transposes as strides; c (m, n) with row stride ldc.
   const memory::desc ad({m, k}, memory::data_type::bf16, trans_a ? memory::dims{1, m} : memory::dims{k, 1});
   const memory::desc bd({k, n}, memory::data_type::bf16, trans_b ? memory::dims{1, k} : memory::dims{n, 1});
-  const memory::desc cd({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
+  const memory::desc cd({m, n}, c_type, memory::dims{ldc, 1});
+  const memory::desc biasd({1, n}, memory::data_type::f32, memory::dims{n, 1});
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
@@ -69,10 +74,24 @@ void gemm_bf16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
     attr.set_post_ops(po);
   }
   Dnnl& d = dnnl_ctx();
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), attr, d.eng);
+  const dnnl::matmul::primitive_desc pd(bias ? dnnl::matmul::desc(ad, bd, biasd, cd) : dnnl::matmul::desc(ad, bd, cd),
+                                        attr, d.eng);
   memory am(ad, d.eng, const_cast<uint16_t*>(a)), bm(bd, d.eng, const_cast<uint16_t*>(b)), cm(cd, d.eng, c);
-  dnnl::matmul(pd).execute(d.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(biasd, d.eng, const_cast<float*>(bias)));
+  dnnl::matmul(pd).execute(d.stream, args);
   d.stream.wait();
+}
+#endif
+
+}  // namespace
+
+void gemm_bf16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                      const uint16_t* b, float beta, float* c, int64_t ldc) {
+#ifndef LATTICE_HAVE_DNNL
+  LATTICE_FAIL("gemm_bf16: this build has no oneDNN");
+#else
+  dnnl_matmul(trans_a, trans_b, m, n, k, alpha, a, b, nullptr, beta, c, dnnl::memory::data_type::f32, ldc);
 #endif
 }
 
@@ -81,21 +100,7 @@ void gemm_bf16_packed_out(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
 #ifndef LATTICE_HAVE_DNNL
   LATTICE_FAIL("gemm_bf16: this build has no oneDNN");
 #else
-  using dnnl::memory;
-  const memory::desc ad({m, k}, memory::data_type::bf16, trans_a ? memory::dims{1, m} : memory::dims{k, 1});
-  const memory::desc bd({k, n}, memory::data_type::bf16, trans_b ? memory::dims{1, k} : memory::dims{n, 1});
-  const memory::desc cd({m, n}, memory::data_type::bf16, memory::dims{ldc, 1});
-  const memory::desc biasd({1, n}, memory::data_type::f32, memory::dims{n, 1});
-  dnnl::primitive_attr attr;
-  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-  Dnnl& d = dnnl_ctx();
-  const dnnl::matmul::primitive_desc pd(bias ? dnnl::matmul::desc(ad, bd, biasd, cd) : dnnl::matmul::desc(ad, bd, cd),
-                                        attr, d.eng);
-  memory am(ad, d.eng, const_cast<uint16_t*>(a)), bm(bd, d.eng, const_cast<uint16_t*>(b)), cm(cd, d.eng, c);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, memory(biasd, d.eng, const_cast<float*>(bias)));
-  dnnl::matmul(pd).execute(d.stream, args);
-  d.stream.wait();
+  dnnl_matmul(trans_a, trans_b, m, n, k, alpha, a, b, bias, 0.0f, c, dnnl::memory::data_type::bf16, ldc);
 #endif
 }
 
