@@ -113,9 +113,14 @@ TEST_P(Matmul16, LinearBackwardIsTheF32OpOnTheWidenedValues) {
             else
               expect_rounded_equal(got[0], ref[0]);
           }
-          if (parts & 2) EXPECT_TRUE(bitwise_equal(got[1], ref[1])) << "dweight";
-          if (!(parts & 2)) EXPECT_TRUE(bitwise_equal(got[1], dw0)) << "dweight untouched";
-          if (parts & 4) EXPECT_TRUE(bitwise_equal(got[2], ref[2])) << "dbias";
+          if (parts & 2) {
+            EXPECT_TRUE(bitwise_equal(got[1], ref[1])) << "dweight";
+          } else {
+            EXPECT_TRUE(bitwise_equal(got[1], dw0)) << "dweight untouched";
+          }
+          if (parts & 4) {
+            EXPECT_TRUE(bitwise_equal(got[2], ref[2])) << "dbias";
+          }
         }
   }
 }

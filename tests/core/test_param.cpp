@@ -74,7 +74,9 @@ TEST(TpShard, EveryLogicalElementLivesOnExactlyOneRank) {
         }
       }
       for (int c : seen) ASSERT_EQ(c, 1) << s.name << " tp=" << tp;
-      if (s.placement == Placement::vocab) EXPECT_EQ(padding, (padded_vocab(50, {0, tp, 8}) - 50) * 4);
+      if (s.placement == Placement::vocab) {
+        EXPECT_EQ(padding, (padded_vocab(50, {0, tp, 8}) - 50) * 4);
+      }
     }
   }
 }

@@ -18,7 +18,7 @@
 namespace lattice::optim {
 namespace {
 
-LossScaleConfig small(double initial, int64_t interval) {
+LossScaleConfig small(double initial, int interval) {
   return {.initial = initial, .growth_interval = interval, .min = 1.0, .max = 1024.0};
 }
 

@@ -132,7 +132,9 @@ void expect_linear_backward_matches_cpu(const Case& c, Grads g = {}) {
                        weight);
   ops::linear_backward(g.dinp ? &dinp_g : nullptr, g.dweight ? &dweight_g : nullptr, g.dbias ? &dbias_g : nullptr,
                        dout_g, inp_g, weight_g);
-  if (g.dinp) EXPECT_TENSOR_NEAR(dinp_g.on_host(), dinp, tolerance(DType::f32));
+  if (g.dinp) {
+    EXPECT_TENSOR_NEAR(dinp_g.on_host(), dinp, tolerance(DType::f32));
+  }
   EXPECT_TENSOR_NEAR(dweight_g.on_host(), dweight, tolerance(DType::f32));
   EXPECT_TENSOR_NEAR(dbias_g.on_host(), dbias, tolerance(DType::f32));
 }

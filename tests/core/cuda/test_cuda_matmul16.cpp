@@ -120,7 +120,7 @@ TEST_F(CudaOps, Linear16MatchesCpu) {
   for (DType d : kAct16) {
     {  // which path the outputs without a bias took: a speed note, either is correct
       const GpuMatmuls on(d);
-      std::printf("%s outputs without a bias: %s\n", dtype_name(d),
+      std::printf("%s outputs without a bias: %s\n", std::string(dtype_name(d)).c_str(),
                   cuda_backend().half_outputs_direct(0) ? "rounded by cuBLAS"
                                                         : "fp32 scratch (the probe's stderr line says why)");
     }
