@@ -98,6 +98,8 @@ cudnnPointwiseMode_t pointwise_mode(SdpaPw m) {
       return CUDNN_POINTWISE_BINARY_SELECT;
     case SdpaPw::gen_index:
       return CUDNN_POINTWISE_GEN_INDEX;
+    case SdpaPw::identity:
+      return CUDNN_POINTWISE_IDENTITY;
   }
   return CUDNN_POINTWISE_ADD;
 }
@@ -108,13 +110,11 @@ Desc tensor_desc(const SdpaTensor& t, SdpaDType io) {
   // tensors start at a multiple of 8 elements into a buffer aligned to
   // kSdpaIoTensorAlign at least (K and V sit C elements into each qkv row, C
   // a multiple of 8; sdpa_staging copies a less aligned buffer), so 16
-  // bytes; the one f32 tensor in memory, Stats, at kSdpaStatsAlign; fp32
-  // by-value scalars 4.
-  const int64_t align = t.by_value()              ? 4
-                        : t.elem == SdpaElem::io  ? int64_t(kSdpaIoTensorAlign)
-                        : t.is_virtual()          ? 16
-                        : t.elem == SdpaElem::f32 ? int64_t(kSdpaStatsAlign)
-                                                  : 4;
+  // bytes; the f32 tensors in memory at kSdpaStatsAlign (Stats) or more
+  // (softmax_sum and dQ_accum at kSdpaIoAlign in scratch). Virtual and
+  // by-value tensors say 16, as cudnn-frontend's do.
+  static_assert(kSdpaIoTensorAlign == 16 && kSdpaStatsAlign == 16);
+  const int64_t align = 16;
   d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, data_type(t.elem, io), "tensor data type")
       .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, t.dims.data(), 4, "tensor dims")
       .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, t.strides.data(), 4, "tensor strides")
@@ -142,7 +142,10 @@ void op_desc(std::deque<Desc>& keep, std::vector<cudnnBackendDescriptor_t>& ops,
   switch (o.kind) {
     case SdpaOpKind::matmul: {
       Desc& mm = keep.emplace_back(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
-      mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, f32, "matmul compute type").finalize("matmul");
+      const double padding = 0.0;  // cudnn-frontend sets it on every matmul
+      mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, f32, "matmul compute type")
+          .set(CUDNN_ATTR_MATMUL_PADDING_VALUE, CUDNN_TYPE_DOUBLE, padding, "matmul padding value")
+          .finalize("matmul");
       Desc& op = keep.emplace_back(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
       op.set(CUDNN_ATTR_OPERATION_MATMUL_ADESC, t(o.x), "matmul A")
           .set(CUDNN_ATTR_OPERATION_MATMUL_BDESC, t(o.b), "matmul B")
@@ -155,7 +158,8 @@ void op_desc(std::deque<Desc>& keep, std::vector<cudnnBackendDescriptor_t>& ops,
     case SdpaOpKind::pointwise: {
       Desc& pw = keep.emplace_back(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
       pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, pointwise_mode(o.pw), "pointwise mode")
-          .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, f32, "pointwise precision");
+          .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, data_type(o.math, SdpaDType::bf16),
+               "pointwise precision");
       if (o.pw == SdpaPw::gen_index) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, o.axis, "gen_index axis");
       pw.finalize("pointwise");
       Desc& op = keep.emplace_back(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
@@ -172,8 +176,12 @@ void op_desc(std::deque<Desc>& keep, std::vector<cudnnBackendDescriptor_t>& ops,
       const cudnnReduceTensorOp_t mode =
           o.reduce == SdpaReduce::max ? CUDNN_REDUCE_TENSOR_MAX : CUDNN_REDUCE_TENSOR_ADD;
       red.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, mode, "reduction mode")
-          .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, f32, "reduction compute type")
-          .finalize("reduction");
+          .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, f32, "reduction compute type");
+      if (cudnnGetVersion() >= 91100) {  // as cudnn-frontend: said from 9.11 on, never before
+        const bool deterministic = false;
+        red.set(CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC, CUDNN_TYPE_BOOLEAN, deterministic, "reduction determinism");
+      }
+      red.finalize("reduction");
       Desc& op = keep.emplace_back(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
       op.set(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, t(o.x), "reduction x")
           .set(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, t(o.y), "reduction y")
@@ -289,6 +297,8 @@ struct CudnnSdpa::Impl {
     auto [it, fresh] = cache.try_emplace(key);
     if (!fresh) return it->second;
     try {
+      const std::string too_old = sdpa_version_refusal(int64_t(cudnnGetVersion()), s);
+      if (!too_old.empty()) throw Refused{too_old};
       cudnnHandle_t h = handle(dev);
       it->second.fwd = build(h, sdpa_graph(s, SdpaPass::forward), s.dtype);
       it->second.bwd = build(h, sdpa_graph(s, SdpaPass::backward), s.dtype);
@@ -306,41 +316,64 @@ struct CudnnSdpa::Impl {
     if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());  // once per process
   }
 
+  // Where a pass's buffers are (null: not in this pass).
+  struct Pointers {
+    const void* qkv = nullptr;
+    char* out = nullptr;
+    const void* dout = nullptr;
+    void* dqkv = nullptr;
+    char* stats = nullptr;
+    char* softmax_sum = nullptr;
+    char* dq_accum = nullptr;
+    void* workspace = nullptr;
+  };
+
   // Runs a built graph; returns "" or, when cuDNN fails to execute it (the
   // variant pack or cudnnBackendExecute), its error.
-  std::string run(int dev, cudaStream_t stream, const Built& b, const SdpaShape& s, const void* qkv, char* out,
-                  const void* dout, void* dqkv, char* stats, void* workspace) {
-    const float scale = 1.0f / std::sqrt(float(s.HS)), mask_value = std::numeric_limits<float>::lowest();
+  std::string run(int dev, cudaStream_t stream, const Built& b, const SdpaShape& s, const Pointers& p) {
+    const float scale = 1.0f / std::sqrt(float(s.HS)), one = 1.0f;
+    const float mask_value = sdpa_mask_value(int64_t(cudnnGetVersion()));
     std::vector<int64_t> uids;
     std::vector<void*> ptrs;
+    auto value = [](const float& v) { return reinterpret_cast<char*>(const_cast<float*>(&v)); };
     for (const SdpaTensor& t : b.graph.tensors) {
       if (t.is_virtual()) continue;
       char* base = nullptr;
       switch (t.buffer) {
         case SdpaBuffer::qkv:
-          base = static_cast<char*>(const_cast<void*>(qkv));  // read only: an input of both graphs
+          base = static_cast<char*>(const_cast<void*>(p.qkv));  // read only: an input of both graphs
           break;
         case SdpaBuffer::out:
-          base = out;
+          base = p.out;
           break;
         case SdpaBuffer::dout:
-          base = static_cast<char*>(const_cast<void*>(dout));  // read only
+          base = static_cast<char*>(const_cast<void*>(p.dout));  // read only
           break;
         case SdpaBuffer::dqkv:
-          base = static_cast<char*>(dqkv);
+          base = static_cast<char*>(p.dqkv);
           break;
         case SdpaBuffer::stats:
-          base = stats;
+          base = p.stats;
+          break;
+        case SdpaBuffer::softmax_sum:
+          base = p.softmax_sum;
+          break;
+        case SdpaBuffer::dq_accum:
+          base = p.dq_accum;
           break;
         case SdpaBuffer::scale:
-          base = reinterpret_cast<char*>(const_cast<float*>(&scale));
+          base = value(scale);
           break;
         case SdpaBuffer::mask_value:
-          base = reinterpret_cast<char*>(const_cast<float*>(&mask_value));
+          base = value(mask_value);
+          break;
+        case SdpaBuffer::one:
+          base = value(one);
           break;
         case SdpaBuffer::none:
           break;
       }
+      LATTICE_CHECK(base != nullptr, "cuda attention: tensor {} of the fused graph has no buffer", t.name);
       uids.push_back(t.uid);
       ptrs.push_back(base + t.offset * int64_t(elem_bytes(t.elem)));
     }
@@ -351,6 +384,7 @@ struct CudnnSdpa::Impl {
                                            int64_t(uids.size()), uids.data()));
       CUDNN_CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
                                            int64_t(ptrs.size()), ptrs.data()));
+      void* workspace = p.workspace;
       CUDNN_CHECK(
           cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace));
       CUDNN_CHECK(cudnnBackendFinalize(pack));
@@ -394,7 +428,7 @@ size_t CudnnSdpa::scratch_bytes(int dev, const SdpaShape& s, SdpaPass pass, cons
   const Impl::Graphs& g = impl_->graphs(dev, s);
   LATTICE_CHECK(g.fwd != nullptr, "cuda attention: the fused path was asked for a shape cuDNN refused");
   const Built& b = pass == SdpaPass::forward ? *g.fwd : *g.bwd;
-  return sdpa_scratch_layout(s, staged, b.workspace).end;
+  return sdpa_scratch_layout(s, pass, staged, b.workspace).end;
 }
 
 namespace {
@@ -428,13 +462,16 @@ bool CudnnSdpa::forward(int dev, cudaStream_t stream, void* out, void* att, cons
   std::lock_guard<std::mutex> lock(impl_->mu);
   const Impl::Graphs& g = impl_->graphs(dev, s);
   LATTICE_CHECK(g.fwd != nullptr, "cuda attention: the fused path was asked for a shape cuDNN refused");
-  const SdpaScratchLayout l = sdpa_scratch_layout(s, staged, g.fwd->workspace);
+  const SdpaScratchLayout l = sdpa_scratch_layout(s, SdpaPass::forward, staged, g.fwd->workspace);
   const SdpaSavedLayout saved = sdpa_saved_layout(s, reinterpret_cast<uintptr_t>(att));
   char* base = static_cast<char*>(scratch);
   char* att_bytes = static_cast<char*>(att);
-  const void* q = io_input(stream, s, staged.qkv, base + l.qkv, qkv, sdpa_qkv_elems(s));
-  const std::string failed = impl_->run(dev, stream, *g.fwd, s, q, att_bytes + saved.out, nullptr, nullptr,
-                                        att_bytes + saved.stats, base + l.workspace);
+  Impl::Pointers p;
+  p.qkv = io_input(stream, s, staged.qkv, base + l.qkv, qkv, sdpa_qkv_elems(s));
+  p.out = att_bytes + saved.out;
+  p.stats = att_bytes + saved.stats;
+  p.workspace = base + l.workspace;
+  const std::string failed = impl_->run(dev, stream, *g.fwd, s, p);
   if (!failed.empty()) {
     impl_->refuse_after_run(dev, s, "forward", failed);
     return false;
@@ -448,15 +485,24 @@ bool CudnnSdpa::backward(int dev, cudaStream_t stream, void* dqkv, const void* d
   std::lock_guard<std::mutex> lock(impl_->mu);
   const Impl::Graphs& g = impl_->graphs(dev, s);
   LATTICE_CHECK(g.bwd != nullptr, "cuda attention: the fused path was asked for a shape cuDNN refused");
-  const SdpaScratchLayout l = sdpa_scratch_layout(s, staged, g.bwd->workspace);
+  const SdpaScratchLayout l = sdpa_scratch_layout(s, SdpaPass::backward, staged, g.bwd->workspace);
   const SdpaSavedLayout saved = sdpa_saved_layout(s, reinterpret_cast<uintptr_t>(att));
   char* base = static_cast<char*>(scratch);
   char* att_bytes = const_cast<char*>(static_cast<const char*>(att));  // read only: O and Stats are inputs
-  const void* q = io_input(stream, s, staged.qkv, base + l.qkv, qkv, sdpa_qkv_elems(s));
-  const void* d = io_input(stream, s, staged.dout, base + l.dout, dout, sdpa_out_elems(s));
+  Impl::Pointers p;
+  p.qkv = io_input(stream, s, staged.qkv, base + l.qkv, qkv, sdpa_qkv_elems(s));
+  p.dout = io_input(stream, s, staged.dout, base + l.dout, dout, sdpa_out_elems(s));
   void* dq = staged.dqkv ? base + l.dqkv : dqkv;
-  const std::string failed =
-      impl_->run(dev, stream, *g.bwd, s, q, att_bytes + saved.out, d, dq, att_bytes + saved.stats, base + l.workspace);
+  p.dqkv = dq;
+  p.out = att_bytes + saved.out;
+  p.stats = att_bytes + saved.stats;
+  p.softmax_sum = base + l.softmax_sum;
+  p.dq_accum = base + l.dq_accum;
+  p.workspace = base + l.workspace;
+  // cudnn-frontend zeroes dQ_accum only below cuDNN 9.6 (later engines clear it themselves); zeroing it always costs
+  // one memset and holds whichever engine runs.
+  CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, sdpa_dq_accum_bytes(s), stream));
+  const std::string failed = impl_->run(dev, stream, *g.bwd, s, p);
   if (!failed.empty()) {
     impl_->refuse_after_run(dev, s, "backward", failed);
     return false;

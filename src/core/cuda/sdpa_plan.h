@@ -17,16 +17,25 @@
 // 2C for V (offset). A transposed operand (K^T, V^T) is the same memory with the last two dims and strides swapped; a
 // transposed virtual tensor (P^T, dS^T) is a reshape op.
 //
-// The graphs (each op's inputs and output by uid, in graph order):
+// The graphs (each op's inputs and output by uid, in graph order) are the
+// ones cudnn-frontend 1.16-1.18 emits for this attention (its
+// CompositeSDPANode and CompositeSDPABackwardNode, read 2026-11-24), node for
+// node, since cuDNN's fused-attention engines recognise graphs by their form:
 //   forward:  S = Q K^T; S *= scale; [causal: row = index(S, 2),
 //             col = index(S, 3), keep = row >= col, S = keep ? S : mask];
 //             M = rowmax(S); E = exp(S - M); Z = rowsum(E);
 //             Stats = M + log(Z); P = E / Z; O = P V.
-//   backward: S as above; P = exp(S - Stats); dV = P^T dO; dP = dO V^T;
-//             D = rowsum(dO * O); dS = P (dP - D) scale; dQ = dS K;
-//             dK = dS^T Q.
-// Masked scores take the most negative finite float, not -inf, so no
-// intermediate is inf - inf.
+//   backward: D = rowsum(dO * O) * 1 into softmax_sum (f32, in scratch);
+//             S = Q K^T; S *= scale; S -= Stats; [causal mask as above];
+//             E = exp(S); dV = E^T dO; dP = dO V^T; dS = (dP - D) E scale
+//             (f32); dK = dS^T Q; dQ_accum = dS K (f32, in scratch; K a
+//             reshape of K^T); dQ = identity(dQ_accum).
+// The scale is one by-value tensor, read by every multiply that needs it.
+// Masked scores take -inf where cuDNN is 9.10 or newer, the most negative
+// finite float before (sdpa_mask_value, as cudnn-frontend): the mask comes
+// after the row maximum's operand in the forward (each row keeps its
+// diagonal, so the maximum is finite) and after Stats is subtracted in the
+// backward, so no intermediate is inf - inf.
 //
 // The saved state: forward's `att` buffer, (B, NH, T, T) of the activation
 // type on the plain path (f32, or the io type under act16), holds Stats and
@@ -42,6 +51,7 @@
 #include <array>
 #include <compare>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -77,14 +87,17 @@ inline bool sdpa_supported(const SdpaShape& s, std::string* why);
 
 // Where the buffers the graph sees live.
 enum class SdpaBuffer {
-  none,        // virtual: never in memory
-  qkv,         // io copy of qkv (B, T, 3C)
-  out,         // io O (B, T, C), in the saved buffer
-  dout,        // io copy of dout (B, T, C)
-  dqkv,        // io dqkv (B, T, 3C)
-  stats,       // f32 (B, NH, T), in the saved buffer
-  scale,       // by value: f32 scale
-  mask_value,  // by value: f32 score of a masked entry
+  none,         // virtual: never in memory
+  qkv,          // io copy of qkv (B, T, 3C)
+  out,          // io O (B, T, C), in the saved buffer
+  dout,         // io copy of dout (B, T, C)
+  dqkv,         // io dqkv (B, T, 3C)
+  stats,        // f32 (B, NH, T), in the saved buffer
+  softmax_sum,  // f32 (B, NH, T) rowsum(dO * O), in the backward's scratch
+  dq_accum,     // f32 (B, NH, T, HS) dQ before its rounding, in the backward's scratch (zeroed before each run)
+  scale,        // by value: f32 scale
+  mask_value,   // by value: f32 score of a masked entry (sdpa_mask_value)
+  one,          // by value: f32 1
 };
 enum class SdpaElem { io, f32, i32, boolean };
 
@@ -96,22 +109,26 @@ struct SdpaTensor {
   SdpaBuffer buffer = SdpaBuffer::none;
   int64_t offset = 0;  // elements from the buffer's start
   bool is_virtual() const { return buffer == SdpaBuffer::none; }
-  bool by_value() const { return buffer == SdpaBuffer::scale || buffer == SdpaBuffer::mask_value; }
+  bool by_value() const {
+    return buffer == SdpaBuffer::scale || buffer == SdpaBuffer::mask_value || buffer == SdpaBuffer::one;
+  }
 };
 
 enum class SdpaOpKind { matmul, pointwise, reduction, reshape };
-enum class SdpaPw { add, sub, mul, div, exp, log, cmp_ge, binary_select, gen_index };
+enum class SdpaPw { add, sub, mul, div, exp, log, cmp_ge, binary_select, gen_index, identity };
 enum class SdpaReduce { add, max };
 
 // y = op(x [, b] [, t]). matmul: y = x b; pointwise binary_select: y = t ? x : b;
 // gen_index: y = the index of each element of x along `axis`; reduction: over
 // the dims where y has extent 1; reshape: y is x in y's dims and strides.
+// A pointwise op computes in `math` (f32, or boolean for a comparison).
 struct SdpaOp {
   SdpaOpKind kind = SdpaOpKind::pointwise;
   SdpaPw pw = SdpaPw::add;
   SdpaReduce reduce = SdpaReduce::add;
   int64_t axis = 0;
   int64_t x = 0, b = 0, t = 0, y = 0;  // uids; 0 = unused
+  SdpaElem math = SdpaElem::f32;
 };
 
 struct SdpaGraph {
@@ -145,11 +162,23 @@ inline SdpaStaging sdpa_staging(const SdpaShape& s, SdpaPass pass, uint64_t qkv,
 
 // Byte offsets in a pass's scratch (at a kSdpaIoAlign-aligned address): the
 // staged copies, each kSdpaIoAlign-aligned and present only when staged,
-// then cuDNN's workspace of `workspace` bytes.
+// then the backward's f32 dQ_accum and softmax_sum, then cuDNN's workspace
+// of `workspace` bytes.
 struct SdpaScratchLayout {
-  uint64_t qkv = 0, dout = 0, dqkv = 0, workspace = 0, end = 0;
+  uint64_t qkv = 0, dout = 0, dqkv = 0, dq_accum = 0, softmax_sum = 0, workspace = 0, end = 0;
 };
-inline SdpaScratchLayout sdpa_scratch_layout(const SdpaShape& s, const SdpaStaging& staged, int64_t workspace);
+inline SdpaScratchLayout sdpa_scratch_layout(const SdpaShape& s, SdpaPass pass, const SdpaStaging& staged,
+                                             int64_t workspace);
+inline uint64_t sdpa_dq_accum_bytes(const SdpaShape& s) { return uint64_t(s.B * s.NH * s.T * s.HS) * 4; }
+
+// What depends on the cuDNN library the process runs with (cudnnGetVersion,
+// e.g. 91900 for 9.19.0). The masked score: -inf from 9.10, the most
+// negative finite float before. Why that library cannot take the shape, ""
+// when it can: up to 9.15.0 the backward needs T a multiple of 128
+// (cudnn-frontend adds a padding mask for it there; Lattice takes the plain
+// path instead).
+inline float sdpa_mask_value(int64_t cudnn_version);
+inline std::string sdpa_version_refusal(int64_t cudnn_version, const SdpaShape& s);
 
 // What the built graphs of a call depend on: the device and the shape (a
 // supported shape has no dropout and no key mask), the key of the backend's
@@ -255,26 +284,34 @@ struct Builder {
     op({.kind = SdpaOpKind::reduction, .reduce = mode, .x = x, .y = y});
     return y;
   }
-  // y: x (b, h, s, s) transposed in its last two dims, io-typed (a matmul operand).
-  int64_t transposed(int64_t x, const char* name) {
-    const Dims d = g.tensor(x).dims;
-    const int64_t y = tensor(name, {d[0], d[1], d[3], d[2]}, {d[1] * d[2] * d[3], d[2] * d[3], 1, d[3]}, SdpaElem::io);
+  // y: x in new dims and strides (a reshape op).
+  int64_t reshape(int64_t x, const char* name, const Dims& dims, const Dims& strides, SdpaElem elem) {
+    const int64_t y = tensor(name, dims, strides, elem);
     op({.kind = SdpaOpKind::reshape, .x = x, .y = y});
     return y;
   }
-  // S = scale Q K^T with the causal mask: the scores both passes start from.
-  int64_t scores(const SdpaShape& s, int64_t q, int64_t kt) {
+  // y: x (b, h, s, s) transposed in its last two dims, io-typed (a matmul operand).
+  int64_t transposed(int64_t x, const char* name) {
+    const Dims d = g.tensor(x).dims;
+    return reshape(x, name, {d[0], d[1], d[3], d[2]}, {d[1] * d[2] * d[3], d[2] * d[3], 1, d[3]}, SdpaElem::io);
+  }
+  // S = scale Q K^T: the scores both passes start from.
+  int64_t scaled_scores(const SdpaShape& s, int64_t q, int64_t kt, int64_t scale) {
     const int64_t S = temp("S", {s.B, s.NH, s.T, s.T});
     matmul(q, kt, S);
-    const int64_t scaled = pw(SdpaPw::mul, S, scalar("scale", SdpaBuffer::scale), "S*scale");
-    if (!s.causal) return scaled;
-    const int64_t row = temp("row", g.tensor(scaled).dims, SdpaElem::i32);
-    pointwise(SdpaPw::gen_index, scaled, 0, row, 0, 2);
-    const int64_t col = temp("col", g.tensor(scaled).dims, SdpaElem::i32);
-    pointwise(SdpaPw::gen_index, scaled, 0, col, 0, 3);
-    const int64_t keep = pw(SdpaPw::cmp_ge, row, col, "row>=col", SdpaElem::boolean);
-    const int64_t masked = temp("S masked", g.tensor(scaled).dims);
-    pointwise(SdpaPw::binary_select, scaled, scalar("mask value", SdpaBuffer::mask_value), masked, keep);
+    return pw(SdpaPw::mul, S, scale, "S*scale");
+  }
+  // x where row >= column, the mask value elsewhere (causal); x itself otherwise.
+  int64_t causal_mask(const SdpaShape& s, int64_t x) {
+    if (!s.causal) return x;
+    const int64_t row = temp("row", g.tensor(x).dims, SdpaElem::i32);
+    pointwise(SdpaPw::gen_index, x, 0, row, 0, 2);
+    const int64_t col = temp("col", g.tensor(x).dims, SdpaElem::i32);
+    pointwise(SdpaPw::gen_index, x, 0, col, 0, 3);
+    const int64_t keep = temp("row>=col", g.tensor(x).dims, SdpaElem::boolean);
+    op({.kind = SdpaOpKind::pointwise, .pw = SdpaPw::cmp_ge, .x = row, .b = col, .y = keep, .math = SdpaElem::boolean});
+    const int64_t masked = temp("masked", g.tensor(x).dims);
+    pointwise(SdpaPw::binary_select, x, scalar("mask value", SdpaBuffer::mask_value), masked, keep);
     return masked;
   }
 };
@@ -317,7 +354,7 @@ inline SdpaGraph sdpa_graph(const SdpaShape& s, SdpaPass pass) {
   const int64_t kt = g.tensor("K^T", bhds, in3_t, io, B::qkv, C);
   if (pass == SdpaPass::forward) {
     const int64_t v = g.tensor("V", bhsd, in3, io, B::qkv, 2 * C);
-    const int64_t S = g.scores(s, q, kt);
+    const int64_t S = g.causal_mask(s, g.scaled_scores(s, q, kt, g.scalar("scale", B::scale)));
     const int64_t M = g.reduce(SdpaReduce::max, S, "rowmax");
     const int64_t E = g.pw(SdpaPw::exp, g.pw(SdpaPw::sub, S, M, "S-M"), 0, "exp");
     const int64_t Z = g.reduce(SdpaReduce::add, E, "rowsum");
@@ -327,7 +364,6 @@ inline SdpaGraph sdpa_graph(const SdpaShape& s, SdpaPass pass) {
     g.matmul(P, v, g.tensor("O", bhsd, in1, io, B::out, 0));
     return g.g;
   }
-  const int64_t k = g.tensor("K", bhsd, in3, io, B::qkv, C);
   const int64_t vt = g.tensor("V^T", bhds, in3_t, io, B::qkv, 2 * C);
   const int64_t o = g.tensor("O", bhsd, in1, io, B::out, 0);
   const int64_t dO = g.tensor("dO", bhsd, in1, io, B::dout, 0);
@@ -335,16 +371,26 @@ inline SdpaGraph sdpa_graph(const SdpaShape& s, SdpaPass pass) {
   const int64_t dQ = g.tensor("dQ", bhsd, in3, io, B::dqkv, 0);
   const int64_t dK = g.tensor("dK", bhsd, in3, io, B::dqkv, C);
   const int64_t dV = g.tensor("dV", bhsd, in3, io, B::dqkv, 2 * C);
-  const int64_t S = g.scores(s, q, kt);
-  const int64_t P = g.pw(SdpaPw::exp, g.pw(SdpaPw::sub, S, stats, "S-Stats"), 0, "P");
-  g.matmul(g.transposed(P, "P^T"), dO, dV);
+  const int64_t scale = g.scalar("scale", B::scale);
+  // D = rowsum(dO * O), kept in memory (the virtual product has cudnn-frontend's strides).
+  const int64_t dOO = g.tensor("dO*O", bhsd, {s.NH * T * s.HS, T * s.HS, s.NH * s.HS, 1}, SdpaElem::f32);
+  g.pointwise(SdpaPw::mul, dO, o, dOO);
+  const int64_t rowsum = g.reduce(SdpaReduce::add, dOO, "rowsum(dO*O)");
+  const int64_t D = g.tensor("softmax_sum", row, row_strides, SdpaElem::f32, B::softmax_sum);
+  g.pointwise(SdpaPw::mul, rowsum, g.scalar("one", B::one), D);
+  // E = exp(scale S - Stats), masked: the forward's probabilities.
+  const int64_t S = g.pw(SdpaPw::sub, g.scaled_scores(s, q, kt, scale), stats, "S-Stats");
+  const int64_t E = g.pw(SdpaPw::exp, g.causal_mask(s, S), 0, "exp");
+  g.matmul(g.transposed(E, "P^T"), dO, dV);
   const int64_t dP = g.temp("dP", {s.B, s.NH, T, T});
   g.matmul(dO, vt, dP);
-  const int64_t D = g.reduce(SdpaReduce::add, g.pw(SdpaPw::mul, dO, o, "dO*O"), "rowsum(dO*O)");
-  const int64_t dS0 = g.pw(SdpaPw::mul, P, g.pw(SdpaPw::sub, dP, D, "dP-D"), "P(dP-D)");
-  const int64_t dS = g.pw(SdpaPw::mul, dS0, g.scalar("scale", B::scale), "dS", io);
-  g.matmul(dS, k, dQ);
+  const int64_t dS0 = g.pw(SdpaPw::mul, g.pw(SdpaPw::sub, dP, D, "dP-D"), E, "(dP-D)E");
+  const int64_t dS = g.pw(SdpaPw::mul, dS0, scale, "dS");
   g.matmul(g.transposed(dS, "dS^T"), q, dK);
+  const int64_t k = g.reshape(kt, "K", bhsd, in3, SdpaElem::f32);  // f32: what the frontend's type inference gives
+  const int64_t dq_accum = g.tensor("dQ_accum", bhsd, sdpa_detail::packed(bhsd), SdpaElem::f32, B::dq_accum);
+  g.matmul(dS, k, dq_accum);
+  g.pointwise(SdpaPw::identity, dq_accum, 0, dQ);
   return g.g;
 }
 
@@ -366,17 +412,32 @@ inline SdpaStaging sdpa_staging(const SdpaShape& s, SdpaPass pass, uint64_t qkv,
   return st;
 }
 
-inline SdpaScratchLayout sdpa_scratch_layout(const SdpaShape& s, const SdpaStaging& staged, int64_t workspace) {
+inline SdpaScratchLayout sdpa_scratch_layout(const SdpaShape& s, SdpaPass pass, const SdpaStaging& staged,
+                                             int64_t workspace) {
   using sdpa_detail::align_up;
   const uint64_t io = uint64_t(sdpa_detail::io_bytes(s.dtype));
   const uint64_t qkv = align_up(uint64_t(sdpa_qkv_elems(s)) * io, kSdpaIoAlign);
   const uint64_t out = align_up(uint64_t(sdpa_out_elems(s)) * io, kSdpaIoAlign);
+  const bool bwd = pass == SdpaPass::backward;
   SdpaScratchLayout l;
   l.dout = staged.qkv ? qkv : 0;
   l.dqkv = l.dout + (staged.dout ? out : 0);
-  l.workspace = l.dqkv + (staged.dqkv ? qkv : 0);
+  l.dq_accum = l.dqkv + (staged.dqkv ? qkv : 0);
+  l.softmax_sum = l.dq_accum + (bwd ? align_up(sdpa_dq_accum_bytes(s), kSdpaIoAlign) : 0);
+  l.workspace = l.softmax_sum + (bwd ? align_up(uint64_t(s.B * s.NH * s.T) * 4, kSdpaIoAlign) : 0);
   l.end = l.workspace + uint64_t(workspace);
   return l;
+}
+
+inline float sdpa_mask_value(int64_t cudnn_version) {
+  return cudnn_version >= 91000 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::lowest();
+}
+
+inline std::string sdpa_version_refusal(int64_t cudnn_version, const SdpaShape& s) {
+  if (cudnn_version > 91500 || s.T % 128 == 0) return "";
+  return "cuDNN " + std::to_string(cudnn_version) +
+         "'s attention backward needs T a multiple of 128 (T = " + std::to_string(s.T) +
+         "); cuDNN 9.15.1 and newer take any T";
 }
 
 }  // namespace lattice::cuda

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -31,7 +32,8 @@ SdpaShape shape(const Case& c, bool causal = true) {
 
 // The element of `buffer` that cuDNN's (i0, i1, i2, i3) of tensor `name`
 // means, computed from the layouts directly: qkv and dqkv (B, T, 3C) with
-// q | k | v, out and dout (B, T, C), Stats (B, NH, T).
+// q | k | v, out and dout (B, T, C), Stats and softmax_sum (B, NH, T),
+// dQ_accum (B, NH, T, HS).
 int64_t expected_index(const std::string& name, const Case& c, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
   const int64_t C = c.NH * c.HS;
   auto qkv = [&](int64_t part, int64_t b, int64_t h, int64_t t, int64_t e) {
@@ -43,14 +45,15 @@ int64_t expected_index(const std::string& name, const Case& c, int64_t i0, int64
   if (name == "K^T") return qkv(1, i0, i1, i3, i2);  // (b, h, e, t)
   if (name == "V^T") return qkv(2, i0, i1, i3, i2);
   if (name == "O" || name == "dO") return (i0 * c.T + i2) * C + i1 * c.HS + i3;
-  if (name == "Stats") return (i0 * c.NH + i1) * c.T + i2;
+  if (name == "Stats" || name == "softmax_sum") return (i0 * c.NH + i1) * c.T + i2;
+  if (name == "dQ_accum") return ((i0 * c.NH + i1) * c.T + i2) * c.HS + i3;
   ADD_FAILURE() << "no layout for " << name;
   return -1;
 }
 
 std::array<int64_t, 4> expected_dims(const std::string& name, const Case& c) {
   if (name == "K^T" || name == "V^T") return {c.B, c.NH, c.HS, c.T};
-  if (name == "Stats") return {c.B, c.NH, c.T, 1};
+  if (name == "Stats" || name == "softmax_sum") return {c.B, c.NH, c.T, 1};
   return {c.B, c.NH, c.T, c.HS};
 }
 
@@ -63,7 +66,10 @@ int64_t buffer_elems(SdpaBuffer b, const SdpaShape& s) {
     case SdpaBuffer::dout:
       return sdpa_out_elems(s);
     case SdpaBuffer::stats:
+    case SdpaBuffer::softmax_sum:
       return s.B * s.NH * s.T;
+    case SdpaBuffer::dq_accum:
+      return s.B * s.NH * s.T * s.HS;
     default:
       return 1;
   }
@@ -99,17 +105,16 @@ TEST(SdpaPlan, EveryTensorIndexesItsBufferAsTheLayoutSays) {
     }
 }
 
-// Q, K, V cover qkv exactly once (forward as Q, K^T, V; backward as Q, K,
-// V^T, leaving out its second view K^T); dQ, dK, dV cover dqkv; O, dO and
-// Stats cover theirs.
+// Q, K, V cover qkv exactly once (forward as Q, K^T, V; backward as Q, K^T,
+// V^T: its K is a reshape of K^T, not a second view); dQ, dK, dV cover dqkv;
+// O, dO, Stats, softmax_sum and dQ_accum cover theirs.
 TEST(SdpaPlan, ViewsCoverTheirBuffersOnce) {
   for (const Case& c : kShapes)
     for (SdpaPass pass : {SdpaPass::forward, SdpaPass::backward}) {
       const SdpaShape s = shape(c);
       std::map<SdpaBuffer, std::vector<int>> hits;
       for (const SdpaTensor& t : sdpa_graph(s, pass).tensors) {
-        const bool second_k = pass == SdpaPass::backward && t.name == std::string("K^T");  // backward reads K twice
-        if (t.is_virtual() || t.by_value() || second_k) continue;
+        if (t.is_virtual() || t.by_value()) continue;
         std::vector<int>& h = hits[t.buffer];
         h.resize(size_t(buffer_elems(t.buffer, s)));
         for_each_element(t, [&](int64_t, int64_t, int64_t, int64_t, int64_t at) {
@@ -150,18 +155,81 @@ TEST(SdpaPlan, ForwardIsScaledMaskedSoftmaxWithStats) {
   EXPECT_EQ(sdpa_graph(shape({2, 5, 3, 16}, false), SdpaPass::forward).ops.size(), g.ops.size() - 4);
 }
 
-TEST(SdpaPlan, BackwardRecomputesPFromStats) {
-  const SdpaGraph g = sdpa_graph(shape({2, 5, 3, 16}), SdpaPass::backward);
-  std::map<std::string, int> made;  // non-virtual outputs
-  int matmuls = 0, reshapes = 0;
-  for (const SdpaOp& o : g.ops) {
-    matmuls += o.kind == SdpaOpKind::matmul;
-    reshapes += o.kind == SdpaOpKind::reshape;
-    if (!g.tensor(o.y).is_virtual()) ++made[g.tensor(o.y).name];
+// The backward in cudnn-frontend's form (CompositeSDPABackwardNode), op for
+// op: the ops' kinds and modes in order, what each reads, and the types the
+// matcher looks at (sdpa_plan.h, "The graphs").
+TEST(SdpaPlan, BackwardIsTheFrontendsGraph) {
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "no mask");
+    const SdpaGraph g = sdpa_graph(shape({2, 5, 3, 16}, causal), SdpaPass::backward);
+    auto name = [&](int64_t uid) { return uid ? std::string(g.tensor(uid).name) : std::string(); };
+    std::vector<std::string> seen;
+    for (const SdpaOp& o : g.ops) {
+      std::string op;
+      switch (o.kind) {
+        case SdpaOpKind::matmul:
+          op = "matmul";
+          break;
+        case SdpaOpKind::reshape:
+          op = "reshape";
+          break;
+        case SdpaOpKind::reduction:
+          op = o.reduce == SdpaReduce::add ? "sum" : "max";
+          break;
+        case SdpaOpKind::pointwise: {
+          const char* modes[] = {"add", "sub", "mul", "div", "exp", "log", "cmp_ge", "select", "index", "identity"};
+          op = modes[int(o.pw)];
+          break;
+        }
+      }
+      std::string line = op + "(" + name(o.x);
+      for (int64_t in : {o.b, o.t})
+        if (in) line += ", " + name(in);
+      seen.push_back(line + ") -> " + name(o.y));
+    }
+    std::vector<std::string> want = {
+        "mul(dO, O) -> dO*O",  "sum(dO*O) -> rowsum(dO*O)", "mul(rowsum(dO*O), one) -> softmax_sum",
+        "matmul(Q, K^T) -> S", "mul(S, scale) -> S*scale",  "sub(S*scale, Stats) -> S-Stats",
+    };
+    if (causal)
+      want.insert(want.end(), {"index(S-Stats) -> row", "index(S-Stats) -> col", "cmp_ge(row, col) -> row>=col",
+                               "select(S-Stats, mask value, row>=col) -> masked"});
+    const std::string scores = causal ? "masked" : "S-Stats";
+    want.insert(want.end(), {
+                                "exp(" + scores + ") -> exp",
+                                "reshape(exp) -> P^T",
+                                "matmul(P^T, dO) -> dV",
+                                "matmul(dO, V^T) -> dP",
+                                "sub(dP, softmax_sum) -> dP-D",
+                                "mul(dP-D, exp) -> (dP-D)E",
+                                "mul((dP-D)E, scale) -> dS",
+                                "reshape(dS) -> dS^T",
+                                "matmul(dS^T, Q) -> dK",
+                                "reshape(K^T) -> K",
+                                "matmul(dS, K) -> dQ_accum",
+                                "identity(dQ_accum) -> dQ",
+                            });
+    EXPECT_EQ(seen, want);
+
+    std::map<std::string, const SdpaTensor*> by_name;
+    int scales = 0;
+    for (const SdpaTensor& t : g.tensors) {
+      by_name[t.name] = &t;
+      scales += t.buffer == SdpaBuffer::scale;
+    }
+    EXPECT_EQ(scales, 1) << "one scale tensor serves both multiplies";
+    EXPECT_EQ(by_name.count("K"), 1u);
+    EXPECT_TRUE(by_name["K"]->is_virtual()) << "K is a reshape of K^T, not a second view of qkv";
+    EXPECT_EQ(by_name["K"]->elem, SdpaElem::f32);
+    EXPECT_EQ(by_name["dS"]->elem, SdpaElem::f32) << "dQ's matmul reads the f32 dS";
+    EXPECT_EQ(by_name["dS^T"]->elem, SdpaElem::io);
+    EXPECT_EQ(by_name["P^T"]->elem, SdpaElem::io);
+    EXPECT_EQ(by_name["softmax_sum"]->buffer, SdpaBuffer::softmax_sum);
+    EXPECT_EQ(by_name["dQ_accum"]->buffer, SdpaBuffer::dq_accum);
+    EXPECT_EQ(by_name["dQ_accum"]->elem, SdpaElem::f32);
+    for (const SdpaOp& o : g.ops)
+      EXPECT_EQ(o.math, o.kind == SdpaOpKind::pointwise && o.pw == SdpaPw::cmp_ge ? SdpaElem::boolean : SdpaElem::f32);
   }
-  EXPECT_EQ(matmuls, 5);   // S, dV, dP, dQ, dK
-  EXPECT_EQ(reshapes, 2);  // P^T, dS^T
-  EXPECT_EQ(made, (std::map<std::string, int>{{"dK", 1}, {"dQ", 1}, {"dV", 1}}));
 }
 
 // Every op reads tensors that exist by then, every virtual tensor is written
@@ -176,6 +244,7 @@ TEST(SdpaPlan, GraphsAreWellFormed) {
         std::set<int64_t> ready;
         for (const SdpaTensor& t : g.tensors)
           if (!t.is_virtual() && t.buffer != SdpaBuffer::out && t.buffer != SdpaBuffer::dqkv &&
+              t.buffer != SdpaBuffer::softmax_sum && t.buffer != SdpaBuffer::dq_accum &&
               !(t.buffer == SdpaBuffer::stats && pass == SdpaPass::forward))
             ready.insert(t.uid);
         if (pass == SdpaPass::backward)
@@ -308,26 +377,55 @@ TEST(SdpaPlan, StagingCopiesWhatTheGraphCannotReadInPlace) {
   EXPECT_EQ(sdpa_staging(half, P::backward, 4096, 4096, 4096 + 6), (SdpaStaging{.dqkv = true}));
 }
 
-// The scratch holds exactly the staged copies, each 256-byte aligned, then
-// cuDNN's workspace.
+// The scratch holds exactly the staged copies, then the backward's f32
+// dQ_accum and softmax_sum, each 256-byte aligned, then cuDNN's workspace.
 TEST(SdpaPlan, ScratchHoldsTheStagedCopiesThenTheWorkspace) {
   const SdpaShape s{.B = 2, .T = 33, .NH = 3, .HS = 8, .act16 = true};
   const uint64_t qkv = sdpa_detail::align_up(uint64_t(sdpa_qkv_elems(s)) * 2, kSdpaIoAlign);
   const uint64_t out = sdpa_detail::align_up(uint64_t(sdpa_out_elems(s)) * 2, kSdpaIoAlign);
-  const SdpaScratchLayout none = sdpa_scratch_layout(s, {}, 1000);
+  const uint64_t accum = sdpa_detail::align_up(uint64_t(2 * 3 * 33 * 8) * 4, kSdpaIoAlign);
+  const uint64_t sums = sdpa_detail::align_up(uint64_t(2 * 3 * 33) * 4, kSdpaIoAlign);
+  EXPECT_EQ(sdpa_dq_accum_bytes(s), uint64_t(2 * 3 * 33 * 8) * 4);
+  using P = SdpaPass;
+  const SdpaScratchLayout none = sdpa_scratch_layout(s, P::forward, {}, 1000);
   EXPECT_EQ(none.workspace, 0u);
   EXPECT_EQ(none.end, 1000u);
-  const SdpaScratchLayout all = sdpa_scratch_layout(s, {true, true, true}, 1000);
+  const SdpaScratchLayout fwd = sdpa_scratch_layout(s, P::forward, {.qkv = true}, 1000);
+  EXPECT_EQ(fwd.workspace, qkv);
+  EXPECT_EQ(fwd.end, qkv + 1000);
+  const SdpaScratchLayout all = sdpa_scratch_layout(s, P::backward, {true, true, true}, 1000);
   EXPECT_EQ(all.qkv, 0u);
   EXPECT_EQ(all.dout, qkv);
   EXPECT_EQ(all.dqkv, qkv + out);
-  EXPECT_EQ(all.workspace, 2 * qkv + out);
-  EXPECT_EQ(all.end, 2 * qkv + out + 1000);
-  const SdpaScratchLayout dqkv_only = sdpa_scratch_layout(s, {.dqkv = true}, 0);
+  EXPECT_EQ(all.dq_accum, 2 * qkv + out);
+  EXPECT_EQ(all.softmax_sum, 2 * qkv + out + accum);
+  EXPECT_EQ(all.workspace, 2 * qkv + out + accum + sums);
+  EXPECT_EQ(all.end, 2 * qkv + out + accum + sums + 1000);
+  const SdpaScratchLayout dqkv_only = sdpa_scratch_layout(s, P::backward, {.dqkv = true}, 0);
   EXPECT_EQ(dqkv_only.dqkv, 0u);
-  EXPECT_EQ(dqkv_only.end, qkv);
-  for (const SdpaScratchLayout& l : {none, all, dqkv_only})
-    for (uint64_t off : {l.qkv, l.dout, l.dqkv, l.workspace}) EXPECT_EQ(off % kSdpaIoAlign, 0u);
+  EXPECT_EQ(dqkv_only.dq_accum, qkv);
+  EXPECT_EQ(dqkv_only.end, qkv + accum + sums);
+  const SdpaScratchLayout in_place = sdpa_scratch_layout(s, P::backward, {}, 0);
+  EXPECT_EQ(in_place.dq_accum, 0u);
+  EXPECT_EQ(in_place.end, accum + sums);
+  for (const SdpaScratchLayout& l : {none, fwd, all, dqkv_only, in_place})
+    for (uint64_t off : {l.qkv, l.dout, l.dqkv, l.dq_accum, l.softmax_sum, l.workspace})
+      EXPECT_EQ(off % kSdpaIoAlign, 0u);
+}
+
+// What depends on the cuDNN the process runs with: -inf for masked scores
+// from 9.10 (the finite lowest before), and the backward's T multiple of 128
+// up to 9.15.0.
+TEST(SdpaPlan, TheRunningCudnnVersionDecidesMaskValueAndShortT) {
+  EXPECT_EQ(sdpa_mask_value(91900), -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(sdpa_mask_value(91000), -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(sdpa_mask_value(90900), std::numeric_limits<float>::lowest());
+  const SdpaShape odd{.B = 2, .T = 100, .NH = 4, .HS = 64}, even{.B = 2, .T = 256, .NH = 4, .HS = 64};
+  EXPECT_EQ(sdpa_version_refusal(91900, odd), "");
+  EXPECT_EQ(sdpa_version_refusal(91501, odd), "");
+  EXPECT_EQ(sdpa_version_refusal(91500, even), "");
+  const std::string why = sdpa_version_refusal(91500, odd);
+  EXPECT_NE(why.find("multiple of 128 (T = 100)"), std::string::npos) << why;
 }
 
 // The graph cache's key: every field the graphs depend on tells shapes apart.
