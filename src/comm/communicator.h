@@ -12,6 +12,15 @@
 // in program order on every rank of the group (MPI/NCCL semantics): all ranks
 // must issue the same collectives in the same order.
 //
+// wait_on_device() is the device-memory form of wait(): the device's compute
+// stream waits for the operation, the host does not. Every later use of the
+// buffers goes through that stream (kernels, copies to the host, frees, and
+// other communicators, which start after the compute stream's earlier work),
+// so it sees the result, and the host keeps issuing kernels meanwhile. A
+// transfer that never completes then stalls the compute stream, and the next
+// host wait on it fails at the same deadline (core/backend.h,
+// CudaBackend::set_host_wait_timeout). For host memory it is wait().
+//
 // Buffer layouts: all_gather writes rank r's `in` at element offset r * n of
 // `out` (n = in.numel(), out.numel() = size * n); reduce_scatter is its
 // mirror (rank r receives the reduced block r of `in`). Reductions are
@@ -53,8 +62,9 @@ struct P2POp {
 class Work {
  public:
   virtual ~Work() = default;
-  virtual void wait() = 0;  // throws lattice::Error at the deadline
-  virtual bool test() = 0;  // true once complete (never throws for a deadline)
+  virtual void wait() = 0;                   // throws lattice::Error at the deadline
+  virtual bool test() = 0;                   // true once complete (never throws for a deadline)
+  virtual void wait_on_device() { wait(); }  // see the contract above
 };
 using WorkPtr = std::unique_ptr<Work>;
 

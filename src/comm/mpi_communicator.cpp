@@ -6,7 +6,7 @@
 #include "comm/describe.h"
 #include "comm/mpi_check.h"
 #include "comm/mpi_runtime.h"
-#include "comm/poll.h"
+#include "core/poll.h"
 
 namespace lattice::comm {
 

@@ -3,7 +3,7 @@
 //
 // Every call starts an MPI-3 non-blocking operation (MPI_Iallreduce,
 // MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Ibcast, MPI_Isend/Irecv,
-// MPI_Ibarrier); Work::wait() polls MPI_Test with a backoff (comm/poll.h)
+// MPI_Ibarrier); Work::wait() polls MPI_Test with a backoff (core/poll.h)
 // until completion or the deadline. all_reduce runs in place (MPI_IN_PLACE);
 // all_gather also runs in place when `in` is exactly block `rank` of `out`.
 //

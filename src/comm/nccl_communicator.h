@@ -11,10 +11,10 @@
 //   - the GPU is choose_cuda_device's (comm/device_placement.h: one rank per
 //     GPU from the node-local rank and size); tensors must be on it;
 //   - one CUDA stream per communicator, non-blocking, ordered after the
-//     compute stream's kernels by an event before each operation and never
-//     waited on by compute (comm/stream_order.h), so transfers overlap the
-//     kernels issued after them; a Work is a CUDA event on that stream, polled
-//     until the deadline;
+//     compute stream's kernels by an event before each operation
+//     (comm/stream_order.h), so transfers overlap the kernels issued after
+//     them; a Work is a CUDA event on that stream: wait() polls it until the
+//     deadline, wait_on_device() makes the compute stream wait for it;
 //   - NCCL has no tags: P2POptions::tag and P2POp::tag are ignored, so
 //     transfers between two ranks match in the order they are started;
 //   - batch_send_recv is one ncclGroupStart/ncclGroupEnd;

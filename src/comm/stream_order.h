@@ -9,10 +9,15 @@
 //      before the call, so it reads finished inputs;
 //   2. enqueue the NCCL calls on the communicator's stream;
 //   3. record `done` on the communicator's stream: Work::test/wait poll it.
-// The compute stream never waits for the communicator's. Kernels issued
-// after the call run alongside the transfer (the dp bucket all-reduce under
-// the rest of backward); what orders the buffers' next use is the host's
-// Work::wait, as the Communicator contract (comm/communicator.h) says.
+// Kernels issued after the call run alongside the transfer (the dp bucket
+// all-reduce under the rest of backward). What orders the buffers' next use
+// is either the host's Work::wait, or
+//   4. Work::wait_on_device: the compute stream waits for `done`, so the
+//      kernels issued after it follow the transfer while the host goes on
+//      issuing them (tp's all-reduces, pp's send/recv: their results are the
+//      next kernel's input, and a host wait would idle the GPU while the host
+//      issues that kernel).
+// The compute stream waits for the communicator's only at step 4.
 //
 // The sequence is written once, over an API of four calls, so the CUDA
 // version (comm/nccl/) and a CPU model of streams and events in the tests
@@ -57,6 +62,13 @@ void enqueue_after_compute(Api& api, typename Api::Stream compute, typename Api:
     on_failure(stage);
     throw;
   }
+}
+
+// Step 4: work issued on `compute` from now on follows the operation that
+// recorded `done`.
+template <typename Api>
+void compute_waits_for(Api& api, typename Api::Stream compute, typename Api::Event done) {
+  api.wait(compute, done);
 }
 
 }  // namespace lattice::comm

@@ -11,7 +11,8 @@
 // Pointers are device pointers of device `dev`. Calls enqueue their work on
 // the device's one compute stream (the legacy default stream) in call order
 // and return without waiting for it, except those that hand data to the
-// host (copies to or from host memory, sum_squares), which wait. So a fault
+// host (copies to or from host memory, sum_squares), which wait, within
+// set_host_wait_timeout's limit. So a fault
 // inside a kernel is reported by the next waiting call; run with
 // CUDA_LAUNCH_BLOCKING=1 to have it reported by the launch. NCCL runs on
 // streams of its own, ordered against this one by events (comm/stream_order.h).
@@ -62,6 +63,12 @@ class CudaBackend {
   virtual void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) = 0;
   virtual void memset_zero(void* ptr, size_t bytes, int dev) = 0;
   virtual void synchronize(int dev) = 0;
+  // The longest a host wait for the compute stream (a copy to or from host
+  // memory, sum_squares, synchronize) may take, in seconds, before it throws
+  // lattice::Error; <= 0: no limit (the default). The compute stream can wait
+  // for a collective (comm::Work::wait_on_device), so a transfer that never
+  // completes shows here; the plugin sets runtime.comm_timeout_s.
+  virtual void set_host_wait_timeout(double seconds) = 0;
 
   // runtime.precision: the operand type of gemm and linear_forward. f32 (the
   // default): fp32 without TF32. bf16 or f16: an fp32 operand is rounded to

@@ -1,5 +1,5 @@
 // Polling with a deadline and a gentle backoff, shared by the MPI and NCCL
-// Work handles.
+// Work handles and the CUDA backend's waits for its compute stream.
 //
 // Why a backoff: ranks of one job often share cores (tests run 4 ranks on 2
 // cores with --oversubscribe), and a rank that spins in MPI_Test takes the
@@ -13,7 +13,7 @@
 #include <limits>
 #include <thread>
 
-namespace lattice::comm {
+namespace lattice {
 
 using Clock = std::chrono::steady_clock;
 
@@ -44,4 +44,4 @@ bool poll_until(Done&& done, Clock::time_point deadline) {
   }
 }
 
-}  // namespace lattice::comm
+}  // namespace lattice

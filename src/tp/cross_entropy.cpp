@@ -42,9 +42,9 @@ void vocab_parallel_cross_entropy_forward(Tensor& losses, Tensor& lse, const Ten
     ops::shard_softmax_stats(row_max, sums, logits_local, targets, vocab_start, n_valid);  // one pass
   } else {
     ops::shard_row_max(row_max, logits_local, n_valid);
-    tp.all_reduce(row_max, {.op = comm::ReduceOp::max})->wait();
+    tp.all_reduce(row_max, {.op = comm::ReduceOp::max})->wait_on_device();
     ops::shard_softmax_partials(sums, logits_local, row_max, targets, vocab_start, n_valid);
-    tp.all_reduce(sums, {.op = comm::ReduceOp::sum})->wait();
+    tp.all_reduce(sums, {.op = comm::ReduceOp::sum})->wait_on_device();
   }
   ops::cross_entropy_from_partials(losses, lse, row_max, sums, targets, ignore_index);
 }

@@ -78,7 +78,7 @@ void ColumnParallelLinear::backward(Tensor* dinp, Tensor* dweight, Tensor* dbias
   ops::linear_backward(&partial, nullptr, nullptr, dlocal, inp, weight);
   comm::WorkPtr sum = tp_.all_reduce(partial, {.op = comm::ReduceOp::sum});
   if (dweight || dbias) ops::linear_backward(nullptr, dweight, dbias, dlocal, inp, weight);
-  sum->wait();
+  sum->wait_on_device();
   if (half) ops::convert(*dinp, partial);
 }
 

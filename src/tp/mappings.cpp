@@ -53,7 +53,7 @@ void gather_last_dim(const char* op, Tensor& full, const Tensor& local, comm::Gr
   const int size = tp.size();
   Split s = split_of(op, full, local, size, n_parts);
   Tensor all = Tensor::empty({size * local.numel()}, local.dtype(), local.device());  // rank r at r * numel
-  tp.all_gather(all, local)->wait();
+  tp.all_gather(all, local)->wait_on_device();
   const int64_t lk = s.k / size;
   for (int r = 0; r < size; ++r)
     for (int64_t i = 0; i < s.n; ++i)
@@ -74,11 +74,11 @@ void copy_unless_same(const char* op, Tensor& out, const Tensor& in) {
 void copy_to_tp_region_forward(Tensor& x, comm::Group& tp) {}
 
 void copy_to_tp_region_backward(Tensor& dx, comm::Group& tp) {
-  if (tp.size() > 1) tp.all_reduce(dx, {.op = comm::ReduceOp::sum})->wait();
+  if (tp.size() > 1) tp.all_reduce(dx, {.op = comm::ReduceOp::sum})->wait_on_device();
 }
 
 void reduce_from_tp_region_forward(Tensor& x, comm::Group& tp) {
-  if (tp.size() > 1) tp.all_reduce(x, {.op = comm::ReduceOp::sum})->wait();
+  if (tp.size() > 1) tp.all_reduce(x, {.op = comm::ReduceOp::sum})->wait_on_device();
 }
 
 void reduce_from_tp_region_backward(Tensor& dx, comm::Group& tp) {}

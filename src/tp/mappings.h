@@ -15,8 +15,11 @@
 // split/gather pairs write a separate output (overwrite). Each returns at once
 // when the group has one rank (the split/gather pair then only copies when
 // input and output are different buffers). Every rank of the group must make
-// the same calls in the same order (collectives). Blocking: each op waits for
-// its collective before returning.
+// the same calls in the same order (collectives). Each op's collective is
+// finished for whatever uses its output next: on the CPU the op waits for it
+// before returning; on a GPU the compute stream waits for it and the host
+// does not (comm::Work::wait_on_device), so the host keeps issuing the
+// kernels that follow while the transfer runs.
 //
 // Shapes: "full" tensors are (N, K), "local" ones (N, K / tp) with rank r
 // holding columns block r. With n_parts > 1 the last dim holds n_parts logical

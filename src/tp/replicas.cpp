@@ -10,7 +10,7 @@ void sum_over_replicas(Tensor& grad_local, int replicas, comm::Group& tp) {
   Tensor all = Tensor::zeros({blocks * n}, grad_local.dtype(), grad_local.device());  // (S * n)
   Tensor mine = all.view((tp.rank() / replicas) * n, {n});
   mine.copy_from(grad_local.view(0, {n}));
-  tp.all_reduce(all)->wait();
+  tp.all_reduce(all)->wait_on_device();
   Tensor out = grad_local.view(0, {n});
   out.copy_from(mine);
 }

@@ -75,6 +75,42 @@ TEST(StreamOrder, TransfersFollowEarlierKernelsAndOverlapLaterOnes) {
   EXPECT_EQ(m.captured(kDone2), std::set<int>{reduce2});
 }
 
+// Work::wait_on_device (tp's all-reduce of a row-parallel output): the next
+// layer's kernel follows the transfer without the host waiting, and so does
+// an operation another communicator starts after it (it waits on `ready`,
+// recorded on the compute stream after the wait).
+TEST(StreamOrder, AWaitOnTheDeviceOrdersLaterKernelsAndOtherCommunicators) {
+  StreamModel m;
+  const int partial = m.launch(kCompute);  // the row-parallel matmul's partial sum
+  int reduce = -1;
+  lattice::comm::enqueue_after_compute(m, kCompute, kComm, kReady, kDone, [&] { reduce = m.launch(kComm); });
+  lattice::comm::compute_waits_for(m, kCompute, kDone);
+  const int next_layer = m.launch(kCompute);
+  EXPECT_TRUE(m.after(reduce, partial));
+  EXPECT_TRUE(m.after(next_layer, reduce)) << "the next kernel may read the sum before the all-reduce wrote it";
+
+  constexpr int kOtherComm = 2, kOtherReady = 3, kOtherDone = 4;
+  int send = -1;
+  lattice::comm::enqueue_after_compute(m, kCompute, kOtherComm, kOtherReady, kOtherDone,
+                                       [&] { send = m.launch(kOtherComm); });
+  EXPECT_TRUE(m.after(send, reduce)) << "a pp send may read the activation before tp's all-reduce wrote it";
+  EXPECT_TRUE(m.after(send, next_layer));
+
+  // A second wait on the same transfer changes nothing; kernels before the wait stay free of it.
+  StreamModel n;
+  const int before = n.launch(kCompute);
+  int r = -1;
+  lattice::comm::enqueue_after_compute(n, kCompute, kComm, kReady, kDone, [&] { r = n.launch(kComm); });
+  const int overlapped = n.launch(kCompute);
+  lattice::comm::compute_waits_for(n, kCompute, kDone);
+  lattice::comm::compute_waits_for(n, kCompute, kDone);
+  const int after_wait = n.launch(kCompute);
+  EXPECT_FALSE(n.after(overlapped, r)) << "kernels issued before the wait must overlap the transfer";
+  EXPECT_TRUE(n.after(after_wait, r));
+  EXPECT_TRUE(n.after(after_wait, overlapped));
+  EXPECT_TRUE(n.after(r, before));
+}
+
 TEST(StreamOrder, TheModelSeesAMissingWait) {
   // Without the wait on `ready` the transfer would not follow the kernels: the check above can fail.
   StreamModel m;

@@ -5,7 +5,9 @@
 // then records a CUDA event; Work polls the event (and NCCL's async error)
 // until the deadline.
 //
-// Buffers: a Work keeps its tensors alive until the operation completes. When
+// Buffers: a Work keeps its tensors alive until the operation completes, or
+// until wait_on_device() puts the compute stream behind it (every later use,
+// a free included, is then on that stream after the transfer). When
 // the operation cannot complete (the enqueue failed once NCCL calls had been
 // issued, or wait() timed out) the communicator is marked broken and takes
 // the tensors over; it releases them when it goes, after ncclCommAbort has
@@ -38,8 +40,8 @@
 #include "comm/device_placement.h"
 #include "comm/id_bootstrap.h"
 #include "comm/nccl/nccl_check.h"
-#include "comm/poll.h"
 #include "comm/stream_order.h"
+#include "core/poll.h"
 
 namespace lattice::comm {
 
@@ -125,6 +127,7 @@ class NcclWork final : public Work {
   std::vector<Tensor> take_buffers() { return std::exchange(keep_, {}); }
   bool test() override;
   void wait() override;
+  void wait_on_device() override;
 
  private:
   NcclCommunicator* comm_;
@@ -382,6 +385,19 @@ void NcclWork::wait() {
   error_ = fmt::format("{} {} {} timed out after {} s", what_, p2p ? "of" : "on", comm_->group(), timeout_s_);
   comm_->abandon(std::move(keep_));  // the communicator is aborted, not destroyed, when it goes
   LATTICE_FAIL("{}", error_);
+}
+
+// The compute stream waits for `done` (stream_order.h, step 4); the host goes
+// on. The kept buffers are released at once: every later use of them, a
+// cudaFreeAsync included, is on the compute stream after that wait. A
+// transfer that never completes stalls the compute stream, which the
+// backend's next host wait reports at its deadline.
+void NcclWork::wait_on_device() {
+  LATTICE_CHECK(error_.empty(), "{}", error_);
+  if (test()) return;  // finished (test() also reports an asynchronous NCCL error)
+  CudaEvents events;
+  compute_waits_for(events, kComputeStream, event_);
+  keep_.clear();
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "core/cuda/backend_impl.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/lt_linear.h"
+#include "core/poll.h"
 
 namespace lattice::cuda {
 
@@ -80,6 +81,9 @@ void Backend::copy(void* dst, Device dst_dev, const void* src, Device src_dev, s
                                            : cudaMemcpyDeviceToDevice;
   int dev = dst_dev.is_cuda() ? dst_dev.index : src_dev.index;
   use(dev);
+  // First, within the limit: a copy with pageable host memory may wait for the stream inside the call, for good.
+  if (kind != cudaMemcpyDeviceToDevice)
+    drain_compute(dev, kind == cudaMemcpyDeviceToHost ? "a copy to the host" : "a copy from the host");
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, kStream));
   // Host memory is the caller's again when copy returns; device to device stays in stream order.
   if (kind != cudaMemcpyDeviceToDevice) CUDA_CHECK(cudaStreamSynchronize(kStream));
@@ -94,7 +98,25 @@ void Backend::memset_zero(void* ptr, size_t bytes, int dev) {
 
 void Backend::synchronize(int dev) {
   use(dev);
+  drain_compute(dev, "synchronize");
   CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void Backend::drain_compute(int dev, const char* what) {
+  if (!(host_wait_timeout_s_ > 0)) return;  // the caller's blocking wait has no limit
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  cudaError_t st = cudaEventRecord(e, kStream);
+  if (st == cudaSuccess)
+    poll_until([&] { return (st = cudaEventQuery(e)) != cudaErrorNotReady; }, deadline_after(host_wait_timeout_s_));
+  cudaEventDestroy(e);  // released by the driver once the event completes
+  if (st == cudaErrorNotReady)
+    LATTICE_FAIL(
+        "cuda:{}: {} waited {} s for the compute stream, which has not finished: a collective or pp transfer it "
+        "waits for (comm::Work::wait_on_device) never completed, or a kernel hangs; runtime.comm_timeout_s is the "
+        "limit",
+        dev, what, host_wait_timeout_s_);
+  CUDA_CHECK(st);
 }
 
 void Backend::set_matmul_dtype(DType operands) {

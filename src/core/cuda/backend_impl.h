@@ -82,6 +82,9 @@ class Backend final : public CudaBackend {
   void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) override;
   void memset_zero(void* ptr, size_t bytes, int dev) override;
   void synchronize(int dev) override;
+  void set_host_wait_timeout(double seconds) override { host_wait_timeout_s_ = seconds; }
+  // Waits for `dev`'s compute stream within the host wait limit (no-op without one); `what` names the caller.
+  void drain_compute(int dev, const char* what);
   void set_matmul_dtype(DType operands) override;
   DType matmul_dtype() const override { return matmul_dtype_; }
 
@@ -329,6 +332,7 @@ class Backend final : public CudaBackend {
   std::vector<Workspace> dout16_;         // indexed by device: linear backward's fp32 dout rounded once; half_mu_
   std::vector<Workspace> acc16_;          // indexed by device: fp32 sums of 16-bit matmul outputs; half_mu_
   DType matmul_dtype_ = DType::f32;       // runtime.precision (set_matmul_dtype)
+  double host_wait_timeout_s_ = 0;        // set_host_wait_timeout; <= 0: none
   DeviceVerdicts half_out_[2];            // [bf16, f16]: cuBLAS rounds 16-bit outputs as Lattice (probe_half_outputs)
   DeviceVerdicts gelu_epilogue_;          // cuBLASLt's GELU epilogue is Lattice's GELU (probe_gelu_epilogue)
   CudnnSdpa sdpa_;                        // cuDNN fused attention: handles and built graphs

@@ -61,6 +61,7 @@ T Backend::reduce(int dev, Launch&& launch) {
   T* result = reinterpret_cast<T*>(ws + partial_bytes);
   launch(result, static_cast<void*>(ws));
   finish();
+  drain_compute(dev, "a reduction to the host");
   T host{};
   CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(T), cudaMemcpyDeviceToHost, kStream));
   CUDA_CHECK(cudaStreamSynchronize(kStream));
