@@ -12,6 +12,7 @@
 #include "comm/mpi_runtime.h"
 #include "comm/nccl_communicator.h"
 #include "core/backend.h"
+#include "core/ops.h"
 #include "support/gpu_ranks.h"
 
 namespace lattice::comm {
@@ -69,6 +70,82 @@ TEST(NcclCommunicator, AllReduceAndRingOnDeviceMemory) {
       ->wait();
   Tensor got = recv.to(Device::cpu());
   for (int64_t i = 0; i < 5; ++i) ASSERT_EQ(got.data<float>()[i], float((r + p - 1) % p));
+}
+
+// wait_on_device: the compute stream, not the host, waits for each
+// all-reduce, and the kernel after it (ops::add_inplace, t += t) reads the
+// sum. Chained three times with no host wait in between, then through a
+// second communicator (tp then pp in a training step): a kernel or an
+// operation that started before the transfer finished gives another number.
+TEST(NcclCommunicator, WaitOnDeviceOrdersKernelsAndOtherCommunicators) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: covered by RefusesClearlyWithoutAGpuOrLibrary";
+  Group job(make_world_communicator(60));
+  const std::string why = test::why_not_one_gpu_per_rank(job, true);
+  if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
+  const NodeLocal local = node_local();
+  auto nccl = make_nccl_communicator(job.comm(), local.rank, local.size);
+  auto second = nccl->split(0, nccl->rank(), "second");
+  const int p = nccl->size(), r = nccl->rank();
+  const Device dev = Device::cuda(choose_cuda_device({.local_rank = local.rank,
+                                                      .local_size = local.size,
+                                                      .device_count = cuda_backend().device_count(nullptr),
+                                                      .cuda_visible_devices = std::getenv("CUDA_VISIBLE_DEVICES"),
+                                                      .host = host_name(),
+                                                      .why_none = ""}));  // the factory's choice
+  const int64_t n = 1 << 20;  // large enough that a kernel racing the transfer would see old values
+  Tensor t = Tensor::from<float>(std::vector<float>(size_t(n), float(r + 1)), {n}).to(dev);
+  double want = double(p) * (p + 1) / 2;  // after the first sum
+  for (int i = 0; i < 3; ++i) {
+    nccl->all_reduce(t, {})->wait_on_device();
+    ops::add_inplace(t, t);  // a kernel on the compute stream, after the sum
+    if (i > 0) want *= p;    // the sum of p equal values
+    want *= 2;
+  }
+  second->all_reduce(t, {})->wait_on_device();  // another communicator's stream, after the kernel above
+  want *= p;
+  Tensor back = t.to(Device::cpu());
+  for (int64_t i = 0; i < n; i += 4099) ASSERT_EQ(double(back.data<float>()[i]), want) << "element " << i;
+}
+
+// A transfer the compute stream waits for that never completes (rank 1 does
+// not join until rank 0 has given up): rank 0's next host wait fails at the
+// host wait limit with the one clear line, not a hang; once rank 1 joins, the
+// sum arrives and the stream goes on.
+TEST(NcclCommunicator, AStalledDeviceWaitFailsTheNextHostWaitAtTheLimit) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: covered by RefusesClearlyWithoutAGpuOrLibrary";
+  Group job(make_world_communicator(60));
+  const std::string why = test::why_not_one_gpu_per_rank(job, true);
+  if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
+  const NodeLocal local = node_local();
+  auto nccl = make_nccl_communicator(job.comm(), local.rank, local.size);
+  const int r = nccl->rank();
+  const int dev_index = choose_cuda_device({.local_rank = local.rank,
+                                            .local_size = local.size,
+                                            .device_count = cuda_backend().device_count(nullptr),
+                                            .cuda_visible_devices = std::getenv("CUDA_VISIBLE_DEVICES"),
+                                            .host = host_name(),
+                                            .why_none = ""});
+  Tensor t = Tensor::from<float>(std::vector<float>(64, 1.0f), {64}).to(Device::cuda(dev_index));
+  if (r == 0) {
+    cuda_backend().set_host_wait_timeout(1.0);
+    nccl->all_reduce(t, {})->wait_on_device();
+    std::string message;
+    try {
+      t.to(Device::cpu());
+    } catch (const Error& e) {
+      message = e.message();
+    }
+    EXPECT_NE(message.find("waited 1 s for the compute stream"), std::string::npos) << message;
+    EXPECT_NE(message.find("runtime.comm_timeout_s"), std::string::npos) << message;
+    job.barrier()->wait();  // now rank 1 joins the all-reduce
+    cuda_backend().set_host_wait_timeout(60);
+    Tensor back = t.to(Device::cpu());
+    EXPECT_EQ(back.data<float>()[0], float(nccl->size()));
+    cuda_backend().set_host_wait_timeout(0);
+  } else {
+    job.barrier()->wait();
+    nccl->all_reduce(t, {})->wait();
+  }
 }
 
 }  // namespace
