@@ -14,9 +14,9 @@
 // is either the host's Work::wait, or
 //   4. Work::wait_on_device: the compute stream waits for `done`, so the
 //      kernels issued after it follow the transfer while the host goes on
-//      issuing them (tp's all-reduces, pp's send/recv: their results are the
-//      next kernel's input, and a host wait would idle the GPU while the host
-//      issues that kernel).
+//      issuing them (tp's collectives: their results are the next kernel's
+//      input, and a host wait would idle the GPU while the host issues that
+//      kernel).
 // The compute stream waits for the communicator's only at step 4.
 //
 // The sequence is written once, over an API of four calls, so the CUDA

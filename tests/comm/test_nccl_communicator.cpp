@@ -126,6 +126,13 @@ TEST(NcclCommunicator, AStalledDeviceWaitFailsTheNextHostWaitAtTheLimit) {
                                             .host = host_name(),
                                             .why_none = ""});
   Tensor t = Tensor::from<float>(std::vector<float>(64, 1.0f), {64}).to(Device::cuda(dev_index));
+  // Connected first: NCCL connects lazily (NCCL_RUNTIME_CONNECT=1 by default), inside the first call on the host,
+  // which would wait for rank 1 there instead of on the device.
+  nccl->all_reduce(t, {})->wait();
+  t = Tensor::from<float>(std::vector<float>(64, 1.0f), {64}).to(Device::cuda(dev_index));
+  struct Restore {
+    ~Restore() { cuda_backend().set_host_wait_timeout(0); }
+  } restore;  // the limit is process-wide: back to none however the test ends
   if (r == 0) {
     cuda_backend().set_host_wait_timeout(1.0);
     nccl->all_reduce(t, {})->wait_on_device();
@@ -141,7 +148,6 @@ TEST(NcclCommunicator, AStalledDeviceWaitFailsTheNextHostWaitAtTheLimit) {
     cuda_backend().set_host_wait_timeout(60);
     Tensor back = t.to(Device::cpu());
     EXPECT_EQ(back.data<float>()[0], float(nccl->size()));
-    cuda_backend().set_host_wait_timeout(0);
   } else {
     job.barrier()->wait();
     nccl->all_reduce(t, {})->wait();

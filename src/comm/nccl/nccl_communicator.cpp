@@ -16,11 +16,14 @@
 // failure's own error propagates unchanged.
 //
 // Teardown (NCCL's guide, "Asynchronous errors": after an error, abort, do
-// not destroy): ncclCommDestroy waits for the communicator's operations, so
-// it is used only when the stream drains within the timeout and no exception
-// is unwinding (a rank that failed mid-step leaves its peers' collectives
-// unmatched). Otherwise ncclCommAbort, whose kernels then exit; the taken
-// buffers are freed only once the stream has drained, else kept for good.
+// not destroy): while an exception is unwinding (a failure on its way to
+// fail_job, which ends the whole job) nothing is destroyed or freed, since
+// ncclCommAbort synchronises the device and another communicator's kernel,
+// or the compute stream waiting for it, may never finish. Otherwise
+// ncclCommDestroy, which waits for the communicator's operations, when the
+// stream drains within the timeout and nothing broke it; else
+// ncclCommAbort, whose kernels then exit, and the taken buffers are freed
+// only once the stream has drained, else kept for good.
 // A broken communicator refuses new operations (they would queue behind the
 // one that never completes).
 #include "comm/nccl_communicator.h"
@@ -161,20 +164,32 @@ class NcclCommunicator final : public Communicator {
     // Non-blocking: no implicit synchronisation with the compute stream, only events (stream_order.h).
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-    CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(int)));
+    CUDA_CHECK(cudaEventCreateWithFlags(&device_waited_, cudaEventDisableTiming));
+    // Stream-ordered, so that freeing it at teardown never synchronises the device (a plain cudaFree may, and would
+    // wait for another communicator's kernel that never ends).
+    CUDA_CHECK(cudaMallocAsync(&barrier_buf_, sizeof(int), stream_));
   }
 
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
-    if (!broken_ && std::uncaught_exceptions() == 0 && drained(timeout_s_)) {
+    if (std::uncaught_exceptions() > 0) {
+      // Unwinding from a failure on its way to fail_job, which ends every rank (MPI_Abort). Aborting here can wait
+      // for good: ncclCommAbort unmaps NCCL's buffers, which synchronises the device, and another communicator's
+      // kernel (or the compute stream waiting for it, Work::wait_on_device) may never finish. So nothing is
+      // destroyed or freed; the process ends and the driver takes it all back.
+      new std::vector<Tensor>(std::move(abandoned_));
+      return;
+    }
+    if (!broken_ && drained(timeout_s_)) {
       ncclCommDestroy(nccl_);
     } else {
       ncclCommAbort(nccl_);
       if (!drained(kAbortDrainS)) new std::vector<Tensor>(std::move(abandoned_));  // still written: kept for good
     }
     abandoned_.clear();  // NCCL is done with them: completed, or aborted and drained above
-    cudaFree(barrier_buf_);
+    cudaFreeAsync(barrier_buf_, stream_);
     cudaEventDestroy(ready_);
+    cudaEventDestroy(device_waited_);
     cudaStreamDestroy(stream_);
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -199,6 +214,33 @@ class NcclCommunicator final : public Communicator {
     mark_broken();
     for (Tensor& t : buffers) abandoned_.push_back(std::move(t));
   }
+  // Before the compute stream is made to wait for another of this
+  // communicator's operations (Work::wait_on_device): the previous one it
+  // waited for must have finished within the timeout. That keeps the host at
+  // most one such operation ahead of the device (it would otherwise run on
+  // until the launch queue or NCCL's work FIFO blocks it, without a deadline),
+  // and a transfer that never completes fails here, naming this group. Then
+  // `device_waited_` marks everything issued on this communicator so far.
+  void before_device_wait(const std::string& what, double timeout_s) {
+    if (device_wait_pending_) {
+      cudaError_t e = cudaErrorNotReady;
+      poll_until([&] { return (e = cudaEventQuery(device_waited_)) != cudaErrorNotReady; }, deadline_after(timeout_s));
+      if (e == cudaErrorNotReady) {
+        mark_broken();
+        LATTICE_FAIL(
+            "{} on {}: the operation before it, which the compute stream waits for, has not finished after "
+            "{} s (a rank that never joined it, or a hung kernel before it); runtime.comm_timeout_s is the "
+            "limit",
+            what, group(), timeout_s);
+      }
+      if (e != cudaSuccess) mark_broken();
+      CUDA_CHECK(e);
+      check_async_error();
+    }
+    CUDA_CHECK(cudaEventRecord(device_waited_, stream_));
+    device_wait_pending_ = true;
+  }
+
   void check_async_error() {
     ncclResult_t async = ncclSuccess;
     NCCL_CHECK(ncclCommGetAsyncError(nccl_, &async));
@@ -341,7 +383,9 @@ class NcclCommunicator final : public Communicator {
   std::vector<int> world_ranks_;
   ncclComm_t nccl_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t ready_ = nullptr;  // recorded on the compute stream before each operation
+  cudaEvent_t ready_ = nullptr;          // recorded on the compute stream before each operation
+  cudaEvent_t device_waited_ = nullptr;  // this stream's work up to the last wait_on_device (before_device_wait)
+  bool device_wait_pending_ = false;     // device_waited_ has been recorded
   void* barrier_buf_ = nullptr;
   bool broken_ = false;
   std::vector<Tensor> abandoned_;  // buffers of operations that never complete; released when this goes
@@ -388,13 +432,17 @@ void NcclWork::wait() {
 }
 
 // The compute stream waits for `done` (stream_order.h, step 4); the host goes
-// on. The kept buffers are released at once: every later use of them, a
-// cudaFreeAsync included, is on the compute stream after that wait. A
-// transfer that never completes stalls the compute stream, which the
-// backend's next host wait reports at its deadline.
+// on, but no further than this communicator's previous device-waited
+// operation, which must have finished (before_device_wait: the deadline and
+// the error naming the group are there). The kept buffers are released at
+// once: every later use of them, a cudaFreeAsync included, is on the compute
+// stream after that wait. A transfer that never completes also stalls the
+// compute stream, which the backend's next host wait reports at its deadline.
 void NcclWork::wait_on_device() {
   LATTICE_CHECK(error_.empty(), "{}", error_);
-  if (test()) return;  // finished (test() also reports an asynchronous NCCL error)
+  if (test()) return;                          // finished (test() also reports an asynchronous NCCL error)
+  CUDA_CHECK(cudaSetDevice(comm_->device()));  // cudaStreamLegacy is the current device's
+  comm_->before_device_wait(what_, timeout_s_);
   CudaEvents events;
   compute_waits_for(events, kComputeStream, event_);
   keep_.clear();

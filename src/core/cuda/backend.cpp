@@ -71,7 +71,9 @@ void Backend::copy(void* dst, Device dst_dev, const void* src, Device src_dev, s
     return;
   }
   if (dst_dev.is_cuda() && src_dev.is_cuda() && dst_dev.index != src_dev.index) {
+    drain_compute(src_dev.index, "a copy between devices");
     use(dst_dev.index);
+    drain_compute(dst_dev.index, "a copy between devices");
     CUDA_CHECK(cudaMemcpyPeer(dst, dst_dev.index, src, src_dev.index, bytes));
     CUDA_CHECK(cudaDeviceSynchronize());
     return;
@@ -104,6 +106,7 @@ void Backend::synchronize(int dev) {
 
 void Backend::drain_compute(int dev, const char* what) {
   if (!(host_wait_timeout_s_ > 0)) return;  // the caller's blocking wait has no limit
+  use(dev);                                 // kStream is the current device's
   cudaEvent_t e = nullptr;
   CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   cudaError_t st = cudaEventRecord(e, kStream);
@@ -112,9 +115,8 @@ void Backend::drain_compute(int dev, const char* what) {
   cudaEventDestroy(e);  // released by the driver once the event completes
   if (st == cudaErrorNotReady)
     LATTICE_FAIL(
-        "cuda:{}: {} waited {} s for the compute stream, which has not finished: a collective or pp transfer it "
-        "waits for (comm::Work::wait_on_device) never completed, or a kernel hangs; runtime.comm_timeout_s is the "
-        "limit",
+        "cuda:{}: {} waited {} s for the compute stream, which has not finished: a tp collective it waits for "
+        "(comm::Work::wait_on_device) never completed, or a kernel hangs; runtime.comm_timeout_s is the limit",
         dev, what, host_wait_timeout_s_);
   CUDA_CHECK(st);
 }
