@@ -21,7 +21,9 @@
 // semantics, argument order and shapes of its CPU twin in core/kernels/cpu/
 // (core/ops.h checks the arguments of both): parameter gradients accumulate,
 // activation gradients overwrite, and no kernel's result depends on
-// scheduling (no float atomics).
+// scheduling (no float atomics; the one exception is cuDNN's accumulating
+// attention backward, taken only where cuDNN refuses its deterministic form,
+// with a stderr line saying so: core/cuda/sdpa_plan.h).
 #pragma once
 
 #include <cstddef>

@@ -337,7 +337,7 @@ class Backend final : public CudaBackend {
   DeviceVerdicts gelu_epilogue_;          // cuBLASLt's GELU epilogue is Lattice's GELU (probe_gelu_epilogue)
   CudnnSdpa sdpa_;                        // cuDNN fused attention: handles and built graphs
   std::mutex sdpa_mu_;
-  std::vector<Workspace> sdpa_scratch_;        // indexed by device: its io copies and workspace; sdpa_mu_
+  std::vector<Workspace> sdpa_scratch_;        // indexed by device: sdpa_scratch_layout's; sdpa_mu_
   std::unordered_set<const void*> fused_att_;  // att buffers whose last forward was fused (O, Stats); sdpa_mu_
 };
 

@@ -132,6 +132,7 @@ struct Built {
   Desc* plan = nullptr;
   int64_t workspace = 0;
   SdpaGraph graph;
+  SdpaDq dq = SdpaDq::direct;  // the backward's form (sdpa_plan.h)
 };
 
 // Appends the descriptors of op `o` to `keep`; `tensors` indexed by uid - 1.
@@ -157,14 +158,18 @@ void op_desc(std::deque<Desc>& keep, std::vector<cudnnBackendDescriptor_t>& ops,
     }
     case SdpaOpKind::pointwise: {
       Desc& pw = keep.emplace_back(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+      LATTICE_CHECK(o.math != SdpaElem::io, "cuda attention: a pointwise op computes in f32 or boolean");
       pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, pointwise_mode(o.pw), "pointwise mode")
           .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, data_type(o.math, SdpaDType::bf16),
                "pointwise precision");
       if (o.pw == SdpaPw::gen_index) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, o.axis, "gen_index axis");
       pw.finalize("pointwise");
       Desc& op = keep.emplace_back(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+      const float one = 1.0f;  // cudnn-frontend sets both scales on every pointwise op
       op.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw, "pointwise desc")
-          .set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, t(o.x), "pointwise x");
+          .set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, t(o.x), "pointwise x")
+          .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, one, "pointwise alpha1")
+          .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, one, "pointwise alpha2");
       if (o.b) op.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, t(o.b), "pointwise b");
       if (o.t) op.set(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t(o.t), "pointwise t");
       op.set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, t(o.y), "pointwise y").finalize("pointwise op");
@@ -266,6 +271,8 @@ struct CudnnSdpa::Impl {
   std::vector<cudaStream_t> streams;   // by device: the stream its handle was last set to
   std::map<SdpaKey, Graphs> cache;
   SdpaRefusals refusals;
+  std::vector<std::unique_ptr<Built>> retired;  // plans of shapes refused after they ran (refuse)
+  bool said_accumulated = false;                // the accumulating backward's stderr line is printed
 
   cudnnHandle_t handle(int dev) {
     if (size_t(dev) >= handles.size()) {
@@ -301,7 +308,7 @@ struct CudnnSdpa::Impl {
       if (!too_old.empty()) throw Refused{too_old};
       cudnnHandle_t h = handle(dev);
       it->second.fwd = build(h, sdpa_graph(s, SdpaPass::forward), s.dtype);
-      it->second.bwd = build(h, sdpa_graph(s, SdpaPass::backward), s.dtype);
+      it->second.bwd = build_backward(h, key, s);
     } catch (const Refused& r) {
       refuse(it->second, key, r.what);
     } catch (const Error& e) {  // cudnnCreate failed: the library cannot run here
@@ -310,7 +317,38 @@ struct CudnnSdpa::Impl {
     return it->second;
   }
 
+  // The backward in its deterministic form (dQ written directly), else in
+  // the accumulating one, which is said once per process on stderr.
+  std::unique_ptr<Built> build_backward(cudnnHandle_t h, const SdpaKey& key, const SdpaShape& s) {
+    std::string direct_refused;
+    try {
+      auto b = build(h, sdpa_graph(s, SdpaPass::backward, SdpaDq::direct), s.dtype);
+      b->dq = SdpaDq::direct;
+      return b;
+    } catch (const Refused& r) {
+      direct_refused = r.what;
+    }
+    try {
+      auto b = build(h, sdpa_graph(s, SdpaPass::backward, SdpaDq::accumulated), s.dtype);
+      b->dq = SdpaDq::accumulated;
+      if (!said_accumulated) {
+        said_accumulated = true;
+        std::fprintf(stderr,
+                     "lattice: cuda attention: cuDNN has no deterministic fused backward for B %lld T %lld NH %lld HS "
+                     "%lld (%s); it runs the accumulating one, whose dQ is summed with atomics and so is not bitwise "
+                     "repeatable from run to run\n",
+                     (long long)key.B, (long long)key.T, (long long)key.NH, (long long)key.HS, direct_refused.c_str());
+      }
+      return b;
+    } catch (const Refused& r) {
+      throw Refused{fmt::format("backward, deterministic form: {}; accumulating form: {}", direct_refused, r.what)};
+    }
+  }
+
   void refuse(Graphs& g, const SdpaKey& key, const std::string& what) {
+    // Launches of these plans may still be in flight on the stream: they are kept, never destroyed.
+    if (g.fwd) retired.push_back(std::move(g.fwd));
+    if (g.bwd) retired.push_back(std::move(g.bwd));
     g = Graphs{};
     const std::string line = refusals.record(key, what);
     if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());  // once per process
@@ -428,7 +466,7 @@ size_t CudnnSdpa::scratch_bytes(int dev, const SdpaShape& s, SdpaPass pass, cons
   const Impl::Graphs& g = impl_->graphs(dev, s);
   LATTICE_CHECK(g.fwd != nullptr, "cuda attention: the fused path was asked for a shape cuDNN refused");
   const Built& b = pass == SdpaPass::forward ? *g.fwd : *g.bwd;
-  return sdpa_scratch_layout(s, pass, staged, b.workspace).end;
+  return sdpa_scratch_layout(s, pass, b.dq, staged, b.workspace).end;
 }
 
 namespace {
@@ -462,7 +500,7 @@ bool CudnnSdpa::forward(int dev, cudaStream_t stream, void* out, void* att, cons
   std::lock_guard<std::mutex> lock(impl_->mu);
   const Impl::Graphs& g = impl_->graphs(dev, s);
   LATTICE_CHECK(g.fwd != nullptr, "cuda attention: the fused path was asked for a shape cuDNN refused");
-  const SdpaScratchLayout l = sdpa_scratch_layout(s, SdpaPass::forward, staged, g.fwd->workspace);
+  const SdpaScratchLayout l = sdpa_scratch_layout(s, SdpaPass::forward, SdpaDq::direct, staged, g.fwd->workspace);
   const SdpaSavedLayout saved = sdpa_saved_layout(s, reinterpret_cast<uintptr_t>(att));
   char* base = static_cast<char*>(scratch);
   char* att_bytes = static_cast<char*>(att);
@@ -485,7 +523,7 @@ bool CudnnSdpa::backward(int dev, cudaStream_t stream, void* dqkv, const void* d
   std::lock_guard<std::mutex> lock(impl_->mu);
   const Impl::Graphs& g = impl_->graphs(dev, s);
   LATTICE_CHECK(g.bwd != nullptr, "cuda attention: the fused path was asked for a shape cuDNN refused");
-  const SdpaScratchLayout l = sdpa_scratch_layout(s, SdpaPass::backward, staged, g.bwd->workspace);
+  const SdpaScratchLayout l = sdpa_scratch_layout(s, SdpaPass::backward, g.bwd->dq, staged, g.bwd->workspace);
   const SdpaSavedLayout saved = sdpa_saved_layout(s, reinterpret_cast<uintptr_t>(att));
   char* base = static_cast<char*>(scratch);
   char* att_bytes = const_cast<char*>(static_cast<const char*>(att));  // read only: O and Stats are inputs
@@ -497,11 +535,13 @@ bool CudnnSdpa::backward(int dev, cudaStream_t stream, void* dqkv, const void* d
   p.out = att_bytes + saved.out;
   p.stats = att_bytes + saved.stats;
   p.softmax_sum = base + l.softmax_sum;
-  p.dq_accum = base + l.dq_accum;
   p.workspace = base + l.workspace;
-  // cudnn-frontend zeroes dQ_accum only below cuDNN 9.6 (later engines clear it themselves); zeroing it always costs
-  // one memset and holds whichever engine runs.
-  CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, sdpa_dq_accum_bytes(s), stream));
+  if (g.bwd->dq == SdpaDq::accumulated) {
+    p.dq_accum = base + l.dq_accum;
+    // cudnn-frontend zeroes dQ_accum only below cuDNN 9.6 (later engines clear it themselves); zeroing it always
+    // costs one memset and holds whichever engine runs.
+    CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, sdpa_dq_accum_bytes(s), stream));
+  }
   const std::string failed = impl_->run(dev, stream, *g.bwd, s, p);
   if (!failed.empty()) {
     impl_->refuse_after_run(dev, s, "backward", failed);

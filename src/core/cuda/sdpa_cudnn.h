@@ -24,8 +24,9 @@
 // io-typed activations (SdpaShape::act16) the graphs read qkv and dout and
 // write dqkv where they are, and `out` is a copy of the saved O; a buffer not
 // aligned as the descriptors declare is staged through a same-type copy in
-// scratch (sdpa_staging). `scratch` holds the staged copies and cuDNN's
-// workspace (scratch_bytes). Enqueues on `stream` only: the device's cuDNN
+// scratch (sdpa_staging). `scratch` holds the staged copies, the
+// backward's f32 rowsum(dO * O) and (accumulating form) dQ_accum, and cuDNN's
+// workspace (scratch_bytes, sdpa_scratch_layout). Enqueues on `stream` only: the device's cuDNN
 // handle is set to it (cudnnSetStream) whenever a call brings another stream
 // than the last one.
 #pragma once

@@ -28,8 +28,13 @@
 //   backward: D = rowsum(dO * O) * 1 into softmax_sum (f32, in scratch);
 //             S = Q K^T; S *= scale; S -= Stats; [causal mask as above];
 //             E = exp(S); dV = E^T dO; dP = dO V^T; dS = (dP - D) E scale
-//             (f32); dK = dS^T Q; dQ_accum = dS K (f32, in scratch; K a
-//             reshape of K^T); dQ = identity(dQ_accum).
+//             (f32); dK = dS^T Q; then, K a reshape of K^T, either
+//             dQ = dS K (SdpaDq::direct: the frontend's deterministic form,
+//             set_deterministic_algorithm) or dQ_accum = dS K (f32, in
+//             scratch) and dQ = identity(dQ_accum) (SdpaDq::accumulated: its
+//             default, where dQ is summed with atomics, so not bitwise
+//             repeatable). Lattice asks for the direct form first and takes
+//             the accumulated one only where cuDNN refuses it.
 // The scale is one by-value tensor, read by every multiply that needs it.
 // Masked scores take -inf where cuDNN is 9.10 or newer, the most negative
 // finite float before (sdpa_mask_value, as cudnn-frontend): the mask comes
@@ -60,6 +65,7 @@ namespace lattice::cuda {
 
 enum class SdpaDType { bf16, fp16 };  // the io type of Q, K, V, O, dO, dQ, dK, dV
 enum class SdpaPass { forward, backward };
+enum class SdpaDq { direct, accumulated };  // how the backward writes dQ (see "The graphs" above)
 
 // One attention call as the fused path sees it.
 struct SdpaShape {
@@ -137,8 +143,8 @@ struct SdpaGraph {
   const SdpaTensor& tensor(int64_t uid) const { return tensors.at(size_t(uid - 1)); }
 };
 
-// The graph of one pass. The shape must be supported.
-inline SdpaGraph sdpa_graph(const SdpaShape& s, SdpaPass pass);
+// The graph of one pass (`dq`: the backward's form). The shape must be supported.
+inline SdpaGraph sdpa_graph(const SdpaShape& s, SdpaPass pass, SdpaDq dq = SdpaDq::direct);
 
 // Byte offsets of Stats and O inside the saved buffer at address `att`.
 struct SdpaSavedLayout {
@@ -162,12 +168,12 @@ inline SdpaStaging sdpa_staging(const SdpaShape& s, SdpaPass pass, uint64_t qkv,
 
 // Byte offsets in a pass's scratch (at a kSdpaIoAlign-aligned address): the
 // staged copies, each kSdpaIoAlign-aligned and present only when staged,
-// then the backward's f32 dQ_accum and softmax_sum, then cuDNN's workspace
-// of `workspace` bytes.
+// then the backward's f32 dQ_accum (accumulated form only) and softmax_sum,
+// then cuDNN's workspace of `workspace` bytes.
 struct SdpaScratchLayout {
   uint64_t qkv = 0, dout = 0, dqkv = 0, dq_accum = 0, softmax_sum = 0, workspace = 0, end = 0;
 };
-inline SdpaScratchLayout sdpa_scratch_layout(const SdpaShape& s, SdpaPass pass, const SdpaStaging& staged,
+inline SdpaScratchLayout sdpa_scratch_layout(const SdpaShape& s, SdpaPass pass, SdpaDq dq, const SdpaStaging& staged,
                                              int64_t workspace);
 inline uint64_t sdpa_dq_accum_bytes(const SdpaShape& s) { return uint64_t(s.B * s.NH * s.T * s.HS) * 4; }
 
@@ -341,7 +347,7 @@ inline bool sdpa_supported(const SdpaShape& s, std::string* why) {
   return true;
 }
 
-inline SdpaGraph sdpa_graph(const SdpaShape& s, SdpaPass pass) {
+inline SdpaGraph sdpa_graph(const SdpaShape& s, SdpaPass pass, SdpaDq dq) {
   using B = SdpaBuffer;
   const int64_t C = s.NH * s.HS, T = s.T;
   const sdpa_detail::Dims bhsd{s.B, s.NH, T, s.HS}, bhds{s.B, s.NH, s.HS, T};
@@ -388,6 +394,10 @@ inline SdpaGraph sdpa_graph(const SdpaShape& s, SdpaPass pass) {
   const int64_t dS = g.pw(SdpaPw::mul, dS0, scale, "dS");
   g.matmul(g.transposed(dS, "dS^T"), q, dK);
   const int64_t k = g.reshape(kt, "K", bhsd, in3, SdpaElem::f32);  // f32: what the frontend's type inference gives
+  if (dq == SdpaDq::direct) {
+    g.matmul(dS, k, dQ);
+    return g.g;
+  }
   const int64_t dq_accum = g.tensor("dQ_accum", bhsd, sdpa_detail::packed(bhsd), SdpaElem::f32, B::dq_accum);
   g.matmul(dS, k, dq_accum);
   g.pointwise(SdpaPw::identity, dq_accum, 0, dQ);
@@ -412,7 +422,7 @@ inline SdpaStaging sdpa_staging(const SdpaShape& s, SdpaPass pass, uint64_t qkv,
   return st;
 }
 
-inline SdpaScratchLayout sdpa_scratch_layout(const SdpaShape& s, SdpaPass pass, const SdpaStaging& staged,
+inline SdpaScratchLayout sdpa_scratch_layout(const SdpaShape& s, SdpaPass pass, SdpaDq dq, const SdpaStaging& staged,
                                              int64_t workspace) {
   using sdpa_detail::align_up;
   const uint64_t io = uint64_t(sdpa_detail::io_bytes(s.dtype));
@@ -423,7 +433,8 @@ inline SdpaScratchLayout sdpa_scratch_layout(const SdpaShape& s, SdpaPass pass, 
   l.dout = staged.qkv ? qkv : 0;
   l.dqkv = l.dout + (staged.dout ? out : 0);
   l.dq_accum = l.dqkv + (staged.dqkv ? qkv : 0);
-  l.softmax_sum = l.dq_accum + (bwd ? align_up(sdpa_dq_accum_bytes(s), kSdpaIoAlign) : 0);
+  const bool accum = bwd && dq == SdpaDq::accumulated;
+  l.softmax_sum = l.dq_accum + (accum ? align_up(sdpa_dq_accum_bytes(s), kSdpaIoAlign) : 0);
   l.workspace = l.softmax_sum + (bwd ? align_up(uint64_t(s.B * s.NH * s.T) * 4, kSdpaIoAlign) : 0);
   l.end = l.workspace + uint64_t(workspace);
   return l;

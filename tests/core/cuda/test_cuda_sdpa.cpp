@@ -95,7 +95,10 @@ double rel_l2(const Tensor& got, const Tensor& want, int64_t width, int parts, i
 
 TEST_P(CudaSdpa, MatchesTheCpuOnBf16Inputs) {
   const Case c = GetParam();
-  ASSERT_EQ(cuda_backend().attention_plain_reason(0, args(c), DType::f32), "");
+  const std::string why = cuda_backend().attention_plain_reason(0, args(c), DType::f32);
+  // Lattice's own rule for cuDNN 9.15.0 and older (sdpa_version_refusal), not a refusal by cuDNN.
+  if (why.find("multiple of 128") != std::string::npos) GTEST_SKIP() << why;
+  ASSERT_EQ(why, "");
   const int64_t C = c.NH * c.HS;
   const Tensor qkv = rounded_to_bf16(test::random_tensor({c.B, c.T, 3 * C}, DType::f32, 11));
   const Tensor dout = rounded_to_bf16(test::random_tensor({c.B, c.T, C}, DType::f32, 12));

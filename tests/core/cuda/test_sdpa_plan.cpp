@@ -90,7 +90,7 @@ TEST(SdpaPlan, EveryTensorIndexesItsBufferAsTheLayoutSays) {
   for (const Case& c : kShapes)
     for (SdpaPass pass : {SdpaPass::forward, SdpaPass::backward}) {
       const SdpaShape s = shape(c);
-      const SdpaGraph g = sdpa_graph(s, pass);
+      const SdpaGraph g = sdpa_graph(s, pass, SdpaDq::accumulated);  // the form with every buffer
       for (const SdpaTensor& t : g.tensors) {
         if (t.is_virtual() || t.by_value()) continue;
         SCOPED_TRACE(testing::Message() << "B " << c.B << " T " << c.T << " NH " << c.NH << " HS " << c.HS << " "
@@ -159,77 +159,84 @@ TEST(SdpaPlan, ForwardIsScaledMaskedSoftmaxWithStats) {
 // op: the ops' kinds and modes in order, what each reads, and the types the
 // matcher looks at (sdpa_plan.h, "The graphs").
 TEST(SdpaPlan, BackwardIsTheFrontendsGraph) {
-  for (bool causal : {true, false}) {
-    SCOPED_TRACE(causal ? "causal" : "no mask");
-    const SdpaGraph g = sdpa_graph(shape({2, 5, 3, 16}, causal), SdpaPass::backward);
-    auto name = [&](int64_t uid) { return uid ? std::string(g.tensor(uid).name) : std::string(); };
-    std::vector<std::string> seen;
-    for (const SdpaOp& o : g.ops) {
-      std::string op;
-      switch (o.kind) {
-        case SdpaOpKind::matmul:
-          op = "matmul";
-          break;
-        case SdpaOpKind::reshape:
-          op = "reshape";
-          break;
-        case SdpaOpKind::reduction:
-          op = o.reduce == SdpaReduce::add ? "sum" : "max";
-          break;
-        case SdpaOpKind::pointwise: {
-          const char* modes[] = {"add", "sub", "mul", "div", "exp", "log", "cmp_ge", "select", "index", "identity"};
-          op = modes[int(o.pw)];
-          break;
+  for (SdpaDq dq : {SdpaDq::direct, SdpaDq::accumulated})
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(std::string(causal ? "causal" : "no mask") + (dq == SdpaDq::direct ? ", direct" : ", accumulated"));
+      const SdpaGraph g = sdpa_graph(shape({2, 5, 3, 16}, causal), SdpaPass::backward, dq);
+      auto name = [&](int64_t uid) { return uid ? std::string(g.tensor(uid).name) : std::string(); };
+      std::vector<std::string> seen;
+      for (const SdpaOp& o : g.ops) {
+        std::string op;
+        switch (o.kind) {
+          case SdpaOpKind::matmul:
+            op = "matmul";
+            break;
+          case SdpaOpKind::reshape:
+            op = "reshape";
+            break;
+          case SdpaOpKind::reduction:
+            op = o.reduce == SdpaReduce::add ? "sum" : "max";
+            break;
+          case SdpaOpKind::pointwise: {
+            const char* modes[] = {"add", "sub", "mul", "div", "exp", "log", "cmp_ge", "select", "index", "identity"};
+            op = modes[int(o.pw)];
+            break;
+          }
         }
+        std::string line = op + "(" + name(o.x);
+        for (int64_t in : {o.b, o.t})
+          if (in) line += ", " + name(in);
+        seen.push_back(line + ") -> " + name(o.y));
       }
-      std::string line = op + "(" + name(o.x);
-      for (int64_t in : {o.b, o.t})
-        if (in) line += ", " + name(in);
-      seen.push_back(line + ") -> " + name(o.y));
-    }
-    std::vector<std::string> want = {
-        "mul(dO, O) -> dO*O",  "sum(dO*O) -> rowsum(dO*O)", "mul(rowsum(dO*O), one) -> softmax_sum",
-        "matmul(Q, K^T) -> S", "mul(S, scale) -> S*scale",  "sub(S*scale, Stats) -> S-Stats",
-    };
-    if (causal)
-      want.insert(want.end(), {"index(S-Stats) -> row", "index(S-Stats) -> col", "cmp_ge(row, col) -> row>=col",
-                               "select(S-Stats, mask value, row>=col) -> masked"});
-    const std::string scores = causal ? "masked" : "S-Stats";
-    want.insert(want.end(), {
-                                "exp(" + scores + ") -> exp",
-                                "reshape(exp) -> P^T",
-                                "matmul(P^T, dO) -> dV",
-                                "matmul(dO, V^T) -> dP",
-                                "sub(dP, softmax_sum) -> dP-D",
-                                "mul(dP-D, exp) -> (dP-D)E",
-                                "mul((dP-D)E, scale) -> dS",
-                                "reshape(dS) -> dS^T",
-                                "matmul(dS^T, Q) -> dK",
-                                "reshape(K^T) -> K",
-                                "matmul(dS, K) -> dQ_accum",
-                                "identity(dQ_accum) -> dQ",
-                            });
-    EXPECT_EQ(seen, want);
+      std::vector<std::string> want = {
+          "mul(dO, O) -> dO*O",  "sum(dO*O) -> rowsum(dO*O)", "mul(rowsum(dO*O), one) -> softmax_sum",
+          "matmul(Q, K^T) -> S", "mul(S, scale) -> S*scale",  "sub(S*scale, Stats) -> S-Stats",
+      };
+      if (causal)
+        want.insert(want.end(), {"index(S-Stats) -> row", "index(S-Stats) -> col", "cmp_ge(row, col) -> row>=col",
+                                 "select(S-Stats, mask value, row>=col) -> masked"});
+      const std::string scores = causal ? "masked" : "S-Stats";
+      want.insert(want.end(), {
+                                  "exp(" + scores + ") -> exp",
+                                  "reshape(exp) -> P^T",
+                                  "matmul(P^T, dO) -> dV",
+                                  "matmul(dO, V^T) -> dP",
+                                  "sub(dP, softmax_sum) -> dP-D",
+                                  "mul(dP-D, exp) -> (dP-D)E",
+                                  "mul((dP-D)E, scale) -> dS",
+                                  "reshape(dS) -> dS^T",
+                                  "matmul(dS^T, Q) -> dK",
+                                  "reshape(K^T) -> K",
+                              });
+      if (dq == SdpaDq::direct)
+        want.push_back("matmul(dS, K) -> dQ");  // the deterministic form: no accumulator
+      else
+        want.insert(want.end(), {"matmul(dS, K) -> dQ_accum", "identity(dQ_accum) -> dQ"});
+      EXPECT_EQ(seen, want);
 
-    std::map<std::string, const SdpaTensor*> by_name;
-    int scales = 0;
-    for (const SdpaTensor& t : g.tensors) {
-      by_name[t.name] = &t;
-      scales += t.buffer == SdpaBuffer::scale;
+      std::map<std::string, const SdpaTensor*> by_name;
+      int scales = 0;
+      for (const SdpaTensor& t : g.tensors) {
+        by_name[t.name] = &t;
+        scales += t.buffer == SdpaBuffer::scale;
+      }
+      EXPECT_EQ(scales, 1) << "one scale tensor serves both multiplies";
+      EXPECT_EQ(by_name.count("K"), 1u);
+      EXPECT_TRUE(by_name["K"]->is_virtual()) << "K is a reshape of K^T, not a second view of qkv";
+      EXPECT_EQ(by_name["K"]->elem, SdpaElem::f32);
+      EXPECT_EQ(by_name["dS"]->elem, SdpaElem::f32) << "dQ's matmul reads the f32 dS";
+      EXPECT_EQ(by_name["dS^T"]->elem, SdpaElem::io);
+      EXPECT_EQ(by_name["P^T"]->elem, SdpaElem::io);
+      EXPECT_EQ(by_name["softmax_sum"]->buffer, SdpaBuffer::softmax_sum);
+      EXPECT_EQ(by_name.count("dQ_accum"), dq == SdpaDq::accumulated ? 1u : 0u);
+      if (dq == SdpaDq::accumulated) {
+        EXPECT_EQ(by_name["dQ_accum"]->buffer, SdpaBuffer::dq_accum);
+        EXPECT_EQ(by_name["dQ_accum"]->elem, SdpaElem::f32);
+      }
+      for (const SdpaOp& o : g.ops)
+        EXPECT_EQ(o.math,
+                  o.kind == SdpaOpKind::pointwise && o.pw == SdpaPw::cmp_ge ? SdpaElem::boolean : SdpaElem::f32);
     }
-    EXPECT_EQ(scales, 1) << "one scale tensor serves both multiplies";
-    EXPECT_EQ(by_name.count("K"), 1u);
-    EXPECT_TRUE(by_name["K"]->is_virtual()) << "K is a reshape of K^T, not a second view of qkv";
-    EXPECT_EQ(by_name["K"]->elem, SdpaElem::f32);
-    EXPECT_EQ(by_name["dS"]->elem, SdpaElem::f32) << "dQ's matmul reads the f32 dS";
-    EXPECT_EQ(by_name["dS^T"]->elem, SdpaElem::io);
-    EXPECT_EQ(by_name["P^T"]->elem, SdpaElem::io);
-    EXPECT_EQ(by_name["softmax_sum"]->buffer, SdpaBuffer::softmax_sum);
-    EXPECT_EQ(by_name["dQ_accum"]->buffer, SdpaBuffer::dq_accum);
-    EXPECT_EQ(by_name["dQ_accum"]->elem, SdpaElem::f32);
-    for (const SdpaOp& o : g.ops)
-      EXPECT_EQ(o.math, o.kind == SdpaOpKind::pointwise && o.pw == SdpaPw::cmp_ge ? SdpaElem::boolean : SdpaElem::f32);
-  }
 }
 
 // Every op reads tensors that exist by then, every virtual tensor is written
@@ -238,8 +245,10 @@ TEST(SdpaPlan, BackwardIsTheFrontendsGraph) {
 TEST(SdpaPlan, GraphsAreWellFormed) {
   for (const Case& c : kShapes)
     for (bool causal : {true, false})
-      for (SdpaPass pass : {SdpaPass::forward, SdpaPass::backward}) {
-        const SdpaGraph g = sdpa_graph(shape(c, causal), pass);
+      for (auto [pass, dq] :
+           {std::pair{SdpaPass::forward, SdpaDq::direct}, std::pair{SdpaPass::backward, SdpaDq::direct},
+            std::pair{SdpaPass::backward, SdpaDq::accumulated}}) {
+        const SdpaGraph g = sdpa_graph(shape(c, causal), pass, dq);
         for (size_t i = 0; i < g.tensors.size(); ++i) ASSERT_EQ(g.tensors[i].uid, int64_t(i + 1));
         std::set<int64_t> ready;
         for (const SdpaTensor& t : g.tensors)
@@ -387,13 +396,13 @@ TEST(SdpaPlan, ScratchHoldsTheStagedCopiesThenTheWorkspace) {
   const uint64_t sums = sdpa_detail::align_up(uint64_t(2 * 3 * 33) * 4, kSdpaIoAlign);
   EXPECT_EQ(sdpa_dq_accum_bytes(s), uint64_t(2 * 3 * 33 * 8) * 4);
   using P = SdpaPass;
-  const SdpaScratchLayout none = sdpa_scratch_layout(s, P::forward, {}, 1000);
+  const SdpaScratchLayout none = sdpa_scratch_layout(s, P::forward, SdpaDq::direct, {}, 1000);
   EXPECT_EQ(none.workspace, 0u);
   EXPECT_EQ(none.end, 1000u);
-  const SdpaScratchLayout fwd = sdpa_scratch_layout(s, P::forward, {.qkv = true}, 1000);
+  const SdpaScratchLayout fwd = sdpa_scratch_layout(s, P::forward, SdpaDq::direct, {.qkv = true}, 1000);
   EXPECT_EQ(fwd.workspace, qkv);
   EXPECT_EQ(fwd.end, qkv + 1000);
-  const SdpaScratchLayout all = sdpa_scratch_layout(s, P::backward, {true, true, true}, 1000);
+  const SdpaScratchLayout all = sdpa_scratch_layout(s, P::backward, SdpaDq::accumulated, {true, true, true}, 1000);
   EXPECT_EQ(all.qkv, 0u);
   EXPECT_EQ(all.dout, qkv);
   EXPECT_EQ(all.dqkv, qkv + out);
@@ -401,14 +410,18 @@ TEST(SdpaPlan, ScratchHoldsTheStagedCopiesThenTheWorkspace) {
   EXPECT_EQ(all.softmax_sum, 2 * qkv + out + accum);
   EXPECT_EQ(all.workspace, 2 * qkv + out + accum + sums);
   EXPECT_EQ(all.end, 2 * qkv + out + accum + sums + 1000);
-  const SdpaScratchLayout dqkv_only = sdpa_scratch_layout(s, P::backward, {.dqkv = true}, 0);
+  const SdpaScratchLayout dqkv_only = sdpa_scratch_layout(s, P::backward, SdpaDq::accumulated, {.dqkv = true}, 0);
   EXPECT_EQ(dqkv_only.dqkv, 0u);
   EXPECT_EQ(dqkv_only.dq_accum, qkv);
   EXPECT_EQ(dqkv_only.end, qkv + accum + sums);
-  const SdpaScratchLayout in_place = sdpa_scratch_layout(s, P::backward, {}, 0);
+  const SdpaScratchLayout in_place = sdpa_scratch_layout(s, P::backward, SdpaDq::accumulated, {}, 0);
   EXPECT_EQ(in_place.dq_accum, 0u);
   EXPECT_EQ(in_place.end, accum + sums);
-  for (const SdpaScratchLayout& l : {none, fwd, all, dqkv_only, in_place})
+  const SdpaScratchLayout direct = sdpa_scratch_layout(s, P::backward, SdpaDq::direct, {.dqkv = true}, 1000);
+  EXPECT_EQ(direct.softmax_sum, qkv) << "the direct form has no dQ_accum";
+  EXPECT_EQ(direct.workspace, qkv + sums);
+  EXPECT_EQ(direct.end, qkv + sums + 1000);
+  for (const SdpaScratchLayout& l : {none, fwd, all, dqkv_only, in_place, direct})
     for (uint64_t off : {l.qkv, l.dout, l.dqkv, l.dq_accum, l.softmax_sum, l.workspace})
       EXPECT_EQ(off % kSdpaIoAlign, 0u);
 }
