@@ -21,9 +21,9 @@
 // semantics, argument order and shapes of its CPU twin in core/kernels/cpu/
 // (core/ops.h checks the arguments of both): parameter gradients accumulate,
 // activation gradients overwrite, and no kernel's result depends on
-// scheduling (no float atomics; the one exception is cuDNN's accumulating
-// attention backward, taken only where cuDNN refuses its deterministic form,
-// with a stderr line saying so: core/cuda/sdpa_plan.h).
+// scheduling (no float atomics; the one exception is cuDNN's fused attention
+// backward where cuDNN refuses its deterministic form, or on compute
+// capability 10+, each said by a stderr line: core/cuda/sdpa_cudnn.cpp).
 #pragma once
 
 #include <cstddef>

@@ -309,6 +309,7 @@ struct CudnnSdpa::Impl {
       cudnnHandle_t h = handle(dev);
       it->second.fwd = build(h, sdpa_graph(s, SdpaPass::forward), s.dtype);
       it->second.bwd = build_backward(h, key, s);
+      say_if_not_repeatable(dev, key, *it->second.bwd);
     } catch (const Refused& r) {
       refuse(it->second, key, r.what);
     } catch (const Error& e) {  // cudnnCreate failed: the library cannot run here
@@ -343,6 +344,23 @@ struct CudnnSdpa::Impl {
     } catch (const Refused& r) {
       throw Refused{fmt::format("backward, deterministic form: {}; accumulating form: {}", direct_refused, r.what)};
     }
+  }
+
+  // On compute capability 10 and up cudnn-frontend's deterministic backward
+  // also pins an engine and its knobs (override_heuristics_query), which
+  // Lattice does not, so the direct form may run a kernel that is not
+  // bitwise repeatable there either: said once per process, as the fallback.
+  void say_if_not_repeatable(int dev, const SdpaKey& key, const Built& bwd) {
+    int major = 0;
+    if (bwd.dq != SdpaDq::direct || said_accumulated ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 10)
+      return;
+    said_accumulated = true;
+    std::fprintf(stderr,
+                 "lattice: cuda attention: on compute capability %d.x cuDNN's fused backward (B %lld T %lld NH %lld HS "
+                 "%lld) is deterministic only on an engine Lattice does not pin, so it may not be bitwise repeatable "
+                 "from run to run\n",
+                 major, (long long)key.B, (long long)key.T, (long long)key.NH, (long long)key.HS);
   }
 
   void refuse(Graphs& g, const SdpaKey& key, const std::string& what) {
