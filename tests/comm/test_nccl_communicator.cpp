@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
 
 #include "comm/device_placement.h"
 #include "comm/mpi_communicator.h"
@@ -19,6 +22,32 @@ namespace lattice::comm {
 namespace {
 
 std::string exe_dir() { return std::filesystem::read_symlink("/proc/self/exe").parent_path().string(); }
+
+// The device tests' setup: an NCCL communicator over the whole job and this
+// rank's GPU, or (`skip`) why not: "no GPU: ..." when none is visible (the
+// refusal test covers that), "no CUDA device: ..." (CTest's skip pattern)
+// when the ranks do not each have one.
+struct NcclOnGpu {
+  Group job;
+  std::unique_ptr<Communicator> nccl;
+  Device dev = Device::cpu();
+};
+std::optional<NcclOnGpu> nccl_on_gpu(std::string& skip) {
+  if (!cuda_available()) {
+    skip = "no GPU: covered by RefusesClearlyWithoutAGpuOrLibrary";
+    return std::nullopt;
+  }
+  NcclOnGpu g{Group(make_world_communicator(60)), nullptr, Device::cpu()};
+  const std::string why = test::why_not_one_gpu_per_rank(g.job, true);
+  if (!why.empty()) {
+    skip = "no CUDA device: " + why;
+    return std::nullopt;
+  }
+  const NodeLocal local = node_local();
+  g.nccl = make_nccl_communicator(g.job.comm(), local.rank, local.size);
+  g.dev = Device::cuda(test::this_rank_gpu());  // the factory's choice
+  return g;
+}
 
 TEST(NcclCommunicator, RefusesClearlyWithoutAGpuOrLibrary) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is visible: the device test below covers this machine";
@@ -43,20 +72,12 @@ TEST(NcclCommunicator, RefusesClearlyWithoutAGpuOrLibrary) {
 }
 
 TEST(NcclCommunicator, AllReduceAndRingOnDeviceMemory) {
-  if (!cuda_available()) GTEST_SKIP() << "no GPU: covered by RefusesClearlyWithoutAGpuOrLibrary";
-  Group job(make_world_communicator(60));
-  const std::string why = test::why_not_one_gpu_per_rank(job, true);
-  if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
-  Communicator* world = &job.comm();
-  const NodeLocal local = node_local();
-  auto nccl = make_nccl_communicator(*world, local.rank, local.size);
+  std::string skip;
+  std::optional<NcclOnGpu> g = nccl_on_gpu(skip);
+  if (!g) GTEST_SKIP() << skip;
+  Communicator* nccl = g->nccl.get();
+  const Device dev = g->dev;
   const int p = nccl->size(), r = nccl->rank();
-  const Device dev = Device::cuda(choose_cuda_device({.local_rank = local.rank,
-                                                      .local_size = local.size,
-                                                      .device_count = cuda_backend().device_count(nullptr),
-                                                      .cuda_visible_devices = std::getenv("CUDA_VISIBLE_DEVICES"),
-                                                      .host = host_name(),
-                                                      .why_none = ""}));  // the factory's choice
   std::vector<float> host(17);
   for (size_t i = 0; i < host.size(); ++i) host[i] = float((r + 1) * (int(i) % 3 + 1));
   Tensor t = Tensor::from<float>(host, {17}).to(dev);
@@ -78,20 +99,13 @@ TEST(NcclCommunicator, AllReduceAndRingOnDeviceMemory) {
 // second communicator (tp then pp in a training step): a kernel or an
 // operation that started before the transfer finished gives another number.
 TEST(NcclCommunicator, WaitOnDeviceOrdersKernelsAndOtherCommunicators) {
-  if (!cuda_available()) GTEST_SKIP() << "no GPU: covered by RefusesClearlyWithoutAGpuOrLibrary";
-  Group job(make_world_communicator(60));
-  const std::string why = test::why_not_one_gpu_per_rank(job, true);
-  if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
-  const NodeLocal local = node_local();
-  auto nccl = make_nccl_communicator(job.comm(), local.rank, local.size);
+  std::string skip;
+  std::optional<NcclOnGpu> g = nccl_on_gpu(skip);
+  if (!g) GTEST_SKIP() << skip;
+  Communicator* nccl = g->nccl.get();
+  const Device dev = g->dev;
   auto second = nccl->split(0, nccl->rank(), "second");
   const int p = nccl->size(), r = nccl->rank();
-  const Device dev = Device::cuda(choose_cuda_device({.local_rank = local.rank,
-                                                      .local_size = local.size,
-                                                      .device_count = cuda_backend().device_count(nullptr),
-                                                      .cuda_visible_devices = std::getenv("CUDA_VISIBLE_DEVICES"),
-                                                      .host = host_name(),
-                                                      .why_none = ""}));  // the factory's choice
   const int64_t n = 1 << 20;  // large enough that a kernel racing the transfer would see old values
   Tensor t = Tensor::from<float>(std::vector<float>(size_t(n), float(r + 1)), {n}).to(dev);
   double want = double(p) * (p + 1) / 2;  // after the first sum
@@ -112,24 +126,17 @@ TEST(NcclCommunicator, WaitOnDeviceOrdersKernelsAndOtherCommunicators) {
 // host wait limit with the one clear line, not a hang; once rank 1 joins, the
 // sum arrives and the stream goes on.
 TEST(NcclCommunicator, AStalledDeviceWaitFailsTheNextHostWaitAtTheLimit) {
-  if (!cuda_available()) GTEST_SKIP() << "no GPU: covered by RefusesClearlyWithoutAGpuOrLibrary";
-  Group job(make_world_communicator(60));
-  const std::string why = test::why_not_one_gpu_per_rank(job, true);
-  if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
-  const NodeLocal local = node_local();
-  auto nccl = make_nccl_communicator(job.comm(), local.rank, local.size);
+  std::string skip;
+  std::optional<NcclOnGpu> g = nccl_on_gpu(skip);
+  if (!g) GTEST_SKIP() << skip;
+  Communicator* nccl = g->nccl.get();
+  Group& job = g->job;
   const int r = nccl->rank();
-  const int dev_index = choose_cuda_device({.local_rank = local.rank,
-                                            .local_size = local.size,
-                                            .device_count = cuda_backend().device_count(nullptr),
-                                            .cuda_visible_devices = std::getenv("CUDA_VISIBLE_DEVICES"),
-                                            .host = host_name(),
-                                            .why_none = ""});
-  Tensor t = Tensor::from<float>(std::vector<float>(64, 1.0f), {64}).to(Device::cuda(dev_index));
+  Tensor t = Tensor::from<float>(std::vector<float>(64, 1.0f), {64}).to(g->dev);
   // Connected first: NCCL connects lazily (NCCL_RUNTIME_CONNECT=1 by default), inside the first call on the host,
   // which would wait for rank 1 there instead of on the device.
   nccl->all_reduce(t, {})->wait();
-  t = Tensor::from<float>(std::vector<float>(64, 1.0f), {64}).to(Device::cuda(dev_index));
+  t = Tensor::from<float>(std::vector<float>(64, 1.0f), {64}).to(g->dev);
   struct Restore {
     ~Restore() { cuda_backend().set_host_wait_timeout(0); }
   } restore;  // the limit is process-wide: back to none however the test ends

@@ -21,19 +21,26 @@
 
 namespace lattice::test {
 
-inline std::string why_not_one_gpu_per_rank(comm::Group& world, bool need_nccl) {
+// The GPU this rank is placed on (comm::choose_cuda_device, as lattice train
+// and make_nccl_communicator place it); throws lattice::Error with the reason
+// when there is none for it.
+inline int this_rank_gpu() {
   std::string why;
   const int count = cuda_available(&why) ? cuda_backend().device_count(&why) : 0;
   const comm::NodeLocal local = comm::node_local();
+  return comm::choose_cuda_device({.local_rank = local.rank,
+                                   .local_size = local.size,
+                                   .device_count = count,
+                                   .cuda_visible_devices = std::getenv("CUDA_VISIBLE_DEVICES"),
+                                   .host = host_name(),
+                                   .why_none = why});
+}
+
+inline std::string why_not_one_gpu_per_rank(comm::Group& world, bool need_nccl) {
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   std::string mine, key;
   try {
-    const int dev = comm::choose_cuda_device({.local_rank = local.rank,
-                                              .local_size = local.size,
-                                              .device_count = count,
-                                              .cuda_visible_devices = visible,
-                                              .host = host_name(),
-                                              .why_none = why});
+    const int dev = this_rank_gpu();
     key = comm::placed_device_key(comm::machine_id(), cuda_backend().device_pci_bus_id(dev), host_name(), dev, visible);
   } catch (const Error& e) {
     mine = e.what();

@@ -272,7 +272,7 @@ struct CudnnSdpa::Impl {
   std::map<SdpaKey, Graphs> cache;
   SdpaRefusals refusals;
   std::vector<std::unique_ptr<Built>> retired;  // plans of shapes refused after they ran (refuse)
-  bool said_accumulated = false;                // the accumulating backward's stderr line is printed
+  bool said_not_repeatable = false;             // a backward that may not be bitwise repeatable was announced
 
   cudnnHandle_t handle(int dev) {
     if (size_t(dev) >= handles.size()) {
@@ -332,8 +332,8 @@ struct CudnnSdpa::Impl {
     try {
       auto b = build(h, sdpa_graph(s, SdpaPass::backward, SdpaDq::accumulated), s.dtype);
       b->dq = SdpaDq::accumulated;
-      if (!said_accumulated) {
-        said_accumulated = true;
+      if (!said_not_repeatable) {
+        said_not_repeatable = true;
         std::fprintf(stderr,
                      "lattice: cuda attention: cuDNN has no deterministic fused backward for B %lld T %lld NH %lld HS "
                      "%lld (%s); it runs the accumulating one, whose dQ is summed with atomics and so is not bitwise "
@@ -352,10 +352,10 @@ struct CudnnSdpa::Impl {
   // bitwise repeatable there either: said once per process, as the fallback.
   void say_if_not_repeatable(int dev, const SdpaKey& key, const Built& bwd) {
     int major = 0;
-    if (bwd.dq != SdpaDq::direct || said_accumulated ||
+    if (bwd.dq != SdpaDq::direct || said_not_repeatable ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 10)
       return;
-    said_accumulated = true;
+    said_not_repeatable = true;
     std::fprintf(stderr,
                  "lattice: cuda attention: on compute capability %d.x cuDNN's fused backward (B %lld T %lld NH %lld HS "
                  "%lld) is deterministic only on an engine Lattice does not pin, so it may not be bitwise repeatable "
