@@ -22,8 +22,9 @@
 // (core/ops.h checks the arguments of both): parameter gradients accumulate,
 // activation gradients overwrite, and no kernel's result depends on
 // scheduling (no float atomics; the one exception is cuDNN's fused attention
-// backward where cuDNN refuses its deterministic form, or on compute
-// capability 10+, each said by a stderr line: core/cuda/sdpa_cudnn.cpp).
+// backward where cuDNN refuses its deterministic form, or, on compute
+// capability 10.x, its pinned engine; each said by a stderr line:
+// core/cuda/sdpa_cudnn.cpp).
 #pragma once
 
 #include <cstddef>
@@ -303,6 +304,11 @@ class CudaBackend {
   // takes the plain one (16-bit matmuls off, the plan's reason, or cuDNN's
   // refusal). Builds the fused graphs on first use, as the calls above do.
   virtual std::string attention_plain_reason(int dev, const CudaAttentionArgs& a, DType act) = 0;
+  // False when the fused backward these arguments take on `dev` may give
+  // other bits from run to run (cuDNN's accumulating form, or on compute
+  // capability 10.x a direct form off the pinned engine: sdpa_plan.h,
+  // sdpa_backward_may_vary); true for every other call, the plain path's too.
+  virtual bool attention_backward_repeatable(int dev, const CudaAttentionArgs& a, DType act) = 0;
 };
 
 // The loaded backend; throws lattice::Error with a clear reason when the

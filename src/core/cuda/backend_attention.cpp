@@ -148,4 +148,9 @@ std::string Backend::attention_plain_reason(int dev, const CudaAttentionArgs& a,
   return fused_attention(dev, s) ? std::string() : sdpa_.refusal(dev, s);
 }
 
+bool Backend::attention_backward_repeatable(int dev, const CudaAttentionArgs& a, DType act) {
+  if (!attention_plain_reason(dev, a, act).empty()) return true;  // the plain path: no atomics
+  return !sdpa_.backward_may_vary(dev, sdpa_shape(a, sdpa_dtype(), act != DType::f32));
+}
+
 }  // namespace lattice::cuda

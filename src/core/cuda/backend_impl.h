@@ -218,6 +218,7 @@ class Backend final : public CudaBackend {
   void attention_backward16(int dev, DType act, void* dqkv, void* scratch, const void* dout, const void* qkv,
                             const void* att, const CudaAttentionArgs& a) override;
   std::string attention_plain_reason(int dev, const CudaAttentionArgs& a, DType act) override;
+  bool attention_backward_repeatable(int dev, const CudaAttentionArgs& a, DType act) override;
 
  private:
   struct Workspace {

@@ -133,7 +133,62 @@ struct Built {
   int64_t workspace = 0;
   SdpaGraph graph;
   SdpaDq dq = SdpaDq::direct;  // the backward's form (sdpa_plan.h)
+  int cc_major = 0;            // of the device it was built for
+  bool pinned = false;         // runs the engine sdpa_pinned_engine chose, not the heuristics'
+  std::string pin_refused;     // why cuDNN did not take that engine ("" if none was asked for or it was taken)
 };
+
+cudnnBackendKnobType_t knob_type(SdpaKnob k) {
+  return k == SdpaKnob::kernel_cfg ? CUDNN_KNOB_TYPE_KERNEL_CFG : CUDNN_KNOB_TYPE_STAGES;
+}
+
+// The execution plan of engine config `config`, kept in `b` with it; throws
+// Refused when it does not finalize.
+void finalize_plan(Built& b, cudnnHandle_t handle, Desc&& config) {
+  Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, handle, "plan handle")
+      .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config, "plan engine config")
+      .finalize("execution plan");
+  int64_t n = 0;
+  ok(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+                              &b.workspace),
+     "plan workspace size");
+  b.keep.push_back(std::move(config));
+  b.plan = &b.keep.emplace_back(std::move(plan));
+}
+
+// The engine config of `pin` over `graph` (as cudnn-frontend's
+// create_execution_plan: the engine by global index, then its knob
+// choices), finalized into b's plan; throws Refused.
+void build_pinned(Built& b, cudnnHandle_t handle, const Desc& graph, const SdpaEngine& pin) {
+  int64_t engines = 0, n = 0;
+  ok(cudnnBackendGetAttribute(graph.get(), CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT, CUDNN_TYPE_INT64, 1, &n,
+                              &engines),
+     "graph engine count");
+  if (pin.engine >= engines)
+    throw Refused{fmt::format("engine {} does not exist (the graph has {})", pin.engine, engines)};
+  std::deque<Desc> parts;  // engine and knob choices, kept with the plan once it finalizes
+  Desc& engine = parts.emplace_back(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  engine.set(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph, "engine graph")
+      .set(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, pin.engine, "engine index")
+      .finalize("engine");
+  std::vector<cudnnBackendDescriptor_t> choices;
+  for (const auto& [knob, value] : pin.knobs) {
+    Desc& c = parts.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+    c.set(CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, knob_type(knob), "knob type")
+        .set(CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, value, "knob value")
+        .finalize("knob choice");
+    choices.push_back(c.get());
+  }
+  Desc config(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  config.set(CUDNN_ATTR_ENGINECFG_ENGINE, engine, "engine config engine")
+      .set(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, choices.data(), int64_t(choices.size()),
+           "engine config knobs")
+      .finalize("engine config");
+  finalize_plan(b, handle, std::move(config));
+  for (Desc& d : parts) b.keep.push_back(std::move(d));
+  b.pinned = true;
+}
 
 // Appends the descriptors of op `o` to `keep`; `tensors` indexed by uid - 1.
 void op_desc(std::deque<Desc>& keep, std::vector<cudnnBackendDescriptor_t>& ops, const SdpaOp& o,
@@ -206,9 +261,10 @@ void op_desc(std::deque<Desc>& keep, std::vector<cudnnBackendDescriptor_t>& ops,
   }
 }
 
-// The operation graph of `g`, heuristics mode A, and the first engine
-// config cuDNN finalizes into an execution plan. Throws Refused.
-std::unique_ptr<Built> build(cudnnHandle_t handle, const SdpaGraph& g, SdpaDType io) {
+// The operation graph of `g` and its execution plan: on engine `pin` when
+// one is asked for and cuDNN takes it, else the first engine config of
+// heuristics mode A that finalizes. Throws Refused.
+std::unique_ptr<Built> build(cudnnHandle_t handle, const SdpaGraph& g, SdpaDType io, const SdpaEngine& pin = {}) {
   auto b = std::make_unique<Built>();
   b->graph = g;
   std::vector<Desc> tensors;
@@ -223,6 +279,14 @@ std::unique_ptr<Built> build(cudnnHandle_t handle, const SdpaGraph& g, SdpaDType
   // The ops refer to the tensor descriptors, and cuDNN does not say whether it
   // copies them: they live as long as the plan (as cudnn-frontend keeps its).
   for (Desc& t : tensors) b->keep.push_back(std::move(t));
+  if (pin.engine >= 0) {
+    try {
+      build_pinned(*b, handle, graph, pin);
+      return b;
+    } catch (const Refused& r) {
+      b->pin_refused = r.what;
+    }
+  }
   Desc& heur = b->keep.emplace_back(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph, "heuristics graph")
       .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, CUDNN_HEUR_MODE_A, "heuristics mode")
@@ -231,7 +295,9 @@ std::unique_ptr<Built> build(cudnnHandle_t handle, const SdpaGraph& g, SdpaDType
   ok(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
                               nullptr),
      "heuristics result count");
-  if (count <= 0) throw Refused{"heuristics offer no engine config"};
+  if (count <= 0)
+    throw Refused{fmt::format("heuristics offer no engine config{}",
+                              b->pin_refused.empty() ? "" : "; pinned engine: " + b->pin_refused)};
   std::vector<Desc> configs;
   std::vector<cudnnBackendDescriptor_t> raw;
   for (int64_t i = 0; i < count; ++i) raw.push_back(configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR).get());
@@ -241,22 +307,14 @@ std::unique_ptr<Built> build(cudnnHandle_t handle, const SdpaGraph& g, SdpaDType
   std::string last;
   for (int64_t i = 0; i < count; ++i) {
     try {
-      Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, handle, "plan handle")
-          .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[size_t(i)], "plan engine config")
-          .finalize("execution plan");
-      int64_t n = 0;
-      ok(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                                  &b->workspace),
-         "plan workspace size");
-      b->keep.push_back(std::move(configs[size_t(i)]));
-      b->plan = &b->keep.emplace_back(std::move(plan));
+      finalize_plan(*b, handle, std::move(configs[size_t(i)]));
       return b;
     } catch (const Refused& r) {
       last = r.what;
     }
   }
-  throw Refused{fmt::format("none of {} engine configs finalizes ({})", count, last)};
+  throw Refused{fmt::format("none of {} engine configs finalizes ({}){}", count, last,
+                            b->pin_refused.empty() ? "" : "; pinned engine: " + b->pin_refused)};
 }
 
 }  // namespace
@@ -272,7 +330,7 @@ struct CudnnSdpa::Impl {
   std::map<SdpaKey, Graphs> cache;
   SdpaRefusals refusals;
   std::vector<std::unique_ptr<Built>> retired;  // plans of shapes refused after they ran (refuse)
-  bool said_not_repeatable = false;             // a backward that may not be bitwise repeatable was announced
+  bool said_may_vary = false;                   // a backward that may not be bitwise repeatable was announced
 
   cudnnHandle_t handle(int dev) {
     if (size_t(dev) >= handles.size()) {
@@ -307,9 +365,10 @@ struct CudnnSdpa::Impl {
       const std::string too_old = sdpa_version_refusal(int64_t(cudnnGetVersion()), s);
       if (!too_old.empty()) throw Refused{too_old};
       cudnnHandle_t h = handle(dev);
+      int cc_major = 0;
+      CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
       it->second.fwd = build(h, sdpa_graph(s, SdpaPass::forward), s.dtype);
-      it->second.bwd = build_backward(h, key, s);
-      say_if_not_repeatable(dev, key, *it->second.bwd);
+      it->second.bwd = build_backward(h, key, s, cc_major);
     } catch (const Refused& r) {
       refuse(it->second, key, r.what);
     } catch (const Error& e) {  // cudnnCreate failed: the library cannot run here
@@ -318,49 +377,54 @@ struct CudnnSdpa::Impl {
     return it->second;
   }
 
-  // The backward in its deterministic form (dQ written directly), else in
-  // the accumulating one, which is said once per process on stderr.
-  std::unique_ptr<Built> build_backward(cudnnHandle_t h, const SdpaKey& key, const SdpaShape& s) {
+  // The backward in its deterministic form (dQ written directly, on the
+  // engine sdpa_pinned_engine names where it names one), else in the
+  // accumulating one. A backward that may not be bitwise repeatable is said
+  // once per process on stderr, with the reason.
+  std::unique_ptr<Built> build_backward(cudnnHandle_t h, const SdpaKey& key, const SdpaShape& s, int cc_major) {
+    const int64_t version = int64_t(cudnnGetVersion());
     std::string direct_refused;
+    std::unique_ptr<Built> b;
     try {
-      auto b = build(h, sdpa_graph(s, SdpaPass::backward, SdpaDq::direct), s.dtype);
+      b = build(h, sdpa_graph(s, SdpaPass::backward, SdpaDq::direct), s.dtype,
+                sdpa_pinned_engine(version, cc_major, SdpaPass::backward, SdpaDq::direct));
       b->dq = SdpaDq::direct;
-      return b;
     } catch (const Refused& r) {
       direct_refused = r.what;
     }
-    try {
-      auto b = build(h, sdpa_graph(s, SdpaPass::backward, SdpaDq::accumulated), s.dtype);
-      b->dq = SdpaDq::accumulated;
-      if (!said_not_repeatable) {
-        said_not_repeatable = true;
-        std::fprintf(stderr,
-                     "lattice: cuda attention: cuDNN has no deterministic fused backward for B %lld T %lld NH %lld HS "
-                     "%lld (%s); it runs the accumulating one, whose dQ is summed with atomics and so is not bitwise "
-                     "repeatable from run to run\n",
-                     (long long)key.B, (long long)key.T, (long long)key.NH, (long long)key.HS, direct_refused.c_str());
+    if (!b) {
+      try {
+        b = build(h, sdpa_graph(s, SdpaPass::backward, SdpaDq::accumulated), s.dtype);
+        b->dq = SdpaDq::accumulated;
+      } catch (const Refused& r) {
+        throw Refused{fmt::format("backward, deterministic form: {}; accumulating form: {}", direct_refused, r.what)};
       }
-      return b;
-    } catch (const Refused& r) {
-      throw Refused{fmt::format("backward, deterministic form: {}; accumulating form: {}", direct_refused, r.what)};
     }
-  }
-
-  // On compute capability 10 and up cudnn-frontend's deterministic backward
-  // also pins an engine and its knobs (override_heuristics_query), which
-  // Lattice does not, so the direct form may run a kernel that is not
-  // bitwise repeatable there either: said once per process, as the fallback.
-  void say_if_not_repeatable(int dev, const SdpaKey& key, const Built& bwd) {
-    int major = 0;
-    if (bwd.dq != SdpaDq::direct || said_not_repeatable ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 10)
-      return;
-    said_not_repeatable = true;
-    std::fprintf(stderr,
-                 "lattice: cuda attention: on compute capability %d.x cuDNN's fused backward (B %lld T %lld NH %lld HS "
-                 "%lld) is deterministic only on an engine Lattice does not pin, so it may not be bitwise repeatable "
-                 "from run to run\n",
-                 major, (long long)key.B, (long long)key.T, (long long)key.NH, (long long)key.HS);
+    b->cc_major = cc_major;
+    if (sdpa_backward_may_vary(cc_major, b->dq, b->pinned) && !said_may_vary) {
+      said_may_vary = true;
+      std::string why;
+      if (b->dq == SdpaDq::accumulated)
+        why = fmt::format(
+            "cuDNN has no deterministic fused backward for this shape ({}); it runs the accumulating "
+            "one, whose dQ is summed with atomics",
+            direct_refused);
+      else if (!b->pin_refused.empty())
+        why = fmt::format(
+            "cuDNN did not take the engine cudnn-frontend pins for the deterministic backward on "
+            "compute capability 10.x ({}), so the heuristics chose",
+            b->pin_refused);
+      else
+        why = fmt::format(
+            "cuDNN {} is older than 9.18, the first with the deterministic backward engine "
+            "cudnn-frontend pins on compute capability 10.x, so the heuristics chose",
+            version);
+      std::fprintf(stderr,
+                   "lattice: cuda attention: the fused backward (B %lld T %lld NH %lld HS %lld) may not be bitwise "
+                   "repeatable from run to run: %s\n",
+                   (long long)key.B, (long long)key.T, (long long)key.NH, (long long)key.HS, why.c_str());
+    }
+    return b;
   }
 
   void refuse(Graphs& g, const SdpaKey& key, const std::string& what) {
@@ -477,6 +541,13 @@ bool CudnnSdpa::usable(int dev, const SdpaShape& s) {
 std::string CudnnSdpa::refusal(int dev, const SdpaShape& s) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->refusals.reason(sdpa_key(dev, s));
+}
+
+bool CudnnSdpa::backward_may_vary(int dev, const SdpaShape& s) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const Impl::Graphs& g = impl_->graphs(dev, s);
+  LATTICE_CHECK(g.bwd != nullptr, "cuda attention: the fused path was asked for a shape cuDNN refused");
+  return sdpa_backward_may_vary(g.bwd->cc_major, g.bwd->dq, g.bwd->pinned);
 }
 
 size_t CudnnSdpa::scratch_bytes(int dev, const SdpaShape& s, SdpaPass pass, const SdpaStaging& staged) {

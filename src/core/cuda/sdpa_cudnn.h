@@ -3,8 +3,9 @@
 // graphs, tensor layouts, saved state and the rules for when this path runs
 // are the plain C++ plan of core/cuda/sdpa_plan.h; this file turns a plan
 // into cuDNN backend descriptors (one per tensor and op, the operation
-// graph, heuristics mode A, the first engine config cuDNN finalizes into an
-// execution plan) and runs it.
+// graph, then the engine sdpa_pinned_engine names where it names one and
+// cuDNN takes it, else the first engine config of heuristics mode A that
+// finalizes into an execution plan) and runs it.
 //
 // Both graphs of a shape are built together on its first use and cached by
 // (device, shape, dtype), so a shape whose forward ran fused also has its
@@ -55,6 +56,10 @@ class CudnnSdpa {
   // Why cuDNN refused this shape on `dev` (empty when it did not, or was never asked).
   std::string refusal(int dev, const SdpaShape& s) const;
 
+  // True when the fused backward of this usable shape may give other bits
+  // from run to run (sdpa_backward_may_vary of the form and engine it was
+  // built with).
+  bool backward_may_vary(int dev, const SdpaShape& s);
   // Bytes of scratch a pass needs with `staged` buffers; the shape must be usable.
   size_t scratch_bytes(int dev, const SdpaShape& s, SdpaPass pass, const SdpaStaging& staged);
   // out (B, T, C), qkv (B, T, 3C): f32, or the io type under s.act16; att

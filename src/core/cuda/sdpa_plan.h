@@ -59,6 +59,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lattice::cuda {
@@ -185,6 +186,29 @@ inline uint64_t sdpa_dq_accum_bytes(const SdpaShape& s) { return uint64_t(s.B * 
 // path instead).
 inline float sdpa_mask_value(int64_t cudnn_version);
 inline std::string sdpa_version_refusal(int64_t cudnn_version, const SdpaShape& s);
+
+// An engine chosen instead of cuDNN's heuristics: its global index and knob
+// choices (engine < 0: none, the heuristics choose). cudnn-frontend 1.18
+// pins one for its deterministic backward on compute capability 10.x
+// (datacenter Blackwell) from cuDNN 9.18 (override_heuristics_query: engine
+// 5, KERNEL_CFG 31, STAGES 2); there the heuristics' own choice for the
+// direct form need not be repeatable. The frontend pins nothing elsewhere
+// (Hopper's direct form is deterministic whatever the engine; 12.x has no
+// such rule), so neither does Lattice. sdpa_cudnn.cpp falls back to the
+// heuristics, with one stderr line, where cuDNN does not take the pin.
+enum class SdpaKnob { kernel_cfg, stages };
+struct SdpaEngine {
+  int64_t engine = -1;
+  std::vector<std::pair<SdpaKnob, int64_t>> knobs;
+};
+inline SdpaEngine sdpa_pinned_engine(int64_t cudnn_version, int cc_major, SdpaPass pass, SdpaDq dq);
+
+// Whether a backward of form `dq` may not be bitwise repeatable from run to
+// run: the accumulated form always (atomics), the direct one on compute
+// capability 10.x unless it runs on the pinned engine.
+inline bool sdpa_backward_may_vary(int cc_major, SdpaDq dq, bool pinned) {
+  return dq == SdpaDq::accumulated || (cc_major == 10 && !pinned);
+}
 
 // What the built graphs of a call depend on: the device and the shape (a
 // supported shape has no dropout and no key mask), the key of the backend's
@@ -442,6 +466,11 @@ inline SdpaScratchLayout sdpa_scratch_layout(const SdpaShape& s, SdpaPass pass, 
 
 inline float sdpa_mask_value(int64_t cudnn_version) {
   return cudnn_version >= 91000 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::lowest();
+}
+
+inline SdpaEngine sdpa_pinned_engine(int64_t cudnn_version, int cc_major, SdpaPass pass, SdpaDq dq) {
+  if (pass != SdpaPass::backward || dq != SdpaDq::direct || cc_major != 10 || cudnn_version < 91800) return {};
+  return {5, {{SdpaKnob::kernel_cfg, 31}, {SdpaKnob::stages, 2}}};
 }
 
 inline std::string sdpa_version_refusal(int64_t cudnn_version, const SdpaShape& s) {

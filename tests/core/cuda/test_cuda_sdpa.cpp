@@ -4,7 +4,9 @@
 // rounded to bf16 first (the fused path sees exactly those), at the bf16
 // tolerance, for several shapes including odd T and a tp head offset. Each
 // case first asks the backend which path it takes, so a shape cuDNN refuses
-// fails here instead of passing through the plain path. Then the fallback:
+// fails here instead of passing through the plain path; the same case run
+// twice gives the same bits unless the backend says its backward may vary.
+// Then the fallback:
 // shapes the plan does not take (head size 12, dropout) run the plain path
 // with bf16 on and match the CPU at the f32 attention tolerance, saved
 // probabilities included. Without a GPU every case skips and says why.
@@ -110,6 +112,24 @@ TEST_P(CudaSdpa, MatchesTheCpuOnBf16Inputs) {
   // rows): each tensor as a whole must also be within 1% in L2.
   EXPECT_LT(rel_l2(host(r.out_g), r.out, C, 1, 0), 1e-2);
   for (int part = 0; part < 3; ++part) EXPECT_LT(rel_l2(host(r.dqkv_g), r.dqkv, C, 3, part), 1e-2) << "qkv"[part];
+}
+
+// The fused backward run twice on the same inputs gives the same bits,
+// unless the backend says it may not (cuDNN's accumulating form, or an
+// unpinned engine on compute capability 10.x; each said on stderr).
+TEST_P(CudaSdpa, BackwardIsRepeatableWhereTheBackendSaysSo) {
+  const Case c = GetParam();
+  const std::string why = cuda_backend().attention_plain_reason(0, args(c), DType::f32);
+  if (why.find("multiple of 128") != std::string::npos) GTEST_SKIP() << why;
+  ASSERT_EQ(why, "");
+  if (!cuda_backend().attention_backward_repeatable(0, args(c), DType::f32))
+    GTEST_SKIP() << "cuDNN's backward for this shape may vary from run to run (its stderr line says why)";
+  const int64_t C = c.NH * c.HS;
+  const Tensor qkv = rounded_to_bf16(test::random_tensor({c.B, c.T, 3 * C}, DType::f32, 11));
+  const Tensor dout = rounded_to_bf16(test::random_tensor({c.B, c.T, C}, DType::f32, 12));
+  const Run a = run(c, qkv, dout), b = run(c, qkv, dout);
+  EXPECT_TRUE(test::same_bits(host(a.out_g), host(b.out_g)));
+  EXPECT_TRUE(test::same_bits(host(a.dqkv_g), host(b.dqkv_g)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaSdpa,

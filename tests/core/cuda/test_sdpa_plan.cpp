@@ -441,6 +441,29 @@ TEST(SdpaPlan, TheRunningCudnnVersionDecidesMaskValueAndShortT) {
   EXPECT_NE(why.find("multiple of 128 (T = 100)"), std::string::npos) << why;
 }
 
+// The engine pinned instead of the heuristics: cudnn-frontend 1.18's for its
+// deterministic backward, only on compute capability 10.x from cuDNN 9.18,
+// and only for the direct form. Which backwards may vary from run to run.
+TEST(SdpaPlan, BlackwellsDeterministicBackwardPinsTheFrontendsEngine) {
+  const SdpaEngine pin = sdpa_pinned_engine(91800, 10, SdpaPass::backward, SdpaDq::direct);
+  EXPECT_EQ(pin.engine, 5);
+  const std::vector<std::pair<SdpaKnob, int64_t>> knobs{{SdpaKnob::kernel_cfg, 31}, {SdpaKnob::stages, 2}};
+  EXPECT_EQ(pin.knobs, knobs);
+  EXPECT_EQ(sdpa_pinned_engine(91900, 10, SdpaPass::backward, SdpaDq::direct).engine, 5);
+  EXPECT_LT(sdpa_pinned_engine(91701, 10, SdpaPass::backward, SdpaDq::direct).engine, 0);  // before 9.18
+  EXPECT_LT(sdpa_pinned_engine(91900, 9, SdpaPass::backward, SdpaDq::direct).engine, 0);   // Hopper
+  EXPECT_LT(sdpa_pinned_engine(91900, 12, SdpaPass::backward, SdpaDq::direct).engine, 0);  // no rule for 12.x
+  EXPECT_LT(sdpa_pinned_engine(91900, 10, SdpaPass::backward, SdpaDq::accumulated).engine, 0);
+  EXPECT_LT(sdpa_pinned_engine(91900, 10, SdpaPass::forward, SdpaDq::direct).engine, 0);
+  EXPECT_TRUE(sdpa_pinned_engine(91900, 9, SdpaPass::backward, SdpaDq::direct).knobs.empty());
+
+  EXPECT_FALSE(sdpa_backward_may_vary(9, SdpaDq::direct, false));
+  EXPECT_FALSE(sdpa_backward_may_vary(12, SdpaDq::direct, false));
+  EXPECT_FALSE(sdpa_backward_may_vary(10, SdpaDq::direct, true));
+  EXPECT_TRUE(sdpa_backward_may_vary(10, SdpaDq::direct, false));
+  for (int cc : {8, 9, 10, 12}) EXPECT_TRUE(sdpa_backward_may_vary(cc, SdpaDq::accumulated, false)) << cc;
+}
+
 // The graph cache's key: every field the graphs depend on tells shapes apart.
 TEST(SdpaPlan, KeysDifferInEveryField) {
   const SdpaShape s{.B = 2, .T = 64, .NH = 4, .HS = 64};
