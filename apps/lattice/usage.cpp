@@ -12,7 +12,7 @@ std::string usage() {
       Under mpirun: train the configured layout and the single-rank reference
       on the same data and seeds for train.steps steps; print the per-step loss
       and grad-norm differences; exit 1 if a relative loss difference exceeds X
-      (default 1e-5).
+      (default 1e-5 under fp32, 1e-3 under bf16/fp16).
   lattice plan CONFIG.yaml [--world N] [key=value ...]
       Dry run without MPI or allocation: rank map, groups, layer-to-stage map,
       tie groups, schedule table and predicted memory per rank.

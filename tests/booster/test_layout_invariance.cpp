@@ -16,10 +16,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <regex>
+#include <set>
 
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
 #include "layout_harness.h"
+#include "models/registry.h"
 #include "support/test_support.h"
 
 using namespace lattice;
@@ -114,4 +117,21 @@ TEST(LayoutInvariance, EveryLayoutMatchesOneRank) {
     check_layouts(glob, model, model.every_layout ? layouts(world_size) : model_layouts(world_size), world_rank);
     if (HasFailure()) break;
   }
+}
+
+// The suite's model list is written by hand (layout_harness.cpp): a model
+// registered in the zoo but missing there would never be checked, so this
+// fails until it is added.
+TEST(LayoutInvariance, CoversEveryRegisteredModel) {
+  std::set<std::string> covered;
+  const std::regex arch(R"(arch:\s*(\w+))");
+  for (const ModelCase& model : models()) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(model.yaml, m, arch)) << model.name;
+    covered.insert(m[1].str());
+  }
+  for (const std::string& a : registered_archs())
+    EXPECT_TRUE(covered.count(a)) << "model '" << a
+                                  << "' is registered but tests/booster/layout_harness.cpp's models() "
+                                  << "has no case for it";
 }

@@ -2,8 +2,9 @@
 // AVX512-BF16 kernels), for runtime.precision: bf16 on cpu: the conversion and
 // the multiply its matmuls use (the driver that feeds them is matmul_half.h).
 //
-// What bf16 means on the CPU: gradients, optimizer state and activations stay
-// fp32, and so do the parameter values, which are the master copy; the
+// What bf16 means on the CPU: gradients and optimizer state stay fp32, and
+// so do the parameter values, which are the master copy (the activations,
+// their gradients and the pipeline's buffers are stored in bf16: design.md); the
 // parameters also have a bf16 shadow, their values rounded once per update
 // (core/param.h). The matmuls (every cpu::gemm<float>: each linear layer
 // forward and backward, the LM head, and attention's per-head products q k^T,

@@ -14,9 +14,9 @@
 // reproduces GPU fp16 runs and exercises loss scaling; it is never faster
 // than fp32.
 //
-// What fp16 means otherwise is what bf16 means (matmul_bf16.h): gradients,
-// optimizer state and activations stay fp32, the fp32 parameter values are
-// the master copy; norms, softmax, losses and the optimizer run in fp32.
+// What fp16 means otherwise is what bf16 means (matmul_bf16.h): gradients
+// and optimizer state stay fp32 (activations are stored in fp16), the fp32
+// parameter values are the master copy; norms, softmax, losses and the optimizer run in fp32.
 //
 // Every conversion rounds as dtype.h's f32_to_f16 does (the hardware
 // conversions where the build has AVX-512F or F16C; test_ops_matmul_f16
