@@ -94,32 +94,82 @@ struct RowTerm {
   __device__ float operator()(int64_t r, int64_t c) const { return widen(x[r * C + c]); }
 };
 
-// acc[c] += sum over r < rows of term(r, c), for c < cols. Block (kColTile,
-// kRowLanes): threadIdx.x picks a column of the block's tile (coalesced reads
-// along a row), threadIdx.y a lane of rows; the lanes' partial sums are added
-// in lane order. Grid: ceil(cols / kColTile) blocks.
+// acc[c] += sum over r < rows of term(r, c), for c < cols, in two stages
+// when there are many rows. The rows are cut into column_sum_chunks(rows)
+// chunks of rows_per_chunk (the last one shorter); block (tile, chunk) sums
+// its chunk's rows of the tile's columns: threadIdx.x picks a column
+// (coalesced reads along a row), threadIdx.y a lane of rows, and the lanes'
+// partial sums are added in lane order. One chunk: the block adds its total
+// into acc. Several: each chunk's totals go to partial[chunk * cols + c] and
+// column_sum_combine_kernel adds them into acc in chunk order. The chunk
+// count comes from rows alone (as every launch shape here), so the order of
+// the sums is fixed by the shape. Before the chunks (2026-11-24, desk-check)
+// a sum had only ceil(cols / 32) blocks, 24 for GPT-2's 768 columns on a GPU
+// of 132 SMs, each walking every row.
+constexpr int64_t kColSumChunkRows = 256;  // rows per chunk, at most (more only past 64 chunks: rows > 16384)
+constexpr int64_t kColSumMaxChunks = 64;
+
+inline int64_t column_sum_chunks(int64_t rows) {
+  const int64_t c = (rows + kColSumChunkRows - 1) / kColSumChunkRows;
+  return c < 1 ? 1 : c > kColSumMaxChunks ? kColSumMaxChunks : c;
+}
+
 template <typename Term>
-__global__ void column_sum_kernel(float* acc, int64_t rows, int64_t cols, Term term) {
+__global__ void column_sum_kernel(float* out, bool into_acc, int64_t rows, int64_t rows_per_chunk, int64_t cols,
+                                  Term term) {
   __shared__ float partial[kRowLanes][kColTile];
   const int64_t col = int64_t(blockIdx.x) * kColTile + threadIdx.x;
+  const int64_t r0 = int64_t(blockIdx.y) * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
   float sum = 0.0f;
   if (col < cols)
-    for (int64_t r = threadIdx.y; r < rows; r += kRowLanes) sum += term(r, col);
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) sum += term(r, col);
   partial[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && col < cols) {
     float total = 0.0f;
     for (int lane = 0; lane < kRowLanes; ++lane) total += partial[lane][threadIdx.x];
-    acc[col] += total;
+    if (into_acc)
+      out[col] += total;
+    else
+      out[int64_t(blockIdx.y) * cols + col] = total;
+  }
+}
+
+// acc[c] += the chunks' totals of column c, in chunk order. (A template, as
+// the kernels above, so each .cu file that launches it has its own.)
+template <int = 0>
+__global__ void column_sum_combine_kernel(float* acc, const float* partial, int64_t chunks, int64_t cols) {
+  for (int64_t c = first_index(); c < cols; c += grid_stride()) {
+    float total = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k) total += partial[k * cols + c];
+    acc[c] += total;
   }
 }
 
 template <typename Term>
 void launch_column_sum(cudaStream_t stream, float* acc, int64_t rows, int64_t cols, Term term) {
   if (cols == 0) return;
-  dim3 block(kColTile, kRowLanes);
-  dim3 grid(unsigned((cols + kColTile - 1) / kColTile));
-  column_sum_kernel<<<grid, block, 0, stream>>>(acc, rows, cols, term);
+  const dim3 block(kColTile, kRowLanes);
+  const unsigned tiles = unsigned((cols + kColTile - 1) / kColTile);
+  const int64_t chunks = column_sum_chunks(rows);
+  if (chunks == 1) {
+    column_sum_kernel<<<dim3(tiles, 1), block, 0, stream>>>(acc, true, rows, rows, cols, term);
+    return;
+  }
+  // The chunks' totals from the stream-ordered pool (which keeps freed
+  // memory, backend.cpp: a sub-allocation, not a cudaMalloc). If even that
+  // fails, nothing is launched and the error stays the last one, for the
+  // caller's launch check to report (a one-chunk sum instead would change
+  // the order of the sums with the free memory).
+  float* partial = nullptr;
+  if (cudaMallocAsync(reinterpret_cast<void**>(&partial), size_t(chunks * cols) * sizeof(float), stream) != cudaSuccess)
+    return;
+  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+  column_sum_kernel<<<dim3(tiles, unsigned(chunks)), block, 0, stream>>>(partial, false, rows, rows_per_chunk, cols,
+                                                                         term);
+  column_sum_combine_kernel<><<<blocks_for(cols), kThreads, 0, stream>>>(acc, partial, chunks, cols);
+  cudaFreeAsync(partial, stream);
 }
 
 }  // namespace lattice::cuda

@@ -416,9 +416,9 @@ struct CudnnSdpa::Impl {
             b->pin_refused);
       else
         why = fmt::format(
-            "cuDNN {} is older than 9.18, the first with the deterministic backward engine "
+            "cuDNN {}.{}.{} is older than 9.18, the first with the deterministic backward engine "
             "cudnn-frontend pins on compute capability 10.x, so the heuristics chose",
-            version);
+            version / 10000, version % 10000 / 100, version % 100);
       std::fprintf(stderr,
                    "lattice: cuda attention: the fused backward (B %lld T %lld NH %lld HS %lld) may not be bitwise "
                    "repeatable from run to run: %s\n",

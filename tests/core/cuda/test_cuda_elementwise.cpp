@@ -136,5 +136,34 @@ TEST_F(CudaOps, Act16BiasMatchesCpu) {
   }
 }
 
+// The bias gradient over 257, 1001 and 16385 rows: the column sums run in
+// 2, 4 (the last one shorter) and 64 chunks of rows, the last count capped
+// (launch.cuh). Each column within the bound any
+// order of an fp32 sum keeps to, 2 (n - 1) u sum |x| of both results (so a
+// column that cancels cannot fail on rounding), while a chunk summed twice or
+// not at all is off by about sqrt(250) times the terms (at 257 and 1001
+// rows; at 16385 the bound is as wide as one chunk, so there it checks only
+// the capped launch).
+TEST_F(CudaOps, BiasGradientOverManyRowsMatchesCpu) {
+  const int64_t cols = 300;
+  for (int64_t rows : {int64_t(257), int64_t(1001), int64_t(16385)})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dt) << " rows " << rows);
+      const Tensor dout =
+          dt == DType::f32 ? random_tensor({rows, cols}, DType::f32, 36, 3.0) : act16({rows, cols}, dt, 36, 3.0);
+      Tensor db = random_tensor({cols}, DType::f32, 37), db_g = gpu(db);
+      const Tensor db0 = db.clone();
+      ops::add_bias_backward(db, dout);
+      ops::add_bias_backward(db_g, gpu(dout));
+      const Tensor got = host(db_g), wide = as_f32(dout);
+      for (int64_t c = 0; c < cols; ++c) {
+        double abs_sum = std::fabs(db0.data<float>()[c]);
+        for (int64_t r = 0; r < rows; ++r) abs_sum += std::fabs(wide.data<float>()[r * cols + c]);
+        const double bound = 2.01 * double(rows) * 0x1p-24 * abs_sum;  // gamma_n slightly above n u
+        ASSERT_LE(std::fabs(double(got.data<float>()[c]) - double(db.data<float>()[c])), bound) << "column " << c;
+      }
+    }
+}
+
 }  // namespace
 }  // namespace lattice::test

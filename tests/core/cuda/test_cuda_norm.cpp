@@ -2,11 +2,16 @@
 // forward and backward, with parameter gradients that start non-zero (they
 // accumulate). Rows longer than one block (C = 700 > 256 threads) and a
 // partial warp (C = 37) exercise the strided loops and the block reduction.
+// Over 257 and 1017 rows the parameter gradients' column sums run in two and
+// four chunks, the last one shorter (launch.cuh), compared in relative L2 (a column whose
+// sum cancels would fail an element-wise tolerance on rounding alone).
 // Tolerance: f32 (reductions in a different order); see cuda_test_support.h.
 // On bf16/f16 activations (fp32 weights, statistics and parameter gradients)
 // the same tolerance for the fp32 results, and 1 ulp of the 16-bit type for
 // the activations and input gradients (a last-bit difference of the fp32
 // value before rounding can move the rounded one by 1 ulp).
+#include <cmath>
+
 #include "support/act16.h"
 #include "support/cuda_test_support.h"
 
@@ -56,6 +61,45 @@ TEST_P(CudaNorm, RmsnormMatchesCpu) {
   ops::rmsnorm_backward(dinp_g, dweight_g, gpu(dout), inp_g, weight_g, rstd_g);
   EXPECT_TENSOR_NEAR(host(dinp_g), dinp, tolerance(DType::f32));
   EXPECT_TENSOR_NEAR(host(dweight_g), dweight, tolerance(DType::f32));
+}
+
+// ||got - want|| / ||want||.
+double rel_l2(const Tensor& got, const Tensor& want) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double g = got.data<float>()[i], w = want.data<float>()[i];
+    num += (g - w) * (g - w);
+    den += w * w;
+  }
+  return std::sqrt(num / den);
+}
+
+TEST_F(CudaOps, NormParameterGradientsOverManyRowsMatchCpu) {
+  for (const int64_t N : {int64_t(257), int64_t(1017)}) {
+    SCOPED_TRACE(testing::Message() << "rows " << N);
+    const int64_t C = 37;
+    const Tensor inp = random_tensor({N, C}, DType::f32, 21, 2.0), weight = random_tensor({C}, DType::f32, 22);
+    const Tensor dout = random_tensor({N, C}, DType::f32, 23);
+    Tensor out = Tensor::empty({N, C}, DType::f32), mean = Tensor::empty({N}, DType::f32);
+    Tensor rstd = Tensor::empty({N}, DType::f32), dinp = Tensor::empty({N, C}, DType::f32);
+    Tensor dweight = random_tensor({C}, DType::f32, 24), dbias = random_tensor({C}, DType::f32, 25);
+    Tensor out_g = empty_gpu({N, C}), mean_g = empty_gpu({N}), rstd_g = empty_gpu({N}), dinp_g = empty_gpu({N, C});
+    Tensor dweight_g = gpu(dweight), dbias_g = gpu(dbias);
+    const Tensor inp_g = gpu(inp), weight_g = gpu(weight), dout_g = gpu(dout);
+    ops::layernorm_forward(out, mean, rstd, inp, weight, weight, 1e-5f);
+    ops::layernorm_forward(out_g, mean_g, rstd_g, inp_g, weight_g, weight_g, 1e-5f);
+    ops::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+    ops::layernorm_backward(dinp_g, dweight_g, dbias_g, dout_g, inp_g, weight_g, mean_g, rstd_g);
+    EXPECT_LT(rel_l2(host(dweight_g), dweight), 1e-5);
+    EXPECT_LT(rel_l2(host(dbias_g), dbias), 1e-5);
+
+    Tensor rms_dweight = random_tensor({C}, DType::f32, 26), rms_dweight_g = gpu(rms_dweight);
+    ops::rmsnorm_forward(out, rstd, inp, weight, 1e-6f);
+    ops::rmsnorm_forward(out_g, rstd_g, inp_g, weight_g, 1e-6f);
+    ops::rmsnorm_backward(dinp, rms_dweight, dout, inp, weight, rstd);
+    ops::rmsnorm_backward(dinp_g, rms_dweight_g, dout_g, inp_g, weight_g, rstd_g);
+    EXPECT_LT(rel_l2(host(rms_dweight_g), rms_dweight), 1e-5);
+  }
 }
 
 TEST_F(CudaOps, LayernormBackwardIsDeterministic) {
