@@ -133,7 +133,7 @@ struct Built {
   int64_t workspace = 0;
   SdpaGraph graph;
   SdpaDq dq = SdpaDq::direct;  // the backward's form (sdpa_plan.h)
-  int cc_major = 0;            // of the device it was built for
+  bool may_vary = false;       // a backward that may not be bitwise repeatable (sdpa_backward_may_vary)
   bool pinned = false;         // runs the engine sdpa_pinned_engine chose, not the heuristics'
   std::string pin_refused;     // why cuDNN did not take that engine ("" if none was asked for or it was taken)
 };
@@ -295,9 +295,9 @@ std::unique_ptr<Built> build(cudnnHandle_t handle, const SdpaGraph& g, SdpaDType
   ok(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
                               nullptr),
      "heuristics result count");
-  if (count <= 0)
-    throw Refused{fmt::format("heuristics offer no engine config{}",
-                              b->pin_refused.empty() ? "" : "; pinned engine: " + b->pin_refused)};
+  // What a refusal says of the pinned engine, when one was asked for.
+  const std::string pin_note = b->pin_refused.empty() ? "" : "; pinned engine: " + b->pin_refused;
+  if (count <= 0) throw Refused{"heuristics offer no engine config" + pin_note};
   std::vector<Desc> configs;
   std::vector<cudnnBackendDescriptor_t> raw;
   for (int64_t i = 0; i < count; ++i) raw.push_back(configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR).get());
@@ -313,8 +313,7 @@ std::unique_ptr<Built> build(cudnnHandle_t handle, const SdpaGraph& g, SdpaDType
       last = r.what;
     }
   }
-  throw Refused{fmt::format("none of {} engine configs finalizes ({}){}", count, last,
-                            b->pin_refused.empty() ? "" : "; pinned engine: " + b->pin_refused)};
+  throw Refused{fmt::format("none of {} engine configs finalizes ({}){}", count, last, pin_note)};
 }
 
 }  // namespace
@@ -400,8 +399,8 @@ struct CudnnSdpa::Impl {
         throw Refused{fmt::format("backward, deterministic form: {}; accumulating form: {}", direct_refused, r.what)};
       }
     }
-    b->cc_major = cc_major;
-    if (sdpa_backward_may_vary(cc_major, b->dq, b->pinned) && !said_may_vary) {
+    b->may_vary = sdpa_backward_may_vary(cc_major, b->dq, b->pinned);
+    if (b->may_vary && !said_may_vary) {
       said_may_vary = true;
       std::string why;
       if (b->dq == SdpaDq::accumulated)
@@ -416,9 +415,9 @@ struct CudnnSdpa::Impl {
             b->pin_refused);
       else
         why = fmt::format(
-            "cuDNN {}.{}.{} is older than 9.18, the first with the deterministic backward engine "
+            "cuDNN {} is older than 9.18, the first with the deterministic backward engine "
             "cudnn-frontend pins on compute capability 10.x, so the heuristics chose",
-            version / 10000, version % 10000 / 100, version % 100);
+            cudnn_version_name(version));
       std::fprintf(stderr,
                    "lattice: cuda attention: the fused backward (B %lld T %lld NH %lld HS %lld) may not be bitwise "
                    "repeatable from run to run: %s\n",
@@ -547,7 +546,7 @@ bool CudnnSdpa::backward_may_vary(int dev, const SdpaShape& s) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   const Impl::Graphs& g = impl_->graphs(dev, s);
   LATTICE_CHECK(g.bwd != nullptr, "cuda attention: the fused path was asked for a shape cuDNN refused");
-  return sdpa_backward_may_vary(g.bwd->cc_major, g.bwd->dq, g.bwd->pinned);
+  return g.bwd->may_vary;
 }
 
 size_t CudnnSdpa::scratch_bytes(int dev, const SdpaShape& s, SdpaPass pass, const SdpaStaging& staged) {

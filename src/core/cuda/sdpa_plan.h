@@ -185,6 +185,7 @@ inline uint64_t sdpa_dq_accum_bytes(const SdpaShape& s) { return uint64_t(s.B * 
 // (cudnn-frontend adds a padding mask for it there; Lattice takes the plain
 // path instead).
 inline float sdpa_mask_value(int64_t cudnn_version);
+inline std::string cudnn_version_name(int64_t cudnn_version);  // 91500 -> "9.15.0"
 inline std::string sdpa_version_refusal(int64_t cudnn_version, const SdpaShape& s);
 
 // An engine chosen instead of cuDNN's heuristics: its global index and knob
@@ -473,9 +474,13 @@ inline SdpaEngine sdpa_pinned_engine(int64_t cudnn_version, int cc_major, SdpaPa
   return {5, {{SdpaKnob::kernel_cfg, 31}, {SdpaKnob::stages, 2}}};
 }
 
+inline std::string cudnn_version_name(int64_t v) {
+  return std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." + std::to_string(v % 100);
+}
+
 inline std::string sdpa_version_refusal(int64_t cudnn_version, const SdpaShape& s) {
   if (cudnn_version > 91500 || s.T % 128 == 0) return "";
-  return "cuDNN " + std::to_string(cudnn_version) +
+  return "cuDNN " + cudnn_version_name(cudnn_version) +
          "'s attention backward needs T a multiple of 128 (T = " + std::to_string(s.T) +
          "); cuDNN 9.15.1 and newer take any T";
 }

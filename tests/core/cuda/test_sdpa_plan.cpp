@@ -439,6 +439,9 @@ TEST(SdpaPlan, TheRunningCudnnVersionDecidesMaskValueAndShortT) {
   EXPECT_EQ(sdpa_version_refusal(91500, even), "");
   const std::string why = sdpa_version_refusal(91500, odd);
   EXPECT_NE(why.find("multiple of 128 (T = 100)"), std::string::npos) << why;
+  EXPECT_EQ(why.rfind("cuDNN 9.15.0's", 0), 0u) << why;
+  EXPECT_EQ(cudnn_version_name(91900), "9.19.0");
+  EXPECT_EQ(cudnn_version_name(91701), "9.17.1");
 }
 
 // The engine pinned instead of the heuristics: cudnn-frontend 1.18's for its
