@@ -10,7 +10,9 @@
 #      tokens/s, achieved TFLOP/s per GPU and MFU against the GPU's dense bf16 peak (the table
 #      in src/booster/peak_flops.cpp, whatever the precision, or PEAK_TFLOPS);
 #        gpt2-124m  configs/gpt2-small.yaml, T 1024, micro_batch 16, 2 microbatches per rank
-#        llama-1b   configs/llama-1b.yaml,   T 2048, micro_batch 1,  8 microbatches per rank
+#        llama-1b   configs/llama-1b.yaml,   T 2048, micro_batch 4,  2 microbatches per rank
+#                   (bf16/fp16: 31 GiB by `lattice plan`; fp32: micro_batch 1, 8 microbatches,
+#                   34 GiB; the same 16384 tokens per step)
 #      The data is the repo's own sources as byte tokens (`lattice data prepare --tokenizer
 #      bytes`): throughput does not depend on the text, and no tokenizer files are needed.
 #   3. NCCL busbw rows (bench_nccl_busbw under mpirun, one rank per visible GPU, f32 all_reduce,
@@ -111,7 +113,7 @@ echo "runs: $work/runs; $steps steps, medians over steps > $skip; runtime.precis
 shape_of() {  # the config and batch shape of a model, one line: CONFIG SEQ_LEN MICRO_BATCH MICROBATCHES
   case "$1" in
     gpt2-124m) echo "configs/gpt2-small.yaml 1024 16 2" ;;
-    llama-1b) echo "configs/llama-1b.yaml 2048 1 8" ;;
+    llama-1b) if [[ $precision == fp32 ]]; then echo "configs/llama-1b.yaml 2048 1 8"; else echo "configs/llama-1b.yaml 2048 4 2"; fi ;;
   esac
 }
 failed=0

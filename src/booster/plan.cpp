@@ -240,10 +240,13 @@ RankMemory predict_rank_memory(const Config& cfg, const Layout& layout, const me
   m.data = 2 * int64_t(layout.microbatches) * B * T * kI32;  // token ids and targets of the step
 
   // Activations in the precision's type (16-bit under bf16/fp16), statistics f32.
+  // Attention state compact where cuDNN's fused attention may take the calls (ops::attention_state_shape).
   const DType act = precision_dtype(cfg.runtime.precision);
+  const bool fused_attention = cfg.runtime.device == DeviceType::cuda && cfg.runtime.precision != Precision::fp32;
   std::vector<ChunkActivations> chunks;
   for (const StageSpan& span : spans)
-    chunks.push_back({model_activation_bytes(cfg.model, span, tp, act, B, T), span.embedding, span.head});
+    chunks.push_back(
+        {model_activation_bytes(cfg.model, span, tp, act, B, T, fused_attention), span.embedding, span.head});
   m.activations = simulate_activations(train_plan_of(cfg, layout, m.coord.pp), chunks,
                                        B * T * cfg.model.d_model * int64_t(dtype_size(act)));
   return m;

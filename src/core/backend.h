@@ -49,6 +49,11 @@ struct CudaAttentionArgs {
   RngKey key;                         // dropout key (purpose, step, layer, site)
   int64_t sample0 = 0;                // global index of sample 0
   float p = 0.0f;                     // dropout probability on the probabilities
+  // att and scratch are the compact state (ops::attention_state_shape): room
+  // for the fused path's Stats and O only, not (B, NH, T, T). The plain path
+  // then keeps P in a temporary, one sample at a time, and backward
+  // recomputes it.
+  bool compact_state = false;
 };
 
 class CudaBackend {
@@ -283,9 +288,13 @@ class CudaBackend {
   // out (B, T, C); att (B, NH, T, T) saved: plain, the probabilities before
   // dropout; fused, Stats and the 16-bit output (sdpa_plan.h); qkv (B, T, 3C).
   // fp32 activations: the fused path works on 16-bit copies of qkv and dout.
+  // With a.compact_state att and scratch have room for Stats and O only: the
+  // fused path runs as ever; the plain one runs sample by sample, P in a
+  // temporary of the backend's, and its backward computes it there again
+  // (ops.h, attention_state_shape).
   virtual void attention_forward(int dev, float* out, float* att, const float* qkv, const CudaAttentionArgs& a) = 0;
   // dqkv (B, T, 3C) overwritten; scratch (B, NH, T, T): plain, holds dS on
-  // return; fused, unused.
+  // return; fused or compact, unused.
   virtual void attention_backward(int dev, float* dqkv, float* scratch, const float* dout, const float* qkv,
                                   const float* att, const CudaAttentionArgs& a) = 0;
   // The same on 16-bit activations: qkv, out, att, dout, dqkv and scratch of

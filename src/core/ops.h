@@ -120,8 +120,37 @@ void dropout_backward(Tensor& dinp, const Tensor& dout, const Dropout& d);
 //       elements; together with qkv (which the caller keeps) that is all
 //       backward needs. Dropout on the probabilities (d.p > 0) uses logical
 //       element index ((head_offset + h) * T + i) * T + j of sample b, so masks
-//       do not depend on how heads are split.
+//       do not depend on how heads are split. On CUDA att (and backward's
+//       scratch) may instead be compact: attention_state_shape below.
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset = 0);
+
+// What a model allocates for att and for backward's scratch, per layer, for
+// the attention calls `c` describes (the training calls: dropout p as
+// configured, whether a key mask may come):
+//   - (B, NH, T, T): the plain path's probabilities, on the CPU and wherever
+//     cuDNN's fused attention cannot take the calls;
+//   - compact, ({n}): the fused path's Stats and O only (sdpa_saved_elems of
+//     core/cuda/sdpa_plan.h: (B, NH, T) f32 and (B, T, C) 16-bit, linear in
+//     T), when `fused` (the calls run on CUDA with 16-bit matmuls:
+//     runtime.device cuda, runtime.precision bf16 or fp16), the calls are
+//     causal (attention_masked_* take (B, NH, T, T) only: their backward
+//     reads the key mask from P) and the fused path's rules take them
+//     (sdpa_supported: no dropout, no key mask, head size, T).
+// A compact call that takes the plain path after all (cuDNN refuses the
+// shape or fails to run it) runs sample by sample through two (NH, T, T)
+// temporaries the backend keeps per device (not counted by lattice plan or
+// peak_mem_bytes): forward computes P there, backward computes it again
+// (the plain forward: the same bits) and works in the other. That costs one
+// more attention forward per layer in backward.
+struct AttentionCalls {
+  int64_t B = 0, T = 0, NH = 0, HS = 0;
+  bool causal = true;
+  bool key_mask = false;  // a key-padding mask may come (BERT)
+  float p = 0.0f;         // dropout on the probabilities
+};
+Shape attention_state_shape(const AttentionCalls& c, DType act, bool fused);
+// The same for calls on `dev` with the matmul type it has now.
+Shape attention_state_shape(const AttentionCalls& c, DType act, Device dev);
 // dqkv (B, T, 3 * NH * HS) overwrite. Uses `scratch` (B, NH, T, T) as workspace.
 //
 // 16-bit activations (this op and attention_masked_*): qkv, out, att, dout,

@@ -2,6 +2,7 @@
 // and loss. Part one (ops.cpp) holds matmul, norms, activations, element-wise
 // ops and optimizer updates.
 #include "core/backend.h"
+#include "core/cuda/sdpa_plan.h"
 #include "core/kernels/cpu/attention.h"
 #include "core/kernels/cpu/attention_masked.h"
 #include "core/kernels/cpu/dropout.h"
@@ -52,18 +53,41 @@ void dropout_backward(Tensor& dinp, const Tensor& dout, const Dropout& d) {
 // ---- attention ----------------------------------------------------------
 
 namespace {
+// cuDNN's fused attention may take calls on `dev`: CUDA with 16-bit matmuls.
+bool fused_capable(Device dev) { return dev.is_cuda() && is_16bit(cuda_backend().matmul_dtype()); }
+
+// The fused path's view of calls of this shape on activations `act` (its sizes do not depend on the io type).
+cuda::SdpaShape sdpa_view(const AttentionCalls& c, DType act) {
+  return cuda::SdpaShape{.B = c.B,
+                         .T = c.T,
+                         .NH = c.NH,
+                         .HS = c.HS,
+                         .causal = c.causal,
+                         .key_mask = c.key_mask,
+                         .p = c.p,
+                         .act16 = is_16bit(act)};
+}
+
+// The shape of one call's att and scratch. `compact` (if given) says
+// whether att is the compact state (attention_state_shape), allowed only
+// where `compact_ok` and on a device cuDNN's fused attention may run on.
 cpu::AttentionDims attention_dims(const char* op, const Tensor& y, const Tensor& att, const Tensor& qkv, int n_head,
-                                  const Dropout& d, int head_offset) {
+                                  const Dropout& d, int head_offset, bool* compact = nullptr) {
   LATTICE_CHECK(qkv.ndim() == 3 && n_head > 0 && qkv.dim(2) % (3 * int64_t(n_head)) == 0,
                 "ops::{}: qkv {} must be (B, T, 3 * NH * HS) with NH = {}", op, shape_str(qkv.shape()), n_head);
   int64_t B = qkv.dim(0), T = qkv.dim(1), HS = qkv.dim(2) / (3 * n_head);
-  LATTICE_CHECK(y.numel() == B * T * n_head * HS && att.numel() == B * n_head * T * T,
-                "ops::{}: qkv {} needs (B, T, C) = ({}, {}, {}) and att (B, NH, T, T), got {} and {}", op,
-                shape_str(qkv.shape()), B, T, n_head * HS, shape_str(y.shape()), shape_str(att.shape()));
+  const bool is_compact = compact && att.numel() != B * n_head * T * T && fused_capable(att.device()) &&
+                          att.numel() == cuda::sdpa_saved_elems(sdpa_view({B, T, n_head, HS}, att.dtype()));
+  LATTICE_CHECK(y.numel() == B * T * n_head * HS && (att.numel() == B * n_head * T * T || is_compact),
+                "ops::{}: qkv {} needs (B, T, C) = ({}, {}, {}) and att (B, NH, T, T){}, got {} and {}", op,
+                shape_str(qkv.shape()), B, T, n_head * HS,
+                compact ? " or, on CUDA with 16-bit matmuls, the compact state (ops::attention_state_shape)" : "",
+                shape_str(y.shape()), shape_str(att.shape()));
   LATTICE_CHECK(d.p >= 0.0f && d.p < 1.0f && head_offset >= 0, "ops::{}: p = {} must lie in [0, 1), head_offset {}", op,
                 d.p, head_offset);
   LATTICE_CHECK(std::max(T, 3 * n_head * HS) <= INT_MAX, "ops::{}: qkv {} exceeds the BLAS int range", op,
                 shape_str(qkv.shape()));
+  if (compact) *compact = is_compact;
   return {B, T, n_head, HS, head_offset};
 }
 
@@ -79,26 +103,42 @@ void check_attention_matmuls(const char* op, const Tensor& act) {
 }
 
 // The backend's description of one attention call.
-CudaAttentionArgs cuda_attention(const cpu::AttentionDims& ad, const Dropout& d, bool causal, const Tensor* key_mask) {
+CudaAttentionArgs cuda_attention(const cpu::AttentionDims& ad, const Dropout& d, bool causal, const Tensor* key_mask,
+                                 bool compact = false) {
   CudaAttentionArgs a;
   a.B = ad.B, a.T = ad.T, a.NH = ad.NH, a.HS = ad.HS, a.head_offset = ad.head_offset;
   a.causal = causal;
+  a.compact_state = compact;
   a.key_mask = key_mask ? ip(*key_mask) : nullptr;  // (B, T) i32 on the device (Tensor::data is host-only)
   a.key = d.key, a.sample0 = d.sample0, a.p = d.p;
   return a;
 }
 }  // namespace
 
+Shape attention_state_shape(const AttentionCalls& c, DType act, bool fused) {
+  LATTICE_CHECK(c.B > 0 && c.T > 0 && c.NH > 0 && c.HS > 0,
+                "ops::attention_state_shape: empty shape B {} T {} NH {} HS {}", c.B, c.T, c.NH, c.HS);
+  // Only the causal ops take a compact state (attention_masked_*'s backward reads the key mask from P).
+  const cuda::SdpaShape s = sdpa_view(c, act);
+  if (!fused || !c.causal || !cuda::sdpa_supported(s, nullptr)) return {c.B, c.NH, c.T, c.T};
+  return {cuda::sdpa_saved_elems(s)};
+}
+
+Shape attention_state_shape(const AttentionCalls& c, DType act, Device dev) {
+  return attention_state_shape(c, act, fused_capable(dev));
+}
+
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset) {
   check_same("attention_forward", {&out, &att, &qkv});
-  cpu::AttentionDims ad = attention_dims("attention_forward", out, att, qkv, n_head, d, head_offset);
+  bool compact = false;
+  cpu::AttentionDims ad = attention_dims("attention_forward", out, att, qkv, n_head, d, head_offset, &compact);
   check_attention_matmuls("attention_forward", out);
   if (cuda_f32(out))
     return cuda_backend().attention_forward(out.device().index, fp(out), fp(att), fp(qkv),
-                                            cuda_attention(ad, d, true, nullptr));
+                                            cuda_attention(ad, d, true, nullptr, compact));
   if (cuda_16(out))
     return cuda_backend().attention_forward16(out.device().index, out.dtype(), out.raw(), att.raw(), qkv.raw(),
-                                              cuda_attention(ad, d, true, nullptr));
+                                              cuda_attention(ad, d, true, nullptr, compact));
   on_cpu_act("attention_forward", out, [&](auto t) {
     using T = decltype(t);
     cpu::attention_forward<T>(sp<T>(out), sp<T>(att), sp<T>(qkv), d.key, d.sample0, d.p, ad);
@@ -108,17 +148,18 @@ void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, 
 void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                         int n_head, const Dropout& d, int head_offset) {
   check_same("attention_backward", {&dqkv, &scratch, &dout, &qkv, &att});
-  cpu::AttentionDims ad = attention_dims("attention_backward", dout, att, qkv, n_head, d, head_offset);
+  bool compact = false;
+  cpu::AttentionDims ad = attention_dims("attention_backward", dout, att, qkv, n_head, d, head_offset, &compact);
   LATTICE_CHECK(dqkv.numel() == qkv.numel() && scratch.numel() == att.numel(),
                 "ops::attention_backward: dqkv {} scratch {} for qkv {} att {}", shape_str(dqkv.shape()),
                 shape_str(scratch.shape()), shape_str(qkv.shape()), shape_str(att.shape()));
   check_attention_matmuls("attention_backward", dqkv);
   if (cuda_f32(dqkv))
     return cuda_backend().attention_backward(dqkv.device().index, fp(dqkv), fp(scratch), fp(dout), fp(qkv), fp(att),
-                                             cuda_attention(ad, d, true, nullptr));
+                                             cuda_attention(ad, d, true, nullptr, compact));
   if (cuda_16(dqkv))
     return cuda_backend().attention_backward16(dqkv.device().index, dqkv.dtype(), dqkv.raw(), scratch.raw(), dout.raw(),
-                                               qkv.raw(), att.raw(), cuda_attention(ad, d, true, nullptr));
+                                               qkv.raw(), att.raw(), cuda_attention(ad, d, true, nullptr, compact));
   on_cpu_act("attention_backward", dqkv, [&](auto t) {
     using T = decltype(t);
     cpu::attention_backward<T>(sp<T>(dqkv), sp<T>(scratch), sp<T>(dout), sp<T>(qkv), sp<T>(att), d.key, d.sample0, d.p,

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/backend.h"
 #include "tp/cross_entropy.h"
 
 namespace lattice {
@@ -109,9 +110,12 @@ void ChunkModel::fill_workspace(Workspace& ws, const ChunkActivations& acts, con
 }
 
 ChunkModel::Workspace& ChunkModel::workspace(int64_t B, int64_t T) {
-  if (ws_.B == B && ws_.T == T) return ws_;
-  const MakeTensor alloc([this](Shape s, DType t) { return Tensor::zeros(std::move(s), t, device_); }, act_dtype_);
+  const bool fused = fused_attention();
+  if (ws_.B == B && ws_.T == T && ws_.fused_attention == fused) return ws_;
+  const MakeTensor alloc([this](Shape s, DType t) { return Tensor::zeros(std::move(s), t, device_); }, act_dtype_,
+                         fused);
   fill_workspace(ws_, *acts_, span_, alloc, B, T);
+  ws_.fused_attention = fused;
   return ws_;
 }
 
@@ -124,13 +128,13 @@ std::unique_ptr<ModelContext> ChunkModel::make_context(int64_t B, int64_t T) con
         c.bytes_ += int64_t(t.nbytes());
         return t;
       },
-      act_dtype_);
+      act_dtype_, fused_attention());
   fill_context(c, *acts_, span_, alloc, B, T);
   return ctx;
 }
 
 ActivationBytes ChunkModel::activation_bytes_of(const ChunkActivations& acts, StageSpan span, DType activation,
-                                                int64_t B, int64_t T) {
+                                                int64_t B, int64_t T, bool fused_attention) {
   if (span.end_layer < 0) span.end_layer = acts.n_layer;
   int64_t counted = 0;
   // The allocator takes at least one byte per tensor (core/allocator.cpp).
@@ -139,7 +143,7 @@ ActivationBytes ChunkModel::activation_bytes_of(const ChunkActivations& acts, St
         counted += std::max<int64_t>(1, shape_numel(s) * int64_t(dtype_size(dtype)));
         return Tensor();
       },
-      activation);
+      activation, fused_attention);
   ActivationBytes out;
   Context ctx;
   fill_context(ctx, acts, span, count, B, T);
@@ -152,8 +156,10 @@ ActivationBytes ChunkModel::activation_bytes_of(const ChunkActivations& acts, St
 }
 
 ActivationBytes ChunkModel::activation_bytes(int64_t B, int64_t T) const {
-  return activation_bytes_of(*acts_, span_, act_dtype_, B, T);
+  return activation_bytes_of(*acts_, span_, act_dtype_, B, T, fused_attention());
 }
+
+bool ChunkModel::fused_attention() const { return device_.is_cuda() && is_16bit(cuda_backend().matmul_dtype()); }
 
 // A recomputed block's tensors live in the workspace, shared by every context.
 SavedTensors& ChunkModel::saved_for(Context& ctx, int i) {

@@ -75,16 +75,25 @@ struct LayerNormHeadTensors : LmHeadTensors {
 // parameters' dtype. make.master(shape) is a tensor that stays in the master
 // dtype beside 16-bit activations (core/dtype.h master_dtype): saved
 // statistics (norm mean/rstd), losses and lse, parameter-gradient scratch.
+// make.attention(calls) is one layer's attention state (att, or backward's
+// scratch) in the activation dtype: (B, NH, T, T), or compact where
+// `fused_attention` (CUDA with 16-bit matmuls) and the fused path takes the
+// calls (ops::attention_state_shape).
 class MakeTensor {
  public:
   using Fn = std::function<Tensor(Shape, DType)>;
-  MakeTensor(Fn fn, DType activation) : fn_(std::move(fn)), act_(activation), master_(master_dtype(activation)) {}
+  MakeTensor(Fn fn, DType activation, bool fused_attention)
+      : fn_(std::move(fn)), act_(activation), master_(master_dtype(activation)), fused_attention_(fused_attention) {}
   Tensor operator()(Shape s) const { return fn_(std::move(s), act_); }
   Tensor master(Shape s) const { return fn_(std::move(s), master_); }
+  Tensor attention(const ops::AttentionCalls& calls) const {
+    return fn_(ops::attention_state_shape(calls, act_, fused_attention_), act_);
+  }
 
  private:
   Fn fn_;
   DType act_, master_;
+  bool fused_attention_;
 };
 
 // What a chunk of one model allocates, from its config and tp shard alone.
@@ -105,9 +114,19 @@ class ChunkActivations {
   // row max and [sum exp; target logit] (tp/cross_entropy.cpp) with the head.
   virtual int64_t transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType activation) const;
 
+  // One layer's attention calls at (B, T): this rank's heads, their size,
+  // the mask and the training dropout (set in the constructor, B and T 0),
+  // for make.attention.
+  ops::AttentionCalls attention_at(int64_t B, int64_t T) const {
+    ops::AttentionCalls c = attention;
+    c.B = B, c.T = T;
+    return c;
+  }
+
   std::string arch;  // for messages
   int64_t C = 0;     // width of the activation between blocks and chunks
   int n_layer = 0, max_seq_len = 0;
+  ops::AttentionCalls attention;
 };
 
 class ChunkModel : public LanguageModel {
@@ -129,9 +148,9 @@ class ChunkModel : public LanguageModel {
 
   // What chunk `span` of a model with these activations holds at (B, T) with
   // activations in `activation` (statistics in its master dtype), counted
-  // without allocating (lattice plan).
+  // without allocating (lattice plan); `fused_attention` as MakeTensor's.
   static ActivationBytes activation_bytes_of(const ChunkActivations& acts, StageSpan span, DType activation, int64_t B,
-                                             int64_t T);
+                                             int64_t T, bool fused_attention);
 
  protected:
   // One in-flight microbatch.
@@ -211,6 +230,8 @@ class ChunkModel : public LanguageModel {
   static S& head_of(Context& ctx) {
     return static_cast<S&>(*ctx.head);
   }
+  // Attention state may be compact (MakeTensor): on CUDA with 16-bit matmuls.
+  bool fused_attention() const;
 
   StageSpan span_;
   comm::Group& tp_;
@@ -222,6 +243,7 @@ class ChunkModel : public LanguageModel {
  private:
   struct Workspace {
     int64_t B = 0, T = 0;
+    bool fused_attention = false;              // its attention scratch may be compact (MakeTensor)
     Tensor dbuf[2];                            // (B, T, C) gradient ping-pong
     std::unique_ptr<SavedTensors> scratch;     // the model's
     std::unique_ptr<SavedTensors> recomputed;  // tensors of the block being recomputed

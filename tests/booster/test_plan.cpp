@@ -11,6 +11,7 @@
 #include "booster/plan.h"
 #include "comm/self_communicator.h"
 #include "core/allocator.h"
+#include "core/ops.h"
 #include "core/rng.h"
 #include "data/shard.h"
 #include "models/registry.h"
@@ -153,6 +154,41 @@ TEST(Plan, SimulationHoldsTheContextsTheScheduleHolds) {
   EXPECT_EQ(i.workspace, 14);
 }
 
+// On CUDA with 16-bit matmuls each kept layer's att, and the backward
+// scratch (twice with recompute: the recomputed block's att too), is the
+// compact attention state of ops::attention_state_shape, over 4 times smaller
+// here; nothing else changes. BERT keeps (B, NH, T, T): its key mask takes
+// the plain path. The job plan counts the same.
+TEST(Plan, AttentionStateIsCompactOnCudaWith16BitMatmuls) {
+  const Config cfg = tiny();
+  const int64_t B = 2, T = 48, NH = cfg.model.n_head, HS = cfg.model.d_model / NH;
+  const TpShard shard{.vocab_multiple = cfg.model.vocab_multiple};
+  const Shape compact = ops::attention_state_shape({.B = B, .T = T, .NH = NH, .HS = HS}, DType::bf16, true);
+  ASSERT_EQ(compact.size(), 1u);
+  const int64_t saved = (B * NH * T * T - compact[0]) * 2;  // bytes per attention state, bf16
+  EXPECT_GT(B * NH * T * T, 4 * compact[0]);
+  for (StageSpan span : {StageSpan{}, StageSpan{0, 4, true, true, 1}, StageSpan{1, 3, false, false, 0}}) {
+    SCOPED_TRACE(testing::Message() << "span [" << span.first_layer << ", " << span.end_layer << ") recompute "
+                                    << span.recompute);
+    const ActivationBytes plain = model_activation_bytes(cfg.model, span, shard, DType::bf16, B, T, false);
+    const ActivationBytes fused = model_activation_bytes(cfg.model, span, shard, DType::bf16, B, T, true);
+    const int64_t layers = (span.end_layer < 0 ? cfg.model.n_layer : span.end_layer) - span.first_layer;
+    EXPECT_EQ(plain.context - fused.context, (layers - span.recompute) * saved);
+    EXPECT_EQ(plain.workspace - fused.workspace, (span.recompute > 0 ? 2 : 1) * saved);
+    EXPECT_EQ(plain.transient, fused.transient);
+  }
+  const Config bert = tiny({"model.arch=bert"});
+  EXPECT_EQ(model_activation_bytes(bert.model, {}, shard, DType::bf16, B, T, true).context,
+            model_activation_bytes(bert.model, {}, shard, DType::bf16, B, T, false).context);
+
+  const int64_t on_cpu = make_job_plan(tiny({"runtime.precision=bf16"}), 1).memory[0].activations.total();
+  const int64_t on_cuda =
+      make_job_plan(tiny({"runtime.precision=bf16", "runtime.device=cuda"}), 1).memory[0].activations.total();
+  EXPECT_GT(on_cpu - on_cuda, int64_t(cfg.model.n_layer) * saved);  // every layer of every context in flight, at least
+  EXPECT_EQ(make_job_plan(tiny({"runtime.device=cuda"}), 1).memory[0].activations.total(),
+            make_job_plan(tiny(), 1).memory[0].activations.total());  // fp32: the plain path
+}
+
 // The model's byte counts are the allocator's: one context, and the workspace
 // plus the transient of the first forward and backward.
 TEST(Plan, ActivationBytesAreWhatTheModelAllocates) {
@@ -168,7 +204,7 @@ TEST(Plan, ActivationBytesAreWhatTheModelAllocates) {
                       Device::cpu(), shard);
     params.init(1);
     auto model = build_model(cfg.model, params, tp, span);
-    const ActivationBytes want = model_activation_bytes(cfg.model, span, shard, DType::f32, B, T);
+    const ActivationBytes want = model_activation_bytes(cfg.model, span, shard, DType::f32, B, T, false);
     EXPECT_EQ(model->activation_bytes(B, T).context, want.context);
     Tensor ids = Tensor::zeros({B, T}, DType::i32), targets = Tensor::zeros({B, T}, DType::i32);
     Tensor act = test::random_tensor({B, T, C}, DType::f32, 3), out = Tensor::zeros({B, T, C}, DType::f32);

@@ -211,3 +211,51 @@ TEST(OpsAttention, RejectsBadShapes) {
   EXPECT_THROW(ops::attention_forward(out, att_small, qkv2, 2, dropout(0.0f)), Error);
   EXPECT_THROW(ops::attention_forward(out, att, qkv2, 2, dropout(1.0f)), Error);
 }
+
+// What a model allocates for att and backward's scratch
+// (ops::attention_state_shape): (B, NH, T, T) unless the calls run where
+// cuDNN's fused attention may take them and its rules do, then the compact
+// state: Stats (B, NH, T) f32 and O (B, T, C) 16-bit, plus alignment.
+TEST(OpsAttention, StateIsCompactOnlyWhereTheFusedPathMayTakeTheCalls) {
+  const ops::AttentionCalls c{.B = 2, .T = 256, .NH = 4, .HS = 64};
+  const Shape full{2, 4, 256, 256};
+  EXPECT_EQ(ops::attention_state_shape(c, DType::f32, false), full);
+  EXPECT_EQ(ops::attention_state_shape(c, DType::bf16, Device::cpu()), full);  // no cuDNN on the CPU
+  const int64_t need = 2 * 4 * 256 * 4 + 2 * 256 * 4 * 64 * 2;                 // Stats and O bytes
+  for (DType act : {DType::f32, DType::bf16, DType::f16}) {
+    const Shape s = ops::attention_state_shape(c, act, true);
+    ASSERT_EQ(s.size(), 1u) << dtype_name(act);
+    const int64_t bytes = s[0] * int64_t(dtype_size(act));
+    EXPECT_GE(bytes, need) << dtype_name(act);
+    EXPECT_LE(bytes, need + 16 + 256) << dtype_name(act);
+  }
+  auto with = [&](auto edit) {
+    ops::AttentionCalls d = c;
+    edit(d);
+    return ops::attention_state_shape(d, DType::bf16, true);
+  };
+  // Calls the fused path does not take keep the plain path's buffer.
+  EXPECT_EQ(with([](ops::AttentionCalls& d) { d.p = 0.1f; }), full);
+  EXPECT_EQ(with([](ops::AttentionCalls& d) { d.causal = false, d.key_mask = true; }), full);
+  EXPECT_EQ(with([](ops::AttentionCalls& d) { d.HS = 12; }), full);
+  EXPECT_EQ(with([](ops::AttentionCalls& d) { d.T = 8; }), Shape({2, 4, 8, 8}));  // too short: P is smaller
+  EXPECT_THROW(with([](ops::AttentionCalls& d) { d.NH = 0; }), Error);
+}
+
+// The CPU path saves P, so a compact att is a shape error there, and the
+// message names what a model should allocate.
+TEST(OpsAttention, CpuTakesOnlyTheFullState) {
+  const int64_t B = 2, T = 256, NH = 4, HS = 64;
+  const Shape compact = ops::attention_state_shape({.B = B, .T = T, .NH = NH, .HS = HS}, DType::f32, true);
+  ASSERT_EQ(compact.size(), 1u);
+  Tensor qkv = Tensor::zeros({B, T, 3 * NH * HS}, DType::f32), out = Tensor::zeros({B, T, NH * HS}, DType::f32);
+  Tensor att = Tensor::zeros(compact, DType::f32);
+  std::string msg;
+  try {
+    ops::attention_forward(out, att, qkv, int(NH), dropout(0.0f));
+  } catch (const Error& e) {
+    msg = e.message();
+  }
+  EXPECT_NE(msg.find("attention_state_shape"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(B, NH, T, T)"), std::string::npos) << msg;
+}

@@ -33,7 +33,9 @@
 // Samples run one after another, so `work` holds one sample.
 //
 // Memory: att (B, NH, T, T) saved by forward (P before dropout); backward's
-// scratch (B, NH, T, T) holds dS on return; `work` (attention_work_bytes,
+// scratch (B, NH, T, T) holds dS on return (for a compact state the backend
+// calls these one sample at a time, on (NH, T, T) temporaries of its own:
+// backend_attention.cpp); `work` (attention_work_bytes,
 // the backend keeps it): one sample's dropped probabilities (NH, T, T) of S
 // when p > 0, and for 16-bit S one sample's fp32 scores or dP (NH, T, T)
 // and its fp32 out or dqkv (T, 3C).

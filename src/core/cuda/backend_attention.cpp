@@ -39,6 +39,32 @@ void* Backend::attention_work(int dev, size_t bytes) {
   return grown(attention_work_, dev, bytes);
 }
 
+// The plain path's probabilities P and dS of one sample for a compact call
+// (CudaAttentionArgs::compact_state, whose att and scratch have no room for
+// them), which runs sample by sample: two (NH, T, T) buffers of storage S,
+// one block kept per device and grown on demand as attention_work's. *dS is
+// set to the second.
+template <typename S>
+S* Backend::attention_temps(int dev, const CudaAttentionArgs& a, S** dS) {
+  const size_t probs = (size_t(a.NH * a.T * a.T) * sizeof(S) + 255) / 256 * 256;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto* P = static_cast<S*>(grown(attention_temps_, dev, 2 * probs));
+  if (dS) *dS = reinterpret_cast<S*>(reinterpret_cast<char*>(P) + probs);
+  return P;
+}
+
+namespace {
+// Sample b of call a as a call of its own: the dropout masks and key mask
+// of sample b (the plain kernels index both by sample0 + the sample).
+CudaAttentionArgs sample_of(const CudaAttentionArgs& a, int64_t b) {
+  CudaAttentionArgs one = a;
+  one.B = 1;
+  one.sample0 = a.sample0 + b;
+  if (a.key_mask) one.key_mask = a.key_mask + b * a.T;
+  return one;
+}
+}  // namespace
+
 // When the fused path takes s: runs `pass(scratch)` with the pass's
 // scratch (sdpa_mu_ held) and says whether it ran; false, for the plain
 // path, when the path does not take s or cuDNN failed to execute the pass.
@@ -84,8 +110,16 @@ void Backend::attention_forward_on(int dev, DType act, void* out, void* att, con
   cublasHandle_t h = blas(dev);
   storage(act, [&](auto t) {
     using S = decltype(t);
-    cuda::attention_forward<S>(h, kStream, static_cast<S*>(out), static_cast<S*>(att),
-                               attention_work(dev, attention_work_bytes<S>(a)), static_cast<const S*>(qkv), a);
+    void* work = attention_work(dev, attention_work_bytes<S>(a));
+    if (!a.compact_state)
+      return cuda::attention_forward<S>(h, kStream, static_cast<S*>(out), static_cast<S*>(att), work,
+                                        static_cast<const S*>(qkv), a);
+    // Compact: sample by sample, P in the temporary (backward computes it again).
+    S* P = attention_temps<S>(dev, a, nullptr);
+    const int64_t C = a.NH * a.HS;
+    for (int64_t b = 0; b < a.B; ++b)
+      cuda::attention_forward<S>(h, kStream, static_cast<S*>(out) + b * a.T * C, P, work,
+                                 static_cast<const S*>(qkv) + b * a.T * 3 * C, sample_of(a, b));
   });
   finish();
 }
@@ -104,15 +138,33 @@ void Backend::attention_backward_on(int dev, DType act, void* dqkv, void* scratc
   cublasHandle_t h = blas(dev);
   storage(act, [&](auto t) {
     using S = decltype(t);
+    void* work = attention_work(dev, attention_work_bytes<S>(a));
+    if (a.compact_state) {
+      // Sample by sample: P computed again into the temporary by the plain
+      // forward (its own bits: deterministic, the dropout masks from the
+      // counters; or, after a fused forward, the same P: no dropout there),
+      // its out into the sample's dqkv, which backward then overwrites; dS
+      // in the other temporary.
+      S* dS = nullptr;
+      S* P = attention_temps<S>(dev, a, &dS);
+      const int64_t C = a.NH * a.HS;
+      for (int64_t b = 0; b < a.B; ++b) {
+        const CudaAttentionArgs one = sample_of(a, b);
+        S* dq = static_cast<S*>(dqkv) + b * a.T * 3 * C;
+        const S* q = static_cast<const S*>(qkv) + b * a.T * 3 * C;
+        cuda::attention_forward<S>(h, kStream, dq, P, work, q, one);
+        cuda::attention_backward<S>(h, kStream, dq, dS, work, static_cast<const S*>(dout) + b * a.T * C, q, P, one);
+      }
+      return;
+    }
     if (fused_forward) {  // cuDNN failed to execute the backward: the plain forward again, for P in att (no
                           // dropout on the fused path, so the same P); its out goes to dqkv, which backward overwrites
-      cuda::attention_forward<S>(h, kStream, static_cast<S*>(dqkv), static_cast<S*>(const_cast<void*>(att)),
-                                 attention_work(dev, attention_work_bytes<S>(a)), static_cast<const S*>(qkv), a);
+      cuda::attention_forward<S>(h, kStream, static_cast<S*>(dqkv), static_cast<S*>(const_cast<void*>(att)), work,
+                                 static_cast<const S*>(qkv), a);
       note_forward(att, false);  // att holds P now
     }
-    cuda::attention_backward<S>(h, kStream, static_cast<S*>(dqkv), static_cast<S*>(scratch),
-                                attention_work(dev, attention_work_bytes<S>(a)), static_cast<const S*>(dout),
-                                static_cast<const S*>(qkv), static_cast<const S*>(att), a);
+    cuda::attention_backward<S>(h, kStream, static_cast<S*>(dqkv), static_cast<S*>(scratch), work,
+                                static_cast<const S*>(dout), static_cast<const S*>(qkv), static_cast<const S*>(att), a);
   });
   finish();
 }

@@ -313,6 +313,8 @@ class Backend final : public CudaBackend {
   bool fused_attention(int dev, const SdpaShape& s);
   void check_attention16(DType act) const;
   void* attention_work(int dev, size_t bytes);
+  template <typename S>
+  S* attention_temps(int dev, const CudaAttentionArgs& a, S** dS);
   template <typename Pass>
   bool ran_fused(int dev, const SdpaShape& s, SdpaPass which, const SdpaStaging& st, Pass&& pass);
   void note_forward(const void* att, bool fused);
@@ -325,6 +327,7 @@ class Backend final : public CudaBackend {
   std::vector<cublasHandle_t> handles_;       // indexed by device; null until first gemm there
   std::vector<cublasLtHandle_t> lt_handles_;  // indexed by device; null until first linear there
   std::vector<Workspace> attention_work_;     // indexed by device: the plain attention's work buffer
+  std::vector<Workspace> attention_temps_;    // indexed by device: P and dS of a compact call on the plain path
   std::mutex ws_mu_;
   std::vector<Workspace> workspaces_;  // indexed by device; guarded by ws_mu_
   LtMatmulCache lt_cache_;             // cuBLASLt plans of every device (LtKey has the device); ws_mu_

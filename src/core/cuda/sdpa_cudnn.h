@@ -63,7 +63,8 @@ class CudnnSdpa {
   // Bytes of scratch a pass needs with `staged` buffers; the shape must be usable.
   size_t scratch_bytes(int dev, const SdpaShape& s, SdpaPass pass, const SdpaStaging& staged);
   // out (B, T, C), qkv (B, T, 3C): f32, or the io type under s.act16; att
-  // (B, NH, T, T) receives Stats and O. `staged`: sdpa_staging of these
+  // ((B, NH, T, T), or sdpa_saved_elems: the compact state) receives Stats
+  // and O. `staged`: sdpa_staging of these
   // buffers. False: cuDNN failed to execute the graph (now refused; nothing
   // written that the plain path needs).
   bool forward(int dev, cudaStream_t stream, void* out, void* att, const void* qkv, const SdpaShape& s,

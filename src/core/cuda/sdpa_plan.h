@@ -48,9 +48,12 @@
 // else; an f32 qkv is converted again, which gives the same bits). Their
 // offsets come from the buffer's real address (sdpa_saved_layout);
 // sdpa_supported checks that they fit for any address aligned as an element
-// of the buffer (4 bytes, or 2 under act16), so the plain path's
-// (B, NH, T, T) accounting holds. Under act16 the buffer has half the bytes:
-// T must be about HS + 2 or more, against HS / 2 + 2 for f32.
+// of the buffer (4 bytes, or 2 under act16), so a (B, NH, T, T) buffer
+// serves either path. Under act16 the buffer has half the bytes: T must be
+// about HS + 2 or more, against HS / 2 + 2 for f32. Models allocate only
+// sdpa_saved_elems where these rules take their calls (the compact state of
+// ops::attention_state_shape, linear in T); the plain path then keeps one
+// sample's P in a temporary of the backend's.
 #pragma once
 
 #include <array>
@@ -152,6 +155,11 @@ struct SdpaSavedLayout {
   uint64_t stats = 0, out = 0, end = 0;  // end: one past O
 };
 inline SdpaSavedLayout sdpa_saved_layout(const SdpaShape& s, uint64_t att);
+// Elements (of the saved buffer's type: f32, or the io type under act16)
+// that hold Stats and O at any address aligned as one element: the size of
+// a compact saved buffer (ops::attention_state_shape), linear in T, where the
+// plain path's is B NH T T.
+inline int64_t sdpa_saved_elems(const SdpaShape& s);
 
 // Elements of the io copies: qkv and dqkv (B, T, 3C), out and dout (B, T, C).
 inline int64_t sdpa_qkv_elems(const SdpaShape& s) { return s.B * s.T * 3 * s.NH * s.HS; }
@@ -264,11 +272,14 @@ inline uint64_t saved_elem_bytes(const SdpaShape& s) { return s.act16 ? uint64_t
 // Saved bytes needed in the worst case: att only element-aligned, so up to
 // kSdpaStatsAlign - elem bytes before Stats; Stats ends 4-byte aligned, so
 // up to kSdpaIoAlign - 4 before O.
-inline bool saved_fits(const SdpaShape& s) {
-  const uint64_t elem = saved_elem_bytes(s);
+inline uint64_t saved_bytes(const SdpaShape& s) {
   const uint64_t stats = uint64_t(s.B * s.NH * s.T) * 4, o = uint64_t(sdpa_out_elems(s) * io_bytes(s.dtype));
-  const uint64_t capacity = uint64_t(s.B * s.NH * s.T) * uint64_t(s.T) * elem;
-  return (kSdpaStatsAlign - elem) + stats + (kSdpaIoAlign - 4) + o <= capacity;
+  return (kSdpaStatsAlign - saved_elem_bytes(s)) + stats + (kSdpaIoAlign - 4) + o;
+}
+
+// Stats and O fit in the plain path's (B, NH, T, T) buffer.
+inline bool saved_fits(const SdpaShape& s) {
+  return uint64_t(sdpa_saved_elems(s)) <= uint64_t(s.B * s.NH * s.T) * uint64_t(s.T);
 }
 
 using Dims = std::array<int64_t, 4>;
@@ -437,6 +448,11 @@ inline SdpaSavedLayout sdpa_saved_layout(const SdpaShape& s, uint64_t att) {
   l.out = align_up(stats_end, kSdpaIoAlign) - att;
   l.end = l.out + uint64_t(sdpa_out_elems(s) * sdpa_detail::io_bytes(s.dtype));
   return l;
+}
+
+inline int64_t sdpa_saved_elems(const SdpaShape& s) {
+  const uint64_t elem = sdpa_detail::saved_elem_bytes(s);
+  return int64_t((sdpa_detail::saved_bytes(s) + elem - 1) / elem);
 }
 
 inline SdpaStaging sdpa_staging(const SdpaShape& s, SdpaPass pass, uint64_t qkv, uint64_t dout, uint64_t dqkv) {

@@ -62,6 +62,7 @@ class Activations final : public ChunkActivations {
     F_l = cfg.d_ff / shard.size;
     V_pad = padded_vocab(cfg.vocab_size, shard);
     V_l = V_pad / shard.size;
+    attention = {.NH = NH_l, .HS = C / cfg.n_head, .causal = false, .key_mask = true, .p = cfg.dropout};
   }
   std::unique_ptr<SavedTensors> embedding(const MakeTensor& make, int64_t B, int64_t T) const override {
     auto e = std::make_unique<EmbedActs>();
@@ -70,7 +71,7 @@ class Activations final : public ChunkActivations {
   }
   std::unique_ptr<SavedTensors> block(const MakeTensor& make, int64_t B, int64_t T) const override {
     auto a = std::make_unique<BlockActs>();
-    a->qkv = make({B, T, 3 * C_l}), a->att = make({B, NH_l, T, T}), a->atty = make({B, T, C_l});
+    a->qkv = make({B, T, 3 * C_l}), a->att = make.attention(attention_at(B, T)), a->atty = make({B, T, C_l});
     a->res1 = make({B, T, C}), a->h1 = make({B, T, C}), a->h1_mean = make.master({B, T}),
     a->h1_rstd = make.master({B, T});
     a->fch = make({B, T, F_l}), a->fch_gelu = make({B, T, F_l});
@@ -90,7 +91,7 @@ class Activations final : public ChunkActivations {
     auto w = std::make_unique<Scratch>();
     w->c1 = make({B, T, C}), w->c2 = make({B, T, C}), w->c3 = make({B, T, C});
     w->f1 = make({B, T, F_l}), w->f2 = make({B, T, F_l});
-    w->qkv_grad = make({B, T, 3 * C_l}), w->att_grad = make({B, NH_l, T, T});
+    w->qkv_grad = make({B, T, 3 * C_l}), w->att_grad = make.attention(attention_at(B, T));
     w->qkv_bias_grad = make.master({3 * C_l});
     if (span.head) w->bias_full = make.master({1, V_pad}), w->bias_l = make.master({1, V_l});
     return w;
@@ -144,8 +145,8 @@ Bert::Bert(const BertConfig& cfg, FlatParams& params, comm::Group& tp, StageSpan
 }
 
 ActivationBytes Bert::activation_bytes_of(const BertConfig& cfg, StageSpan span, const TpShard& shard, DType dtype,
-                                          int64_t B, int64_t T) {
-  return ChunkModel::activation_bytes_of(Activations(cfg, shard), span, dtype, B, T);
+                                          int64_t B, int64_t T, bool fused_attention) {
+  return ChunkModel::activation_bytes_of(Activations(cfg, shard), span, dtype, B, T, fused_attention);
 }
 
 bool Bert::whole_model() const {

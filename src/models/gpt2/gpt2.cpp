@@ -25,7 +25,7 @@ void check_heads(const Gpt2Config& cfg, int tp) {
 struct BlockActs : SavedTensors {
   Tensor ln1, ln1_mean, ln1_rstd;  // (B, T, C), (B, T), (B, T)
   Tensor qkv;                      // (B, T, 3 C_l): this rank's heads of q, k, v
-  Tensor att;                      // (B, NH_l, T, T) probabilities before dropout
+  Tensor att;                      // make.attention: (B, NH_l, T, T) P before dropout, or compact
   Tensor atty;                     // (B, T, C_l) attention output before c_proj
   Tensor res1;                     // (B, T, C) residual after attention
   Tensor ln2, ln2_mean, ln2_rstd;  // (B, T, C), (B, T), (B, T)
@@ -47,11 +47,12 @@ class Activations final : public ChunkActivations {
     C_l = C / shard.size;
     F_l = 4 * C_l;
     V_l = padded_vocab(cfg.vocab_size, shard) / shard.size;
+    attention = {.NH = NH_l, .HS = C / cfg.n_head, .p = cfg.dropout};
   }
   std::unique_ptr<SavedTensors> block(const MakeTensor& make, int64_t B, int64_t T) const override {
     auto a = std::make_unique<BlockActs>();
     a->ln1 = make({B, T, C}), a->ln1_mean = make.master({B, T}), a->ln1_rstd = make.master({B, T});
-    a->qkv = make({B, T, 3 * C_l}), a->att = make({B, NH_l, T, T}), a->atty = make({B, T, C_l});
+    a->qkv = make({B, T, 3 * C_l}), a->att = make.attention(attention_at(B, T)), a->atty = make({B, T, C_l});
     a->res1 = make({B, T, C});
     a->ln2 = make({B, T, C}), a->ln2_mean = make.master({B, T}), a->ln2_rstd = make.master({B, T});
     a->fch = make({B, T, F_l}), a->fch_gelu = make({B, T, F_l});
@@ -64,7 +65,7 @@ class Activations final : public ChunkActivations {
     auto w = std::make_unique<Scratch>();
     w->c1 = make({B, T, C}), w->c2 = make({B, T, C}), w->c3 = make({B, T, C});
     w->f1 = make({B, T, F_l}), w->f2 = make({B, T, F_l});
-    w->qkv_grad = make({B, T, 3 * C_l}), w->att_grad = make({B, NH_l, T, T});
+    w->qkv_grad = make({B, T, 3 * C_l}), w->att_grad = make.attention(attention_at(B, T));
     return w;
   }
   int64_t NH_l = 0, C_l = 0, F_l = 0, V_l = 0;
@@ -102,8 +103,8 @@ Gpt2::Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp, StageSpan
 }
 
 ActivationBytes Gpt2::activation_bytes_of(const Gpt2Config& cfg, StageSpan span, const TpShard& shard, DType dtype,
-                                          int64_t B, int64_t T) {
-  return ChunkModel::activation_bytes_of(Activations(cfg, shard), span, dtype, B, T);
+                                          int64_t B, int64_t T, bool fused_attention) {
+  return ChunkModel::activation_bytes_of(Activations(cfg, shard), span, dtype, B, T, fused_attention);
 }
 
 void Gpt2::block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, SavedTensors& saved) {

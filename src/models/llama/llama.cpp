@@ -31,7 +31,7 @@ void check_heads(const LlamaConfig& cfg, int tp) {
 struct BlockActs : SavedTensors {
   Tensor ln1, ln1_rstd;  // (B, T, C), (B, T)
   Tensor qkv;            // (B, T, 3 C_l): rotated q, k, v with k/v repeated to NH_l heads
-  Tensor att;            // (B, NH_l, T, T) probabilities before dropout
+  Tensor att;            // make.attention: (B, NH_l, T, T) P before dropout, or compact
   Tensor atty;           // (B, T, C_l) attention output before o_proj
   Tensor res1;           // (B, T, C) residual after attention
   Tensor ln2, ln2_rstd;  // (B, T, C), (B, T)
@@ -63,11 +63,12 @@ class Activations final : public ChunkActivations {
     F_l = cfg.d_ff / tp;
     V_l = padded_vocab(cfg.vocab_size, shard) / tp;
     kv_groups = tp / kv_replicas;
+    attention = {.NH = NH_l, .HS = HS, .p = cfg.dropout};
   }
   std::unique_ptr<SavedTensors> block(const MakeTensor& make, int64_t B, int64_t T) const override {
     auto a = std::make_unique<BlockActs>();
     a->ln1 = make({B, T, C}), a->ln1_rstd = make.master({B, T});
-    a->qkv = make({B, T, 3 * C_l}), a->att = make({B, NH_l, T, T}), a->atty = make({B, T, C_l});
+    a->qkv = make({B, T, 3 * C_l}), a->att = make.attention(attention_at(B, T)), a->atty = make({B, T, C_l});
     a->res1 = make({B, T, C});
     a->ln2 = make({B, T, C}), a->ln2_rstd = make.master({B, T});
     a->gu = make({B, T, 2 * F_l}), a->act = make({B, T, F_l});
@@ -86,7 +87,7 @@ class Activations final : public ChunkActivations {
     w->c1 = make({B, T, C}), w->c2 = make({B, T, C}), w->c3 = make({B, T, C});
     w->packed = make({B, T, W_l});
     w->f1 = make({B, T, F_l}), w->f2 = make({B, T, 2 * F_l});
-    w->qkv_grad = make({B, T, 3 * C_l}), w->att_grad = make({B, NH_l, T, T});
+    w->qkv_grad = make({B, T, 3 * C_l}), w->att_grad = make.attention(attention_at(B, T));
     if (kv_replicas > 1 && span.end_layer > span.first_layer) w->qkv_wgrad = make.master({W_l, C});
     return w;
   }
@@ -132,8 +133,8 @@ Llama::Llama(const LlamaConfig& cfg, FlatParams& params, comm::Group& tp, StageS
 }
 
 ActivationBytes Llama::activation_bytes_of(const LlamaConfig& cfg, StageSpan span, const TpShard& shard, DType dtype,
-                                           int64_t B, int64_t T) {
-  return ChunkModel::activation_bytes_of(Activations(cfg, shard), span, dtype, B, T);
+                                           int64_t B, int64_t T, bool fused_attention) {
+  return ChunkModel::activation_bytes_of(Activations(cfg, shard), span, dtype, B, T, fused_attention);
 }
 
 void Llama::block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, SavedTensors& saved) {

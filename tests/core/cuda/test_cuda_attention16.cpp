@@ -13,12 +13,16 @@
 //     the CPU does), reading and writing the 16-bit buffers in place, and
 //     through views 2 bytes off alignment (staged through scratch copies);
 //     its forward out has the bits of the fused path on the same values in
-//     f32 activations (the same graph on the same io-typed inputs).
+//     f32 activations (the same graph on the same io-typed inputs);
+//   - the compact state (ops::attention_state_shape), two calls
+//     interleaved: fused, the bits of the (B, NH, T, T) buffer; plain, the
+//     CPU kernel's results at the tolerance above.
 // Each case first asks the backend which path it takes. The CPU reference
 // needs bf16 matmuls there (AVX512-BF16 and oneDNN): bf16 cases skip, saying
 // why, without. Without a GPU every case skips and says why.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <string>
 
 #include "core/backend.h"
@@ -111,6 +115,63 @@ TEST_P(CudaAttention16, FusedForwardEqualsItsF32ActivationTwin) {
   const Results f32 = run(c, gpu(test::as_f32(qkv)), gpu(test::as_f32(dout)));
   test::expect_rounded_equal(half.out, f32.out);
   EXPECT_TENSOR_NEAR(test::as_f32(half.dqkv), f32.dqkv, tol());
+}
+
+// Two causal calls as a pipeline runs them: forward on each input, then
+// backward on each (each its own att, one scratch), att and scratch of shape
+// `state`, on the inputs' device; out and dqkv of each on the host.
+std::array<Results, 2> interleaved(const Case& c, const Tensor (&qkv)[2], const Tensor (&dout)[2], const Shape& state) {
+  const DType dt = qkv[0].dtype();
+  const Device dev = qkv[0].device();
+  const ops::Dropout d = test::attention_dropout(c.p);
+  Tensor att[2], out[2], dqkv[2];
+  Tensor scratch = Tensor::zeros(state, dt, dev);
+  for (int i = 0; i < 2; ++i) {
+    att[i] = Tensor::zeros(state, dt, dev), out[i] = Tensor::zeros({c.B, c.T, c.C()}, dt, dev);
+    dqkv[i] = Tensor::zeros(qkv[i].shape(), dt, dev);
+    ops::attention_forward(out[i], att[i], qkv[i], int(c.NH), d, c.head_offset);
+  }
+  std::array<Results, 2> r;
+  for (int i = 0; i < 2; ++i) {
+    ops::attention_backward(dqkv[i], scratch, dout[i], qkv[i], att[i], int(c.NH), d, c.head_offset);
+    r[size_t(i)].out = out[i].to(Device::cpu()), r[size_t(i)].dqkv = dqkv[i].to(Device::cpu());
+  }
+  return r;
+}
+
+// The compact state (ops::attention_state_shape: Stats and O only, linear
+// in T), two calls interleaved: on the fused path the bits of the
+// (B, NH, T, T) buffer (the same graphs); on the plain one (here dropout on a
+// state sized for calls without it, in training a shape cuDNN refuses) each
+// sample's P kept in the backend's temporary only while it runs and computed
+// there again in backward, each call matching the CPU 16-bit kernel.
+TEST_P(CudaAttention16, CompactStateServesInterleavedCalls) {
+  const Case& c = kase();
+  if (c.masked) GTEST_SKIP() << "the key-mask ops take (B, NH, T, T) only";
+  const Shape state = ops::attention_state_shape({.B = c.B, .T = c.T, .NH = c.NH, .HS = c.HS}, dt(), true);
+  if (state.size() != 1) GTEST_SKIP() << "no compact state: the fused path's rules do not take this shape";
+  const Tensor qkv[2] = {test::act16({c.B, c.T, 3 * c.C()}, dt(), 57, 1.5),
+                         test::act16({c.B, c.T, 3 * c.C()}, dt(), 59)};
+  const Tensor dout[2] = {test::act16({c.B, c.T, c.C()}, dt(), 58), test::act16({c.B, c.T, c.C()}, dt(), 60)};
+  const Tensor qkv_g[2] = {gpu(qkv[0]), gpu(qkv[1])}, dout_g[2] = {gpu(dout[0]), gpu(dout[1])};
+  const std::array<Results, 2> got = interleaved(c, qkv_g, dout_g, state);
+  if (!c.fused) {
+    for (int i = 0; i < 2; ++i) {
+      const Results want = run(c, qkv[i], dout[i]);
+      EXPECT_TENSOR_NEAR(test::as_f32(got[size_t(i)].out), test::as_f32(want.out), tol()) << "call " << i;
+      EXPECT_TENSOR_NEAR(test::as_f32(got[size_t(i)].dqkv), test::as_f32(want.dqkv), tol()) << "call " << i;
+    }
+    return;
+  }
+  const std::array<Results, 2> full = interleaved(c, qkv_g, dout_g, {c.B, c.NH, c.T, c.T});
+  const bool repeatable = cuda_backend().attention_backward_repeatable(0, args(c), dt());
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(test::same_bits(got[i].out, full[i].out)) << "call " << i;
+    if (repeatable)
+      EXPECT_TRUE(test::same_bits(got[i].dqkv, full[i].dqkv)) << "call " << i;
+    else
+      EXPECT_TENSOR_NEAR(test::as_f32(got[i].dqkv), test::as_f32(full[i].dqkv), tol());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -9,7 +9,10 @@
 // Then the fallback:
 // shapes the plan does not take (head size 12, dropout) run the plain path
 // with bf16 on and match the CPU at the f32 attention tolerance, saved
-// probabilities included. Without a GPU every case skips and says why.
+// probabilities included. The compact state (ops::attention_state_shape),
+// two calls interleaved as a pipeline runs them: the full buffer's bits on
+// the fused path, the CPU's results on the plain one. Without a GPU every
+// case skips and says why.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -49,10 +52,20 @@ class Bf16Attention : public test::CudaOps {
  protected:
   void SetUp() override {
     test::CudaOps::SetUp();
-    if (!IsSkipped()) cuda_backend().set_matmul_dtype(DType::bf16);
+    if (IsSkipped()) return;
+    cuda_backend().set_matmul_dtype(DType::bf16);
+    bf16_on_ = true;
   }
   void TearDown() override {
-    if (!IsSkipped()) cuda_backend().set_matmul_dtype(DType::f32);
+    if (bf16_on_) cuda_backend().set_matmul_dtype(DType::f32);
+  }
+  bool bf16_on_ = false;
+
+  static ops::Dropout dropout_of(const Case& c) {
+    ops::Dropout d;
+    d.p = c.p;
+    d.key = RngKey{.seed = 4, .purpose = RngPurpose::dropout, .step = 1, .layer = 0, .site = 0};
+    return d;
   }
 
   // Forward and backward of causal attention on both devices.
@@ -61,9 +74,7 @@ class Bf16Attention : public test::CudaOps {
   };
   static Run run(const Case& c, const Tensor& qkv, const Tensor& dout) {
     const int64_t C = c.NH * c.HS;
-    ops::Dropout d;
-    d.p = c.p;
-    d.key = RngKey{.seed = 4, .purpose = RngPurpose::dropout, .step = 1, .layer = 0, .site = 0};
+    const ops::Dropout d = dropout_of(c);
     Run r;
     r.out = Tensor::empty({c.B, c.T, C}, DType::f32);
     r.att = Tensor::empty({c.B, c.NH, c.T, c.T}, DType::f32);
@@ -78,9 +89,57 @@ class Bf16Attention : public test::CudaOps {
     ops::attention_backward(r.dqkv_g, scratch_g, dout_g, qkv_g, r.att_g, int(c.NH), d, c.head_offset);
     return r;
   }
+
+  // The compact state of c's shape for calls without dropout
+  // (ops::attention_state_shape), whatever c.p is; and the full one.
+  static Shape compact_state(const Case& c) {
+    return ops::attention_state_shape({.B = c.B, .T = c.T, .NH = c.NH, .HS = c.HS}, DType::f32, true);
+  }
+  static Shape full_state(const Case& c) { return {c.B, c.NH, c.T, c.T}; }
+
+  // On the GPU only, as a pipeline's contexts run: forward on each input in
+  // turn, then backward on each (each its own att, one scratch), att and
+  // scratch of shape `state`. So a backward that read another call's state
+  // (a temporary the forward left) fails. out and dqkv of each, on the host.
+  struct Pair {
+    Tensor out[2], dqkv[2];
+  };
+  static Pair interleaved(const Case& c, const Tensor (&qkv)[2], const Tensor (&dout)[2], const Shape& state) {
+    const ops::Dropout d = dropout_of(c);
+    Tensor att[2], out[2], dqkv[2], qkv_g[2], dout_g[2];
+    Tensor scratch = gpu(Tensor::zeros(state, DType::f32));
+    for (int i = 0; i < 2; ++i) {
+      att[i] = gpu(Tensor::zeros(state, DType::f32));
+      out[i] = gpu(Tensor::zeros({c.B, c.T, c.NH * c.HS}, DType::f32));
+      dqkv[i] = gpu(Tensor::zeros(qkv[i].shape(), DType::f32));
+      qkv_g[i] = gpu(qkv[i]), dout_g[i] = gpu(dout[i]);
+    }
+    for (int i = 0; i < 2; ++i) ops::attention_forward(out[i], att[i], qkv_g[i], int(c.NH), d, c.head_offset);
+    for (int i = 0; i < 2; ++i)
+      ops::attention_backward(dqkv[i], scratch, dout_g[i], qkv_g[i], att[i], int(c.NH), d, c.head_offset);
+    Pair p;
+    for (int i = 0; i < 2; ++i) p.out[i] = host(out[i]), p.dqkv[i] = host(dqkv[i]);
+    return p;
+  }
 };
 
-class CudaSdpa : public Bf16Attention, public ::testing::WithParamInterface<Case> {};
+// Every case takes the fused path: a refusal by cuDNN fails it, Lattice's
+// own rule for cuDNN 9.15.0 and older (sdpa_version_refusal) skips it.
+// qkv_ and dout_: inputs rounded to bf16 (the fused path sees exactly those).
+class CudaSdpa : public Bf16Attention, public ::testing::WithParamInterface<Case> {
+ protected:
+  void SetUp() override {
+    Bf16Attention::SetUp();
+    if (IsSkipped()) return;
+    const Case& c = GetParam();
+    const std::string why = cuda_backend().attention_plain_reason(0, args(c), DType::f32);
+    if (why.find("multiple of 128") != std::string::npos) GTEST_SKIP() << why;
+    ASSERT_EQ(why, "");
+    qkv_ = rounded_to_bf16(test::random_tensor({c.B, c.T, 3 * c.NH * c.HS}, DType::f32, 11));
+    dout_ = rounded_to_bf16(test::random_tensor({c.B, c.T, c.NH * c.HS}, DType::f32, 12));
+  }
+  Tensor qkv_, dout_;
+};
 
 // ||got - want|| / ||want|| over the elements of part `part` (0 q, 1 k, 2 v)
 // of rows of `parts` blocks of `width` (parts 1: every element).
@@ -96,15 +155,9 @@ double rel_l2(const Tensor& got, const Tensor& want, int64_t width, int parts, i
 }
 
 TEST_P(CudaSdpa, MatchesTheCpuOnBf16Inputs) {
-  const Case c = GetParam();
-  const std::string why = cuda_backend().attention_plain_reason(0, args(c), DType::f32);
-  // Lattice's own rule for cuDNN 9.15.0 and older (sdpa_version_refusal), not a refusal by cuDNN.
-  if (why.find("multiple of 128") != std::string::npos) GTEST_SKIP() << why;
-  ASSERT_EQ(why, "");
+  const Case& c = GetParam();
   const int64_t C = c.NH * c.HS;
-  const Tensor qkv = rounded_to_bf16(test::random_tensor({c.B, c.T, 3 * C}, DType::f32, 11));
-  const Tensor dout = rounded_to_bf16(test::random_tensor({c.B, c.T, C}, DType::f32, 12));
-  const Run r = run(c, qkv, dout);
+  const Run r = run(c, qkv_, dout_);
   // P and O are rounded to bf16 inside the fused path; the CPU keeps f32.
   EXPECT_TENSOR_NEAR(host(r.out_g), r.out, test::tolerance(DType::bf16));
   EXPECT_TENSOR_NEAR(host(r.dqkv_g), r.dqkv, test::tolerance(DType::bf16));
@@ -118,18 +171,33 @@ TEST_P(CudaSdpa, MatchesTheCpuOnBf16Inputs) {
 // unless the backend says it may not (cuDNN's accumulating form, or an
 // unpinned engine on compute capability 10.x; each said on stderr).
 TEST_P(CudaSdpa, BackwardIsRepeatableWhereTheBackendSaysSo) {
-  const Case c = GetParam();
-  const std::string why = cuda_backend().attention_plain_reason(0, args(c), DType::f32);
-  if (why.find("multiple of 128") != std::string::npos) GTEST_SKIP() << why;
-  ASSERT_EQ(why, "");
+  const Case& c = GetParam();
   if (!cuda_backend().attention_backward_repeatable(0, args(c), DType::f32))
     GTEST_SKIP() << "cuDNN's backward for this shape may vary from run to run (its stderr line says why)";
-  const int64_t C = c.NH * c.HS;
-  const Tensor qkv = rounded_to_bf16(test::random_tensor({c.B, c.T, 3 * C}, DType::f32, 11));
-  const Tensor dout = rounded_to_bf16(test::random_tensor({c.B, c.T, C}, DType::f32, 12));
-  const Run a = run(c, qkv, dout), b = run(c, qkv, dout);
+  const Run a = run(c, qkv_, dout_), b = run(c, qkv_, dout_);
   EXPECT_TRUE(test::same_bits(host(a.out_g), host(b.out_g)));
   EXPECT_TRUE(test::same_bits(host(a.dqkv_g), host(b.dqkv_g)));
+}
+
+// The compact state (Stats and O only, linear in T) gives the bits of the
+// (B, NH, T, T) buffer, two calls interleaved as a pipeline runs them: the
+// same graphs run, only the saved buffer is smaller (its offsets follow its
+// own address).
+TEST_P(CudaSdpa, CompactStateGivesTheSameBits) {
+  const Case& c = GetParam();
+  const Shape compact = compact_state(c);
+  ASSERT_EQ(compact.size(), 1u) << "the shape should have a compact state";
+  const Tensor qkv[2] = {qkv_, rounded_to_bf16(test::random_tensor(qkv_.shape(), DType::f32, 13))};
+  const Tensor dout[2] = {dout_, rounded_to_bf16(test::random_tensor(dout_.shape(), DType::f32, 14))};
+  const Pair full = interleaved(c, qkv, dout, full_state(c)), small = interleaved(c, qkv, dout, compact);
+  const bool repeatable = cuda_backend().attention_backward_repeatable(0, args(c), DType::f32);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(test::same_bits(small.out[i], full.out[i])) << "call " << i;
+    if (repeatable)
+      EXPECT_TRUE(test::same_bits(small.dqkv[i], full.dqkv[i])) << "call " << i;
+    else
+      EXPECT_TENSOR_NEAR(small.dqkv[i], full.dqkv[i], test::tolerance(DType::bf16));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaSdpa,
@@ -160,6 +228,30 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaSdpaFallback,
                                            std::pair{Case{"dropout", 2, 64, 2, 64, 0, 0.1f}, std::string("Philox")},
                                            std::pair{Case{"short_T", 2, 8, 2, 64, 0}, std::string("too short")}),
                          [](const auto& info) { return info.param.first.name; });
+
+// A compact state on the plain path (here dropout, which cuDNN's fused path
+// does not take; in training a shape cuDNN refuses or fails to run), two
+// calls interleaved: forward keeps each sample's P in the backend's
+// temporary only while it runs, backward computes it there again, and each
+// call matches the CPU as the plain path on the full buffer does.
+TEST_F(Bf16Attention, CompactStateOnThePlainPathRecomputesTheProbabilities) {
+  const Case c{"dropout", 2, 64, 2, 64, 0, 0.1f};
+  EXPECT_NE(cuda_backend().attention_plain_reason(0, args(c), DType::f32).find("Philox"), std::string::npos);
+  const int64_t C = c.NH * c.HS;
+  const Tensor qkv[2] = {test::random_tensor({c.B, c.T, 3 * C}, DType::f32, 31),
+                         test::random_tensor({c.B, c.T, 3 * C}, DType::f32, 33)};
+  const Tensor dout[2] = {test::random_tensor({c.B, c.T, C}, DType::f32, 32),
+                          test::random_tensor({c.B, c.T, C}, DType::f32, 34)};
+  const Shape compact = compact_state(c);
+  ASSERT_EQ(compact.size(), 1u);
+  const Pair got = interleaved(c, qkv, dout, compact);
+  constexpr test::Tolerance kTol{2e-4, 2e-5};  // the plain path's products stay fp32 under bf16
+  for (int i = 0; i < 2; ++i) {
+    const Run want = run(c, qkv[i], dout[i]);
+    EXPECT_TENSOR_NEAR(got.out[i], want.out, kTol);
+    EXPECT_TENSOR_NEAR(got.dqkv[i], want.dqkv, kTol);
+  }
+}
 
 // Runs without a device: with bf16 off the reason is the precision, decided
 // before any CUDA call.

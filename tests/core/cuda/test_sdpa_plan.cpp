@@ -353,6 +353,27 @@ TEST(SdpaPlan, SavedStateFitsThePlainPathsBuffer) {
       }
 }
 
+// The compact saved buffer (sdpa_saved_elems) holds Stats and O at any
+// address aligned as one element, wastes less than the alignment padding,
+// and decides the fit test: a shape is supported exactly when it needs no
+// more than the plain path's (B, NH, T, T). Linear in T: at LLaMA-1B's
+// training shape it is 31 times smaller than the plain path's buffer.
+TEST(SdpaPlan, CompactSavedBufferHoldsStatsAndOAtEveryAlignment) {
+  for (bool act16 : {false, true})
+    for (int64_t HS : {8, 64, 128})
+      for (int64_t T : {1, 7, 40, 129, 1000}) {
+        const SdpaShape s{.B = 2, .T = T, .NH = 3, .HS = HS, .act16 = act16};
+        const uint64_t elem = act16 ? 2 : 4, elems = uint64_t(sdpa_saved_elems(s));
+        const uint64_t stats_bytes = uint64_t(s.B * s.NH * T) * 4, o_bytes = uint64_t(s.B * T * s.NH * HS) * 2;
+        for (uint64_t att = 4096; att < 4096 + 512; att += elem)
+          ASSERT_LE(sdpa_saved_layout(s, att).end, elems * elem) << "T " << T << " HS " << HS << " att " << att;
+        EXPECT_LT(elems * elem, stats_bytes + o_bytes + kSdpaStatsAlign + kSdpaIoAlign) << "T " << T << " HS " << HS;
+        EXPECT_EQ(sdpa_supported(s, nullptr), elems <= uint64_t(s.B * s.NH * T * T)) << "T " << T << " HS " << HS;
+      }
+  const SdpaShape llama{.B = 8, .T = 2048, .NH = 32, .HS = 64, .act16 = true};
+  EXPECT_LT(sdpa_saved_elems(llama) * 30, llama.B * llama.NH * llama.T * llama.T);  // 66 MiB against 2 GiB
+}
+
 // Half the saved bytes under act16: the shortest supported T is about HS + 2
 // instead of HS / 2 + 2, and the reason names the 16-bit buffer.
 TEST(SdpaPlan, SixteenBitSavedBufferNeedsLongerT) {
