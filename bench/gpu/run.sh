@@ -18,7 +18,7 @@
 #   3. NCCL busbw rows (bench_nccl_busbw under mpirun, one rank per visible GPU, f32 all_reduce,
 #      all_gather and reduce_scatter at 1 MiB..1 GiB) when 2 or more GPUs are visible.
 #
-# Usage: bench/gpu/run.sh [--precision fp32|bf16] [--models gpt2-124m,llama-1b] [--np N]
+# Usage: bench/gpu/run.sh [--precision fp32|bf16|fp16] [--models gpt2-124m,llama-1b] [--np N]
 #                         [--no-nccl] [--out DIR] [-- key=value ...]
 #   --np N      ranks (one GPU each) for the training runs, default 1; the global batch grows with
 #               N (dp = N unless the overrides set parallel.tp / parallel.pp).

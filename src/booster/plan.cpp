@@ -411,12 +411,13 @@ std::string schedule_section(const JobPlan& p) {
 }
 
 std::string memory_section(const JobPlan& p) {
-  std::string out =
-      fmt::format("memory per rank: predicted allocator peak of a training step (fp32, runtime.device {}{})\n",
-                  enum_name(p.cfg.runtime.device),
-                  p.cfg.runtime.precision == Precision::fp32
-                      ? ""
-                      : fmt::format("; params include their {} copy, 2 B each", enum_name(p.cfg.runtime.precision)));
+  std::string out = fmt::format(
+      "memory per rank: predicted allocator peak of a training step (runtime.precision {}, "
+      "runtime.device {}{})\n",
+      enum_name(p.cfg.runtime.precision), enum_name(p.cfg.runtime.device),
+      p.cfg.runtime.precision == Precision::fp32
+          ? ""
+          : fmt::format("; params include their {} copy, 2 B each", enum_name(p.cfg.runtime.precision)));
   out += fmt::format("  {:<5} {:>5} {:>3} {:>3} {:>14} {:>11} {:>11} {:>11} {:>12} {:>11} {:>11}\n", "rank", "stage",
                      "tp", "dp", "param count", "params", "grads", "optimizer", "activations", "data", "total");
   for (const RankMemory& m : p.memory)

@@ -237,6 +237,7 @@ TEST(OpsAttention, StateIsCompactOnlyWhereTheFusedPathMayTakeTheCalls) {
   // Calls the fused path does not take keep the plain path's buffer.
   EXPECT_EQ(with([](ops::AttentionCalls& d) { d.p = 0.1f; }), full);
   EXPECT_EQ(with([](ops::AttentionCalls& d) { d.causal = false, d.key_mask = true; }), full);
+  EXPECT_EQ(with([](ops::AttentionCalls& d) { d.causal = false; }), full);  // only the causal ops take it
   EXPECT_EQ(with([](ops::AttentionCalls& d) { d.HS = 12; }), full);
   EXPECT_EQ(with([](ops::AttentionCalls& d) { d.T = 8; }), Shape({2, 4, 8, 8}));  // too short: P is smaller
   EXPECT_THROW(with([](ops::AttentionCalls& d) { d.NH = 0; }), Error);

@@ -37,6 +37,24 @@ class CudaOps : public ::testing::Test {
   static Tensor empty_gpu(const Shape& s) { return Tensor::empty(s, DType::f32, Device::cuda(0)); }
 };
 
+// CudaOps with the GPU's matmuls in bf16 for the test (runtime.precision
+// bf16), back in f32 after it, also after a skip in the test's body.
+class CudaBf16Matmuls : public CudaOps {
+ protected:
+  void SetUp() override {
+    CudaOps::SetUp();
+    if (IsSkipped()) return;
+    cuda_backend().set_matmul_dtype(DType::bf16);
+    bf16_on_ = true;
+  }
+  void TearDown() override {
+    if (bf16_on_) cuda_backend().set_matmul_dtype(DType::f32);
+  }
+
+ private:
+  bool bf16_on_ = false;
+};
+
 // An activation's forward(out, inp) and backward(dinp, dout, inp) on random
 // inputs (scaled by `scale`) on both devices, compared at the f32 tolerance.
 template <typename Forward, typename Backward>

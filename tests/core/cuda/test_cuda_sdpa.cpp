@@ -17,8 +17,10 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "core/backend.h"
+#include "core/cuda/sdpa_plan.h"
 #include "core/dtype.h"
 #include "core/ops.h"
 #include "support/cuda_test_support.h"
@@ -48,19 +50,8 @@ CudaAttentionArgs args(const Case& c) {
 }
 
 // Skips without a device; bf16 matmuls on for the test, off after it.
-class Bf16Attention : public test::CudaOps {
+class Bf16Attention : public test::CudaBf16Matmuls {
  protected:
-  void SetUp() override {
-    test::CudaOps::SetUp();
-    if (IsSkipped()) return;
-    cuda_backend().set_matmul_dtype(DType::bf16);
-    bf16_on_ = true;
-  }
-  void TearDown() override {
-    if (bf16_on_) cuda_backend().set_matmul_dtype(DType::f32);
-  }
-  bool bf16_on_ = false;
-
   static ops::Dropout dropout_of(const Case& c) {
     ops::Dropout d;
     d.p = c.p;
@@ -196,7 +187,7 @@ TEST_P(CudaSdpa, CompactStateGivesTheSameBits) {
     if (repeatable)
       EXPECT_TRUE(test::same_bits(small.dqkv[i], full.dqkv[i])) << "call " << i;
     else
-      EXPECT_TENSOR_NEAR(small.dqkv[i], full.dqkv[i], test::tolerance(DType::bf16));
+      EXPECT_TENSOR_NEAR(small.dqkv[i], full.dqkv[i], test::tolerance(DType::bf16)) << "call " << i;
   }
 }
 
@@ -229,27 +220,35 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaSdpaFallback,
                                            std::pair{Case{"short_T", 2, 8, 2, 64, 0}, std::string("too short")}),
                          [](const auto& info) { return info.param.first.name; });
 
-// A compact state on the plain path (here dropout, which cuDNN's fused path
-// does not take; in training a shape cuDNN refuses or fails to run), two
-// calls interleaved: forward keeps each sample's P in the backend's
-// temporary only while it runs, backward computes it there again, and each
-// call matches the CPU as the plain path on the full buffer does.
+// A compact state on the plain path, two calls interleaved: forward keeps
+// each sample's P in the backend's temporary only while it runs, backward
+// computes it there again, and each call matches the CPU as the plain path
+// on the full buffer does. In training the path is a shape cuDNN refuses or
+// fails to run; here dropout (which cuDNN's fused path does not take) and,
+// without dropout, head size 12 on a state of the size the fused path's
+// would have (sdpa_saved_elems; ops takes that size whatever the rules say).
 TEST_F(Bf16Attention, CompactStateOnThePlainPathRecomputesTheProbabilities) {
-  const Case c{"dropout", 2, 64, 2, 64, 0, 0.1f};
-  EXPECT_NE(cuda_backend().attention_plain_reason(0, args(c), DType::f32).find("Philox"), std::string::npos);
-  const int64_t C = c.NH * c.HS;
-  const Tensor qkv[2] = {test::random_tensor({c.B, c.T, 3 * C}, DType::f32, 31),
-                         test::random_tensor({c.B, c.T, 3 * C}, DType::f32, 33)};
-  const Tensor dout[2] = {test::random_tensor({c.B, c.T, C}, DType::f32, 32),
-                          test::random_tensor({c.B, c.T, C}, DType::f32, 34)};
-  const Shape compact = compact_state(c);
-  ASSERT_EQ(compact.size(), 1u);
-  const Pair got = interleaved(c, qkv, dout, compact);
-  constexpr test::Tolerance kTol{2e-4, 2e-5};  // the plain path's products stay fp32 under bf16
-  for (int i = 0; i < 2; ++i) {
-    const Run want = run(c, qkv[i], dout[i]);
-    EXPECT_TENSOR_NEAR(got.out[i], want.out, kTol);
-    EXPECT_TENSOR_NEAR(got.dqkv[i], want.dqkv, kTol);
+  const Case dropout{"dropout", 2, 64, 2, 64, 0, 0.1f}, head12{"head12", 2, 64, 2, 12, 1};
+  const cuda::SdpaShape head12_shape{.B = head12.B, .T = head12.T, .NH = head12.NH, .HS = head12.HS};
+  for (const auto& [c, state, reason] :
+       {std::tuple{dropout, compact_state(dropout), std::string("Philox")},
+        std::tuple{head12, Shape{cuda::sdpa_saved_elems(head12_shape)}, std::string("head size 12")}}) {
+    SCOPED_TRACE(c.name);
+    EXPECT_NE(cuda_backend().attention_plain_reason(0, args(c), DType::f32).find(reason), std::string::npos);
+    ASSERT_EQ(state.size(), 1u);
+    ASSERT_LT(state[0], c.B * c.NH * c.T * c.T);
+    const int64_t C = c.NH * c.HS;
+    const Tensor qkv[2] = {test::random_tensor({c.B, c.T, 3 * C}, DType::f32, 31),
+                           test::random_tensor({c.B, c.T, 3 * C}, DType::f32, 33)};
+    const Tensor dout[2] = {test::random_tensor({c.B, c.T, C}, DType::f32, 32),
+                            test::random_tensor({c.B, c.T, C}, DType::f32, 34)};
+    const Pair got = interleaved(c, qkv, dout, state);
+    constexpr test::Tolerance kTol{2e-4, 2e-5};  // the plain path's products stay fp32 under bf16
+    for (int i = 0; i < 2; ++i) {
+      const Run want = run(c, qkv[i], dout[i]);
+      EXPECT_TENSOR_NEAR(got.out[i], want.out, kTol) << "call " << i;
+      EXPECT_TENSOR_NEAR(got.dqkv[i], want.dqkv, kTol) << "call " << i;
+    }
   }
 }
 
