@@ -11,6 +11,7 @@
 #include "booster/plan.h"
 #include "comm/self_communicator.h"
 #include "core/allocator.h"
+#include "core/backend.h"
 #include "core/ops.h"
 #include "core/rng.h"
 #include "data/shard.h"
@@ -187,6 +188,31 @@ TEST(Plan, AttentionStateIsCompactOnCudaWith16BitMatmuls) {
   EXPECT_GT(on_cpu - on_cuda, int64_t(cfg.model.n_layer) * saved);  // every layer of every context in flight, at least
   EXPECT_EQ(make_job_plan(tiny({"runtime.device=cuda"}), 1).memory[0].activations.total(),
             make_job_plan(tiny(), 1).memory[0].activations.total());  // fp32: the plain path
+}
+
+// On a GPU under bf16 the model allocates what the plan counts, compact
+// attention state included (GPT-2 without dropout: the fused path's rules
+// take its calls), byte for byte. Skips without a device.
+TEST(Plan, CudaContextHoldsTheCompactAttentionStateThePlanCounts) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  const Config cfg = tiny({"model.dropout=0"});
+  const int64_t B = 2, T = 48;
+  comm::Group tp = comm::self_group("tp");
+  const TpShard shard{.vocab_multiple = cfg.model.vocab_multiple};
+  FlatParams params(select_stage_params(model_param_specs(cfg.model), {StageSpan{}}, cfg.model.n_layer), DType::f32,
+                    Device::cuda(0), shard);
+  params.init(1);
+  cuda_backend().set_matmul_dtype(DType::bf16);
+  auto model = build_model(cfg.model, params, tp, {});
+  model->set_activation_dtype(DType::bf16);
+  const ActivationBytes want = model_activation_bytes(cfg.model, {}, shard, DType::bf16, B, T, true);
+  EXPECT_LT(want.context, model_activation_bytes(cfg.model, {}, shard, DType::bf16, B, T, false).context);
+  const int64_t live = memory_stats(Device::cuda(0)).live_bytes;
+  auto ctx = model->make_context(B, T);
+  EXPECT_EQ(ctx->bytes(), want.context);
+  EXPECT_EQ(memory_stats(Device::cuda(0)).live_bytes - live, want.context);
+  cuda_backend().set_matmul_dtype(DType::f32);
 }
 
 // The model's byte counts are the allocator's: one context, and the workspace
