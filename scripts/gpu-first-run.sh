@@ -12,12 +12,16 @@
 #           skip, saying why, where there are fewer GPUs than their ranks
 #   cudnn   only when test_cuda_sdpa failed: it again with cuDNN's debug log
 #           (OUT/cudnn-debug.log says why a graph was refused)
+#   sanitize  the attention tests (test_cuda_sdpa, test_cuda_attention16) under
+#           compute-sanitizer's memcheck: a write past a buffer whose next bytes
+#           the memory pool owns is no fault without it; skipped, saying so,
+#           where the toolkit has no compute-sanitizer
 #   train   lattice train on configs/gpt2-tiny.yaml with runtime.device=cuda
 #           at fp32, bf16 and fp16 (the repo's sources as byte tokens)
 #   bench   bench/gpu/run.sh --precision bf16, one rank per visible GPU
 # and ends with a table: part, exit status, seconds, log.
 #
-# Usage: scripts/gpu-first-run.sh [--parts build,info,tests,cudnn,train,bench] [--out DIR]
+# Usage: scripts/gpu-first-run.sh [--parts build,info,tests,cudnn,sanitize,train,bench] [--out DIR]
 #   OUT defaults to $OUT (the folder the device tool brings back) or
 #   gpu-first-run-<UTC time>. BUILD_DIR as scripts/build.sh (default build).
 # Exit status: 0 every part passed; 1 a part failed; 77 no CUDA device; 2 bad usage.
@@ -26,7 +30,7 @@ set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo" || exit 2
 build="${BUILD_DIR:-build}"
-parts="build,info,tests,cudnn,train,bench"
+parts="build,info,tests,cudnn,sanitize,train,bench"
 out="${OUT:-gpu-first-run-$(date -u +%Y%m%dT%H%M%SZ)}"
 while (( $# > 0 )); do
   case "$1" in
@@ -86,6 +90,18 @@ if wanted tests; then
 fi
 if wanted cudnn && (( sdpa_failed )); then
   part cudnn 600 env CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG="$out/cudnn-debug.log" "$build/tests/test_cuda_sdpa"
+fi
+
+if wanted sanitize; then
+  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  if [[ -x "$sanitizer" ]]; then
+    for t in test_cuda_sdpa test_cuda_attention16; do
+      part "sanitize-${t#test_cuda_}" 1800 "$sanitizer" --tool memcheck --error-exitcode 1 "$build/tests/$t"
+    done
+  else
+    echo "== sanitize: skipped: no compute-sanitizer on PATH or in /usr/local/cuda/bin"
+    summary+=("$(printf '%-7s %5s %7s  %s' sanitize skipped 0 'no compute-sanitizer')")
+  fi
 fi
 
 if wanted train; then
