@@ -123,6 +123,32 @@ void dropout_backward(Tensor& dinp, const Tensor& dout, const Dropout& d);
 //       do not depend on how heads are split. On CUDA att (and backward's
 //       scratch) may instead be compact: attention_state_shape below.
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset = 0);
+// dqkv (B, T, 3 * NH * HS) overwrite. Uses `scratch` (B, NH, T, T) as workspace.
+//
+// 16-bit activations (this op and attention_masked_*): qkv, out, att, dout,
+// dqkv and scratch all bf16, or all f16 (key_mask stays i32), and the
+// matmuls must run in that type (cpu::matmul_dtype() on the CPU,
+// CudaBackend::matmul_dtype() on CUDA; runtime.precision bf16 or fp16),
+// else one error naming the op, the dtypes and the precision needed. The
+// semantics are the f32 op's under 16-bit matmuls, with 16-bit storage:
+//   - the products read their 16-bit operands as they are and accumulate in
+//     fp32; scores, softmax, row sums, dropout scaling and the softmax
+//     backward are fp32;
+//   - att holds P rounded to nearest even (the product P @ V rounds P to the
+//     same bits under 16-bit matmuls, so this changes no forward bit against
+//     an fp32 P); with dropout, forward drops the fp32 P;
+//   - backward reads the stored P widened (dV reads it dropped, rounded);
+//     dS is rounded into scratch, which is what the products read;
+//   - out and dqkv are rounded once to nearest even;
+//   - dropout masks are those of the f32 op (the same Philox keys and
+//     logical element indices); no float atomics, so results are
+//     deterministic and do not depend on the thread count.
+// On the CPU the results are those of the f32 kernel on the same values
+// rounded (bitwise, tests/core/test_ops_attention16.cpp). On CUDA a shape
+// cuDNN's fused attention takes (sdpa_plan.h) runs there: fp32 P inside
+// the kernel, Stats and O in att.
+void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                        int n_head, const Dropout& d, int head_offset = 0);
 
 // What a model allocates for att and for backward's scratch, per layer, for
 // the attention calls `c` describes (the training calls: dropout p as
@@ -151,32 +177,6 @@ struct AttentionCalls {
 Shape attention_state_shape(const AttentionCalls& c, DType act, bool fused);
 // The same for calls on `dev` with the matmul type it has now.
 Shape attention_state_shape(const AttentionCalls& c, DType act, Device dev);
-// dqkv (B, T, 3 * NH * HS) overwrite. Uses `scratch` (B, NH, T, T) as workspace.
-//
-// 16-bit activations (this op and attention_masked_*): qkv, out, att, dout,
-// dqkv and scratch all bf16, or all f16 (key_mask stays i32), and the
-// matmuls must run in that type (cpu::matmul_dtype() on the CPU,
-// CudaBackend::matmul_dtype() on CUDA; runtime.precision bf16 or fp16),
-// else one error naming the op, the dtypes and the precision needed. The
-// semantics are the f32 op's under 16-bit matmuls, with 16-bit storage:
-//   - the products read their 16-bit operands as they are and accumulate in
-//     fp32; scores, softmax, row sums, dropout scaling and the softmax
-//     backward are fp32;
-//   - att holds P rounded to nearest even (the product P @ V rounds P to the
-//     same bits under 16-bit matmuls, so this changes no forward bit against
-//     an fp32 P); with dropout, forward drops the fp32 P;
-//   - backward reads the stored P widened (dV reads it dropped, rounded);
-//     dS is rounded into scratch, which is what the products read;
-//   - out and dqkv are rounded once to nearest even;
-//   - dropout masks are those of the f32 op (the same Philox keys and
-//     logical element indices); no float atomics, so results are
-//     deterministic and do not depend on the thread count.
-// On the CPU the results are those of the f32 kernel on the same values
-// rounded (bitwise, tests/core/test_ops_attention16.cpp). On CUDA a shape
-// cuDNN's fused attention takes (sdpa_plan.h) runs there: fp32 P inside
-// the kernel, Stats and O in att.
-void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,
-                        int n_head, const Dropout& d, int head_offset = 0);
 
 // ---- embedding ------------------------------------------------------------
 // out (N, C) = weight[ids - vocab_start]; ids outside [vocab_start,

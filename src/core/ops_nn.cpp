@@ -68,9 +68,9 @@ cuda::SdpaShape sdpa_view(const AttentionCalls& c, DType act) {
                          .act16 = is_16bit(act)};
 }
 
-// The shape of one call's att and scratch. `compact` (if given) says
-// whether att is the compact state (attention_state_shape), allowed only
-// where `compact_ok` and on a device cuDNN's fused attention may run on.
+// The shape of one call's att and scratch. `compact`, given by the causal
+// ops only, says whether att is the compact state (attention_state_shape),
+// which a device cuDNN's fused attention may run on takes.
 cpu::AttentionDims attention_dims(const char* op, const Tensor& y, const Tensor& att, const Tensor& qkv, int n_head,
                                   const Dropout& d, int head_offset, bool* compact = nullptr) {
   LATTICE_CHECK(qkv.ndim() == 3 && n_head > 0 && qkv.dim(2) % (3 * int64_t(n_head)) == 0,
