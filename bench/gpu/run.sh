@@ -8,7 +8,8 @@
 #   2. for each model shape, `lattice train` with runtime.device=cuda at the given precision for
 #      STEPS steps, then a table of medians over the steps after the first SKIP: step ms,
 #      tokens/s, achieved TFLOP/s per GPU and MFU against the GPU's dense bf16 peak (the table
-#      in src/booster/peak_flops.cpp, whatever the precision, or PEAK_TFLOPS);
+#      in src/booster/peak_flops.cpp, whatever the precision, or PEAK_TFLOPS), and the peak memory
+#      measured against the one `lattice plan` predicts for the same job;
 #        gpt2-124m  configs/gpt2-small.yaml, T 1024, micro_batch 16, 2 microbatches per rank
 #        llama-1b   configs/llama-1b.yaml,   T 2048, micro_batch 4,  2 microbatches per rank
 #                   (bf16/fp16: 31 GiB by `lattice plan`; fp32: micro_batch 1, 8 microbatches,
@@ -128,6 +129,9 @@ for m in "${model_list[@]}"; do
         data.tokenizer=bytes data.vocab_dir= "log.dir=$dir" log.every=1 checkpoint.resume=never
         "${overrides[@]}")
   echo "$m: lattice ${args[*]}"
+  # What lattice plan predicts for the same job, beside the measured peak in the table.
+  "$lattice" plan "$repo/$config" --world "$np" "${args[@]:2}" > "$work/logs/$m.plan.txt" 2>&1 ||
+    echo "$m: lattice plan failed; see $work/logs/$m.plan.txt"
   rc=0
   if (( np == 1 )); then
     "$lattice" "${args[@]}" > "$work/logs/$m.log" 2>&1 || rc=$?
@@ -146,7 +150,7 @@ for m in "${model_list[@]}"; do
 done
 if (( ${#ran[@]} > 0 )); then
   python3 "$here/summarize.py" --runs "$work/runs" --skip "$skip" --peak "$peak" --peak-source "$peak_source" \
-    --precision "$precision" --ranks "$np" "${ran[@]}" || failed=1
+    --precision "$precision" --ranks "$np" --plans "$work/logs" "${ran[@]}" || failed=1
 fi
 
 # --- 3. NCCL busbw -------------------------------------------------------------------------
