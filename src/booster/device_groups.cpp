@@ -45,6 +45,9 @@ DeviceGroups::DeviceGroups(mesh::ProcessGroupMesh& mesh, const RankPlacement& pl
       case DeviceComm::self:
         return comm::Group(comm::make_self_communicator(g.name(), g.world_ranks().front()));
       case DeviceComm::nccl:
+        // tp collectives are waited for on the device (Work::wait_on_device): one that never completes must end
+        // the job at the host's next wait for the compute stream, as a host-waited one does.
+        cuda_backend().set_host_wait_timeout(timeout_s);
         return comm::Group(comm::make_nccl_communicator(g.comm(), local.rank, local.size, timeout_s));
     }
     LATTICE_FAIL("DeviceGroups: unknown DeviceComm");

@@ -49,9 +49,6 @@ void set_matmul_precision(const Config& cfg, Device device) {
   const DType operands = precision_dtype(cfg.runtime.precision);
   if (device.is_cuda()) {
     cuda_backend().set_matmul_dtype(operands);
-    // tp collectives are waited for on the device (Work::wait_on_device): one that never completes must end the
-    // job at the host's next wait, as a host-waited one does.
-    cuda_backend().set_host_wait_timeout(cfg.runtime.comm_timeout_s);
     return;
   }
   std::string why;

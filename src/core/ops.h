@@ -175,8 +175,9 @@ struct AttentionCalls {
   float p = 0.0f;         // dropout on the probabilities
 };
 Shape attention_state_shape(const AttentionCalls& c, DType act, bool fused);
-// The same for calls on `dev` with the matmul type it has now.
-Shape attention_state_shape(const AttentionCalls& c, DType act, Device dev);
+// `fused` above for calls on `dev` with the matmul type it has now: CUDA
+// with 16-bit matmuls (the one rule the ops' shape checks and the models use).
+bool fused_attention_on(Device dev);
 
 // ---- embedding ------------------------------------------------------------
 // out (N, C) = weight[ids - vocab_start]; ids outside [vocab_start,

@@ -53,9 +53,6 @@ void dropout_backward(Tensor& dinp, const Tensor& dout, const Dropout& d) {
 // ---- attention ----------------------------------------------------------
 
 namespace {
-// cuDNN's fused attention may take calls on `dev`: CUDA with 16-bit matmuls.
-bool fused_capable(Device dev) { return dev.is_cuda() && is_16bit(cuda_backend().matmul_dtype()); }
-
 // The fused path's view of calls of this shape on activations `act` (its sizes do not depend on the io type).
 cuda::SdpaShape sdpa_view(const AttentionCalls& c, DType act) {
   return cuda::SdpaShape{.B = c.B,
@@ -76,7 +73,7 @@ cpu::AttentionDims attention_dims(const char* op, const Tensor& y, const Tensor&
   LATTICE_CHECK(qkv.ndim() == 3 && n_head > 0 && qkv.dim(2) % (3 * int64_t(n_head)) == 0,
                 "ops::{}: qkv {} must be (B, T, 3 * NH * HS) with NH = {}", op, shape_str(qkv.shape()), n_head);
   int64_t B = qkv.dim(0), T = qkv.dim(1), HS = qkv.dim(2) / (3 * n_head);
-  const bool is_compact = compact && att.numel() != B * n_head * T * T && fused_capable(att.device()) &&
+  const bool is_compact = compact && att.numel() != B * n_head * T * T && fused_attention_on(att.device()) &&
                           att.numel() == cuda::sdpa_saved_elems(sdpa_view({B, T, n_head, HS}, att.dtype()));
   LATTICE_CHECK(y.numel() == B * T * n_head * HS && (att.numel() == B * n_head * T * T || is_compact),
                 "ops::{}: qkv {} needs (B, T, C) = ({}, {}, {}) and att (B, NH, T, T){}, got {} and {}", op,
@@ -124,9 +121,7 @@ Shape attention_state_shape(const AttentionCalls& c, DType act, bool fused) {
   return {cuda::sdpa_saved_elems(s)};
 }
 
-Shape attention_state_shape(const AttentionCalls& c, DType act, Device dev) {
-  return attention_state_shape(c, act, fused_capable(dev));
-}
+bool fused_attention_on(Device dev) { return dev.is_cuda() && is_16bit(cuda_backend().matmul_dtype()); }
 
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset) {
   check_same("attention_forward", {&out, &att, &qkv});

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "core/backend.h"
 #include "tp/cross_entropy.h"
 
 namespace lattice {
@@ -159,7 +158,7 @@ ActivationBytes ChunkModel::activation_bytes(int64_t B, int64_t T) const {
   return activation_bytes_of(*acts_, span_, act_dtype_, B, T, fused_attention());
 }
 
-bool ChunkModel::fused_attention() const { return device_.is_cuda() && is_16bit(cuda_backend().matmul_dtype()); }
+bool ChunkModel::fused_attention() const { return ops::fused_attention_on(device_); }
 
 // A recomputed block's tensors live in the workspace, shared by every context.
 SavedTensors& ChunkModel::saved_for(Context& ctx, int i) {

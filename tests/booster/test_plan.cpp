@@ -16,6 +16,7 @@
 #include "core/rng.h"
 #include "data/shard.h"
 #include "models/registry.h"
+#include "support/cuda_test_support.h"
 #include "support/test_support.h"
 
 using namespace lattice;
@@ -203,7 +204,7 @@ TEST(Plan, CudaContextHoldsTheCompactAttentionStateThePlanCounts) {
   FlatParams params(select_stage_params(model_param_specs(cfg.model), {StageSpan{}}, cfg.model.n_layer), DType::f32,
                     Device::cuda(0), shard);
   params.init(1);
-  cuda_backend().set_matmul_dtype(DType::bf16);
+  const test::GpuMatmuls bf16(DType::bf16);
   auto model = build_model(cfg.model, params, tp, {});
   model->set_activation_dtype(DType::bf16);
   const ActivationBytes want = model_activation_bytes(cfg.model, {}, shard, DType::bf16, B, T, true);
@@ -212,7 +213,6 @@ TEST(Plan, CudaContextHoldsTheCompactAttentionStateThePlanCounts) {
   auto ctx = model->make_context(B, T);
   EXPECT_EQ(ctx->bytes(), want.context);
   EXPECT_EQ(memory_stats(Device::cuda(0)).live_bytes - live, want.context);
-  cuda_backend().set_matmul_dtype(DType::f32);
 }
 
 // The model's byte counts are the allocator's: one context, and the workspace

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "comm/device_placement.h"
@@ -16,6 +15,7 @@
 #include "comm/nccl_communicator.h"
 #include "core/backend.h"
 #include "core/ops.h"
+#include "support/error_text.h"
 #include "support/gpu_ranks.h"
 
 namespace lattice::comm {
@@ -23,31 +23,25 @@ namespace {
 
 std::string exe_dir() { return std::filesystem::read_symlink("/proc/self/exe").parent_path().string(); }
 
-// The device tests' setup: an NCCL communicator over the whole job and this
-// rank's GPU, or (`skip`) why not: "no GPU: ..." when none is visible (the
-// refusal test covers that), "no CUDA device: ..." (CTest's skip pattern)
-// when the ranks do not each have one.
-struct NcclOnGpu {
-  Group job;
-  std::unique_ptr<Communicator> nccl;
-  Device dev = Device::cpu();
+// The device tests' fixture: an NCCL communicator over the whole job on this
+// rank's GPU, or a skip saying why not: "no GPU: ..." when none is visible
+// (the refusal test covers that), "no CUDA device: ..." (CTest's skip
+// pattern) when the ranks do not each have one.
+class NcclOnGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no GPU: covered by RefusesClearlyWithoutAGpuOrLibrary";
+    job_ = Group(make_world_communicator(60));
+    const std::string why = test::why_not_one_gpu_per_rank(job_, true);
+    if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
+    const NodeLocal local = node_local();
+    nccl_ = make_nccl_communicator(job_.comm(), local.rank, local.size);
+    dev_ = Device::cuda(test::this_rank_gpu());  // the factory's choice
+  }
+  Group job_;
+  std::unique_ptr<Communicator> nccl_;
+  Device dev_ = Device::cpu();
 };
-std::optional<NcclOnGpu> nccl_on_gpu(std::string& skip) {
-  if (!cuda_available()) {
-    skip = "no GPU: covered by RefusesClearlyWithoutAGpuOrLibrary";
-    return std::nullopt;
-  }
-  NcclOnGpu g{Group(make_world_communicator(60)), nullptr, Device::cpu()};
-  const std::string why = test::why_not_one_gpu_per_rank(g.job, true);
-  if (!why.empty()) {
-    skip = "no CUDA device: " + why;
-    return std::nullopt;
-  }
-  const NodeLocal local = node_local();
-  g.nccl = make_nccl_communicator(g.job.comm(), local.rank, local.size);
-  g.dev = Device::cuda(test::this_rank_gpu());  // the factory's choice
-  return g;
-}
 
 TEST(NcclCommunicator, RefusesClearlyWithoutAGpuOrLibrary) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is visible: the device test below covers this machine";
@@ -71,12 +65,9 @@ TEST(NcclCommunicator, RefusesClearlyWithoutAGpuOrLibrary) {
   }
 }
 
-TEST(NcclCommunicator, AllReduceAndRingOnDeviceMemory) {
-  std::string skip;
-  std::optional<NcclOnGpu> g = nccl_on_gpu(skip);
-  if (!g) GTEST_SKIP() << skip;
-  Communicator* nccl = g->nccl.get();
-  const Device dev = g->dev;
+TEST_F(NcclOnGpu, AllReduceAndRingOnDeviceMemory) {
+  Communicator* nccl = nccl_.get();
+  const Device dev = dev_;
   const int p = nccl->size(), r = nccl->rank();
   std::vector<float> host(17);
   for (size_t i = 0; i < host.size(); ++i) host[i] = float((r + 1) * (int(i) % 3 + 1));
@@ -98,12 +89,9 @@ TEST(NcclCommunicator, AllReduceAndRingOnDeviceMemory) {
 // sum. Chained three times with no host wait in between, then through a
 // second communicator (tp then pp in a training step): a kernel or an
 // operation that started before the transfer finished gives another number.
-TEST(NcclCommunicator, WaitOnDeviceOrdersKernelsAndOtherCommunicators) {
-  std::string skip;
-  std::optional<NcclOnGpu> g = nccl_on_gpu(skip);
-  if (!g) GTEST_SKIP() << skip;
-  Communicator* nccl = g->nccl.get();
-  const Device dev = g->dev;
+TEST_F(NcclOnGpu, WaitOnDeviceOrdersKernelsAndOtherCommunicators) {
+  Communicator* nccl = nccl_.get();
+  const Device dev = dev_;
   auto second = nccl->split(0, nccl->rank(), "second");
   const int p = nccl->size(), r = nccl->rank();
   const int64_t n = 1 << 20;  // large enough that a kernel racing the transfer would see old values
@@ -125,32 +113,24 @@ TEST(NcclCommunicator, WaitOnDeviceOrdersKernelsAndOtherCommunicators) {
 // not join until rank 0 has given up): rank 0's next host wait fails at the
 // host wait limit with the one clear line, not a hang; once rank 1 joins, the
 // sum arrives and the stream goes on.
-TEST(NcclCommunicator, AStalledDeviceWaitFailsTheNextHostWaitAtTheLimit) {
-  std::string skip;
-  std::optional<NcclOnGpu> g = nccl_on_gpu(skip);
-  if (!g) GTEST_SKIP() << skip;
-  Communicator* nccl = g->nccl.get();
-  Group& job = g->job;
+TEST_F(NcclOnGpu, AStalledDeviceWaitFailsTheNextHostWaitAtTheLimit) {
+  Communicator* nccl = nccl_.get();
+  Group& job = job_;
   const int r = nccl->rank();
-  Tensor t = Tensor::from<float>(std::vector<float>(64, 1.0f), {64}).to(g->dev);
+  Tensor t = Tensor::from<float>(std::vector<float>(64, 1.0f), {64}).to(dev_);
   // Connected first: NCCL connects lazily (NCCL_RUNTIME_CONNECT=1 by default), inside the first call on the host,
   // which would wait for rank 1 there instead of on the device.
   nccl->all_reduce(t, {})->wait();
-  t = Tensor::from<float>(std::vector<float>(64, 1.0f), {64}).to(g->dev);
+  t = Tensor::from<float>(std::vector<float>(64, 1.0f), {64}).to(dev_);
   struct Restore {
     ~Restore() { cuda_backend().set_host_wait_timeout(0); }
   } restore;  // the limit is process-wide: back to none however the test ends
   if (r == 0) {
     cuda_backend().set_host_wait_timeout(1.0);
     nccl->all_reduce(t, {})->wait_on_device();
-    std::string message;
-    try {
-      t.to(Device::cpu());
-    } catch (const Error& e) {
-      message = e.message();
-    }
-    EXPECT_NE(message.find("waited 1 s for the compute stream"), std::string::npos) << message;
-    EXPECT_NE(message.find("runtime.comm_timeout_s"), std::string::npos) << message;
+    const std::string message = test::error_text([&] { t.to(Device::cpu()); });
+    EXPECT_HAS(message, "waited 1 s for the compute stream");
+    EXPECT_HAS(message, "runtime.comm_timeout_s");
     job.barrier()->wait();  // now rank 1 joins the all-reduce
     cuda_backend().set_host_wait_timeout(60);
     Tensor back = t.to(Device::cpu());

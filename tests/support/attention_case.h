@@ -5,11 +5,16 @@
 // lattice::ops on the device and dtype of the inputs.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "core/ops.h"
 #include "core/tensor.h"
+#include "support/test_support.h"
 
 namespace lattice::test {
 
@@ -67,6 +72,49 @@ inline AttentionResults run_attention(const AttentionCase& c, const Tensor& qkv,
   else
     ops::attention_backward(dqkv, dS, dout, qkv, p, nh, d, c.head_offset);
   return {out.to(Device::cpu()), att.to(Device::cpu()), dqkv.to(Device::cpu()), dS.to(Device::cpu())};
+}
+
+// Two causal calls as a pipeline runs them: forward on each input, then
+// backward on each (each its own att, one scratch), att and scratch of shape
+// `state`, on the inputs' device and dtype; out and dqkv of each, on the
+// host. A backward that read another call's state (a temporary the forward
+// left) gives the other call's numbers.
+inline std::array<AttentionResults, 2> run_attention_interleaved(const AttentionCase& c, const Tensor (&qkv)[2],
+                                                                 const Tensor (&dout)[2], const Shape& state) {
+  const DType dt = qkv[0].dtype();
+  const Device dev = qkv[0].device();
+  const ops::Dropout d = attention_dropout(c.p);
+  Tensor att[2], out[2], dqkv[2];
+  Tensor scratch = Tensor::zeros(state, dt, dev);
+  for (int i = 0; i < 2; ++i) {
+    att[i] = Tensor::zeros(state, dt, dev), out[i] = Tensor::zeros({c.B, c.T, c.C()}, dt, dev);
+    dqkv[i] = Tensor::zeros(qkv[i].shape(), dt, dev);
+    ops::attention_forward(out[i], att[i], qkv[i], int(c.NH), d, c.head_offset);
+  }
+  std::array<AttentionResults, 2> r;
+  for (int i = 0; i < 2; ++i) {
+    ops::attention_backward(dqkv[i], scratch, dout[i], qkv[i], att[i], int(c.NH), d, c.head_offset);
+    r[size_t(i)].out = out[i].to(Device::cpu()), r[size_t(i)].dqkv = dqkv[i].to(Device::cpu());
+  }
+  return r;
+}
+
+// Interleaved calls on a compact state (`got`) against the same on the full
+// (B, NH, T, T) one, both on the fused path: out bit for bit (the same
+// graphs), dqkv bit for bit where the backward is `repeatable`, else within
+// `tol`.
+inline void expect_bits_of_full_state(const std::array<AttentionResults, 2>& got,
+                                      const std::array<AttentionResults, 2>& full, bool repeatable, Tolerance tol) {
+  auto same = [](const Tensor& a, const Tensor& b) {
+    return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  };
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(same(got[i].out, full[i].out)) << "call " << i;
+    if (repeatable)
+      EXPECT_TRUE(same(got[i].dqkv, full[i].dqkv)) << "call " << i;
+    else
+      EXPECT_TENSOR_NEAR(got[i].dqkv.to(DType::f32), full[i].dqkv.to(DType::f32), tol) << "call " << i;
+  }
 }
 
 }  // namespace lattice::test

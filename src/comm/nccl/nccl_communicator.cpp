@@ -223,8 +223,15 @@ class NcclCommunicator final : public Communicator {
   // `device_waited_` marks everything issued on this communicator so far.
   void before_device_wait(const std::string& what, double timeout_s) {
     if (device_wait_pending_) {
+      // NCCL's own error ends the wait at once, as in NcclWork::test: a failed peer leaves the kernel running.
       cudaError_t e = cudaErrorNotReady;
-      poll_until([&] { return (e = cudaEventQuery(device_waited_)) != cudaErrorNotReady; }, deadline_after(timeout_s));
+      poll_until(
+          [&] {
+            if ((e = cudaEventQuery(device_waited_)) != cudaErrorNotReady) return true;
+            check_async_error();
+            return false;
+          },
+          deadline_after(timeout_s));
       if (e == cudaErrorNotReady) {
         mark_broken();
         LATTICE_FAIL(

@@ -98,10 +98,12 @@ void Backend::memset_zero(void* ptr, size_t bytes, int dev) {
   CUDA_CHECK(cudaGetLastError());
 }
 
+// The compute stream's work, within the host wait limit (not NCCL's streams, which a device-wide sync would wait
+// for without one).
 void Backend::synchronize(int dev) {
   use(dev);
   drain_compute(dev, "synchronize");
-  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaStreamSynchronize(kStream));
 }
 
 void Backend::drain_compute(int dev, const char* what) {

@@ -55,13 +55,15 @@ void Backend::f32_or(DType t, F&& f) {
 template <typename T, typename Launch>
 T Backend::reduce(int dev, Launch&& launch) {
   use(dev);
+  // The stream's earlier work within the host wait limit, before the lock: the wait below is then for the
+  // reduction's own kernels only.
+  drain_compute(dev, "a reduction to the host");
   std::lock_guard<std::mutex> lock(ws_mu_);
   const size_t partial_bytes = reduce_workspace_bytes();
   char* ws = static_cast<char*>(workspace(dev, partial_bytes + sizeof(T)));
   T* result = reinterpret_cast<T*>(ws + partial_bytes);
   launch(result, static_cast<void*>(ws));
   finish();
-  drain_compute(dev, "a reduction to the host");
   T host{};
   CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(T), cudaMemcpyDeviceToHost, kStream));
   CUDA_CHECK(cudaStreamSynchronize(kStream));

@@ -191,7 +191,7 @@ void build_pinned(Built& b, cudnnHandle_t handle, const Desc& graph, const SdpaE
 }
 
 // Appends the descriptors of op `o` to `keep`; `tensors` indexed by uid - 1.
-void op_desc(std::deque<Desc>& keep, std::vector<cudnnBackendDescriptor_t>& ops, const SdpaOp& o,
+void op_desc(std::deque<Desc>& keep, std::vector<cudnnBackendDescriptor_t>& ops, int64_t version, const SdpaOp& o,
              const std::vector<Desc>& tensors) {
   auto t = [&](int64_t uid) -> const Desc& { return tensors.at(size_t(uid - 1)); };
   const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
@@ -237,7 +237,7 @@ void op_desc(std::deque<Desc>& keep, std::vector<cudnnBackendDescriptor_t>& ops,
           o.reduce == SdpaReduce::max ? CUDNN_REDUCE_TENSOR_MAX : CUDNN_REDUCE_TENSOR_ADD;
       red.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, mode, "reduction mode")
           .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, f32, "reduction compute type");
-      if (cudnnGetVersion() >= 91100) {  // as cudnn-frontend: said from 9.11 on, never before
+      if (version >= 91100) {  // as cudnn-frontend: said from 9.11 on, never before
         const bool deterministic = false;
         red.set(CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC, CUDNN_TYPE_BOOLEAN, deterministic, "reduction determinism");
       }
@@ -264,14 +264,16 @@ void op_desc(std::deque<Desc>& keep, std::vector<cudnnBackendDescriptor_t>& ops,
 // The operation graph of `g` and its execution plan: on engine `pin` when
 // one is asked for and cuDNN takes it, else the first engine config of
 // heuristics mode A that finalizes. Throws Refused.
-std::unique_ptr<Built> build(cudnnHandle_t handle, const SdpaGraph& g, SdpaDType io, const SdpaEngine& pin = {}) {
+// `version`: cudnnGetVersion() of the library the process runs with.
+std::unique_ptr<Built> build(cudnnHandle_t handle, int64_t version, const SdpaGraph& g, SdpaDType io,
+                             const SdpaEngine& pin = {}) {
   auto b = std::make_unique<Built>();
   b->graph = g;
   std::vector<Desc> tensors;
   tensors.reserve(g.tensors.size());
   for (const SdpaTensor& t : g.tensors) tensors.push_back(tensor_desc(t, io));
   std::vector<cudnnBackendDescriptor_t> ops;
-  for (const SdpaOp& o : g.ops) op_desc(b->keep, ops, o, tensors);
+  for (const SdpaOp& o : g.ops) op_desc(b->keep, ops, version, o, tensors);
   Desc& graph = b->keep.emplace_back(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, handle, "graph handle")
       .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ops.data(), int64_t(ops.size()), "graph ops")
@@ -328,8 +330,9 @@ struct CudnnSdpa::Impl {
   std::vector<cudaStream_t> streams;   // by device: the stream its handle was last set to
   std::map<SdpaKey, Graphs> cache;
   SdpaRefusals refusals;
-  std::vector<std::unique_ptr<Built>> retired;  // plans of shapes refused after they ran (refuse)
-  bool said_may_vary = false;                   // a backward that may not be bitwise repeatable was announced
+  const int64_t version = int64_t(cudnnGetVersion());  // of the library the process runs with
+  std::vector<std::unique_ptr<Built>> retired;         // plans of shapes refused after they ran (refuse)
+  bool said_may_vary = false;                          // a backward that may not be bitwise repeatable was announced
 
   cudnnHandle_t handle(int dev) {
     if (size_t(dev) >= handles.size()) {
@@ -361,12 +364,12 @@ struct CudnnSdpa::Impl {
     auto [it, fresh] = cache.try_emplace(key);
     if (!fresh) return it->second;
     try {
-      const std::string too_old = sdpa_version_refusal(int64_t(cudnnGetVersion()), s);
+      const std::string too_old = sdpa_version_refusal(version, s);
       if (!too_old.empty()) throw Refused{too_old};
       cudnnHandle_t h = handle(dev);
       int cc_major = 0;
       CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
-      it->second.fwd = build(h, sdpa_graph(s, SdpaPass::forward), s.dtype);
+      it->second.fwd = build(h, version, sdpa_graph(s, SdpaPass::forward), s.dtype);
       it->second.bwd = build_backward(h, key, s, cc_major);
     } catch (const Refused& r) {
       refuse(it->second, key, r.what);
@@ -381,11 +384,10 @@ struct CudnnSdpa::Impl {
   // accumulating one. A backward that may not be bitwise repeatable is said
   // once per process on stderr, with the reason.
   std::unique_ptr<Built> build_backward(cudnnHandle_t h, const SdpaKey& key, const SdpaShape& s, int cc_major) {
-    const int64_t version = int64_t(cudnnGetVersion());
     std::string direct_refused;
     std::unique_ptr<Built> b;
     try {
-      b = build(h, sdpa_graph(s, SdpaPass::backward, SdpaDq::direct), s.dtype,
+      b = build(h, version, sdpa_graph(s, SdpaPass::backward, SdpaDq::direct), s.dtype,
                 sdpa_pinned_engine(version, cc_major, SdpaPass::backward, SdpaDq::direct));
       b->dq = SdpaDq::direct;
     } catch (const Refused& r) {
@@ -393,7 +395,7 @@ struct CudnnSdpa::Impl {
     }
     if (!b) {
       try {
-        b = build(h, sdpa_graph(s, SdpaPass::backward, SdpaDq::accumulated), s.dtype);
+        b = build(h, version, sdpa_graph(s, SdpaPass::backward, SdpaDq::accumulated), s.dtype);
         b->dq = SdpaDq::accumulated;
       } catch (const Refused& r) {
         throw Refused{fmt::format("backward, deterministic form: {}; accumulating form: {}", direct_refused, r.what)};
@@ -451,7 +453,7 @@ struct CudnnSdpa::Impl {
   // variant pack or cudnnBackendExecute), its error.
   std::string run(int dev, cudaStream_t stream, const Built& b, const SdpaShape& s, const Pointers& p) {
     const float scale = 1.0f / std::sqrt(float(s.HS)), one = 1.0f;
-    const float mask_value = sdpa_mask_value(int64_t(cudnnGetVersion()));
+    const float mask_value = sdpa_mask_value(version);
     std::vector<int64_t> uids;
     std::vector<void*> ptrs;
     auto value = [](const float& v) { return reinterpret_cast<char*>(const_cast<float*>(&v)); };

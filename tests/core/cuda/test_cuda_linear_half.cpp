@@ -22,12 +22,6 @@
 namespace lattice::test {
 namespace {
 
-// The GPU's matmuls in `d` for a scope, f32 again however it ends.
-struct GpuMatmuls {
-  explicit GpuMatmuls(DType d) { cuda_backend().set_matmul_dtype(d); }
-  ~GpuMatmuls() { cuda_backend().set_matmul_dtype(DType::f32); }
-};
-
 // The 16-bit device copy of host tensor w, `off` elements into its own buffer
 // (off 0: the buffer's 256-byte aligned start).
 Tensor gpu_half(const Tensor& w, DType d, int64_t off) {

@@ -28,12 +28,6 @@
 namespace lattice::test {
 namespace {
 
-// The GPU's matmuls in `d` for a scope, f32 again however it ends.
-struct GpuMatmuls {
-  explicit GpuMatmuls(DType d) { cuda_backend().set_matmul_dtype(d); }
-  ~GpuMatmuls() { cuda_backend().set_matmul_dtype(DType::f32); }
-};
-
 Tensor on_gpu(const Tensor& t) { return t.to(Device::cuda(0)); }
 Tensor zeros_gpu(const Shape& s, DType d) { return Tensor::zeros(s, d, Device::cuda(0)); }
 

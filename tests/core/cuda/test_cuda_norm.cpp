@@ -63,17 +63,6 @@ TEST_P(CudaNorm, RmsnormMatchesCpu) {
   EXPECT_TENSOR_NEAR(host(dweight_g), dweight, tolerance(DType::f32));
 }
 
-// ||got - want|| / ||want||.
-double rel_l2(const Tensor& got, const Tensor& want) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    const double g = got.data<float>()[i], w = want.data<float>()[i];
-    num += (g - w) * (g - w);
-    den += w * w;
-  }
-  return std::sqrt(num / den);
-}
-
 TEST_F(CudaOps, NormParameterGradientsOverManyRowsMatchCpu) {
   for (const int64_t N : {int64_t(257), int64_t(1017)}) {
     SCOPED_TRACE(testing::Message() << "rows " << N);

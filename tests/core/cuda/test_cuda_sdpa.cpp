@@ -23,6 +23,7 @@
 #include "core/cuda/sdpa_plan.h"
 #include "core/dtype.h"
 #include "core/ops.h"
+#include "support/attention_case.h"
 #include "support/cuda_test_support.h"
 #include "support/test_support.h"
 
@@ -43,6 +44,9 @@ Tensor rounded_to_bf16(Tensor t) {
   return t;
 }
 
+// The shared runners' view of case c (causal, no key mask).
+test::AttentionCase attention_case(const Case& c) { return {c.name, c.B, c.T, c.NH, c.HS, false, c.p, c.head_offset}; }
+
 CudaAttentionArgs args(const Case& c) {
   CudaAttentionArgs a;
   a.B = c.B, a.T = c.T, a.NH = c.NH, a.HS = c.HS, a.head_offset = c.head_offset, a.p = c.p;
@@ -52,20 +56,13 @@ CudaAttentionArgs args(const Case& c) {
 // Skips without a device; bf16 matmuls on for the test, off after it.
 class Bf16Attention : public test::CudaBf16Matmuls {
  protected:
-  static ops::Dropout dropout_of(const Case& c) {
-    ops::Dropout d;
-    d.p = c.p;
-    d.key = RngKey{.seed = 4, .purpose = RngPurpose::dropout, .step = 1, .layer = 0, .site = 0};
-    return d;
-  }
-
   // Forward and backward of causal attention on both devices.
   struct Run {
     Tensor out, att, dqkv, out_g, att_g, dqkv_g;
   };
   static Run run(const Case& c, const Tensor& qkv, const Tensor& dout) {
     const int64_t C = c.NH * c.HS;
-    const ops::Dropout d = dropout_of(c);
+    const ops::Dropout d = test::attention_dropout(c.p);
     Run r;
     r.out = Tensor::empty({c.B, c.T, C}, DType::f32);
     r.att = Tensor::empty({c.B, c.NH, c.T, c.T}, DType::f32);
@@ -87,31 +84,6 @@ class Bf16Attention : public test::CudaBf16Matmuls {
     return ops::attention_state_shape({.B = c.B, .T = c.T, .NH = c.NH, .HS = c.HS}, DType::f32, true);
   }
   static Shape full_state(const Case& c) { return {c.B, c.NH, c.T, c.T}; }
-
-  // On the GPU only, as a pipeline's contexts run: forward on each input in
-  // turn, then backward on each (each its own att, one scratch), att and
-  // scratch of shape `state`. So a backward that read another call's state
-  // (a temporary the forward left) fails. out and dqkv of each, on the host.
-  struct Pair {
-    Tensor out[2], dqkv[2];
-  };
-  static Pair interleaved(const Case& c, const Tensor (&qkv)[2], const Tensor (&dout)[2], const Shape& state) {
-    const ops::Dropout d = dropout_of(c);
-    Tensor att[2], out[2], dqkv[2], qkv_g[2], dout_g[2];
-    Tensor scratch = gpu(Tensor::zeros(state, DType::f32));
-    for (int i = 0; i < 2; ++i) {
-      att[i] = gpu(Tensor::zeros(state, DType::f32));
-      out[i] = gpu(Tensor::zeros({c.B, c.T, c.NH * c.HS}, DType::f32));
-      dqkv[i] = gpu(Tensor::zeros(qkv[i].shape(), DType::f32));
-      qkv_g[i] = gpu(qkv[i]), dout_g[i] = gpu(dout[i]);
-    }
-    for (int i = 0; i < 2; ++i) ops::attention_forward(out[i], att[i], qkv_g[i], int(c.NH), d, c.head_offset);
-    for (int i = 0; i < 2; ++i)
-      ops::attention_backward(dqkv[i], scratch, dout_g[i], qkv_g[i], att[i], int(c.NH), d, c.head_offset);
-    Pair p;
-    for (int i = 0; i < 2; ++i) p.out[i] = host(out[i]), p.dqkv[i] = host(dqkv[i]);
-    return p;
-  }
 };
 
 // Every case takes the fused path: a refusal by cuDNN fails it, Lattice's
@@ -124,26 +96,13 @@ class CudaSdpa : public Bf16Attention, public ::testing::WithParamInterface<Case
     if (IsSkipped()) return;
     const Case& c = GetParam();
     const std::string why = cuda_backend().attention_plain_reason(0, args(c), DType::f32);
-    if (why.find("multiple of 128") != std::string::npos) GTEST_SKIP() << why;
+    if (test::is_cudnn_version_rule(why)) GTEST_SKIP() << why;
     ASSERT_EQ(why, "");
     qkv_ = rounded_to_bf16(test::random_tensor({c.B, c.T, 3 * c.NH * c.HS}, DType::f32, 11));
     dout_ = rounded_to_bf16(test::random_tensor({c.B, c.T, c.NH * c.HS}, DType::f32, 12));
   }
   Tensor qkv_, dout_;
 };
-
-// ||got - want|| / ||want|| over the elements of part `part` (0 q, 1 k, 2 v)
-// of rows of `parts` blocks of `width` (parts 1: every element).
-double rel_l2(const Tensor& got, const Tensor& want, int64_t width, int parts, int part) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    if ((i % (width * parts)) / width != part) continue;
-    const double g = got.data<float>()[i], w = want.data<float>()[i];
-    num += (g - w) * (g - w);
-    den += w * w;
-  }
-  return std::sqrt(num / den);
-}
 
 TEST_P(CudaSdpa, MatchesTheCpuOnBf16Inputs) {
   const Case& c = GetParam();
@@ -154,8 +113,8 @@ TEST_P(CudaSdpa, MatchesTheCpuOnBf16Inputs) {
   EXPECT_TENSOR_NEAR(host(r.dqkv_g), r.dqkv, test::tolerance(DType::bf16));
   // The absolute floor above is as large as the smallest gradients (dQ of late
   // rows): each tensor as a whole must also be within 1% in L2.
-  EXPECT_LT(rel_l2(host(r.out_g), r.out, C, 1, 0), 1e-2);
-  for (int part = 0; part < 3; ++part) EXPECT_LT(rel_l2(host(r.dqkv_g), r.dqkv, C, 3, part), 1e-2) << "qkv"[part];
+  EXPECT_LT(test::rel_l2(host(r.out_g), r.out, C, 1, 0), 1e-2);
+  for (int part = 0; part < 3; ++part) EXPECT_LT(test::rel_l2(host(r.dqkv_g), r.dqkv, C, 3, part), 1e-2) << "qkv"[part];
 }
 
 // The fused backward run twice on the same inputs gives the same bits,
@@ -165,9 +124,10 @@ TEST_P(CudaSdpa, BackwardIsRepeatableWhereTheBackendSaysSo) {
   const Case& c = GetParam();
   if (!cuda_backend().attention_backward_repeatable(0, args(c), DType::f32))
     GTEST_SKIP() << "cuDNN's backward for this shape may vary from run to run (its stderr line says why)";
-  const Run a = run(c, qkv_, dout_), b = run(c, qkv_, dout_);
-  EXPECT_TRUE(test::same_bits(host(a.out_g), host(b.out_g)));
-  EXPECT_TRUE(test::same_bits(host(a.dqkv_g), host(b.dqkv_g)));
+  const Tensor qkv[2] = {gpu(qkv_), gpu(qkv_)}, dout[2] = {gpu(dout_), gpu(dout_)};  // the same inputs twice
+  const auto r = test::run_attention_interleaved(attention_case(c), qkv, dout, full_state(c));
+  EXPECT_TRUE(test::same_bits(r[0].out, r[1].out));
+  EXPECT_TRUE(test::same_bits(r[0].dqkv, r[1].dqkv));
 }
 
 // The compact state (Stats and O only, linear in T) gives the bits of the
@@ -178,17 +138,13 @@ TEST_P(CudaSdpa, CompactStateGivesTheSameBits) {
   const Case& c = GetParam();
   const Shape compact = compact_state(c);
   ASSERT_EQ(compact.size(), 1u) << "the shape should have a compact state";
-  const Tensor qkv[2] = {qkv_, rounded_to_bf16(test::random_tensor(qkv_.shape(), DType::f32, 13))};
-  const Tensor dout[2] = {dout_, rounded_to_bf16(test::random_tensor(dout_.shape(), DType::f32, 14))};
-  const Pair full = interleaved(c, qkv, dout, full_state(c)), small = interleaved(c, qkv, dout, compact);
-  const bool repeatable = cuda_backend().attention_backward_repeatable(0, args(c), DType::f32);
-  for (int i = 0; i < 2; ++i) {
-    EXPECT_TRUE(test::same_bits(small.out[i], full.out[i])) << "call " << i;
-    if (repeatable)
-      EXPECT_TRUE(test::same_bits(small.dqkv[i], full.dqkv[i])) << "call " << i;
-    else
-      EXPECT_TENSOR_NEAR(small.dqkv[i], full.dqkv[i], test::tolerance(DType::bf16)) << "call " << i;
-  }
+  const Tensor qkv[2] = {gpu(qkv_), gpu(rounded_to_bf16(test::random_tensor(qkv_.shape(), DType::f32, 13)))};
+  const Tensor dout[2] = {gpu(dout_), gpu(rounded_to_bf16(test::random_tensor(dout_.shape(), DType::f32, 14)))};
+  const test::AttentionCase ac = attention_case(c);
+  test::expect_bits_of_full_state(test::run_attention_interleaved(ac, qkv, dout, compact),
+                                  test::run_attention_interleaved(ac, qkv, dout, full_state(c)),
+                                  cuda_backend().attention_backward_repeatable(0, args(c), DType::f32),
+                                  test::tolerance(DType::bf16));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaSdpa,
@@ -242,12 +198,13 @@ TEST_F(Bf16Attention, CompactStateOnThePlainPathRecomputesTheProbabilities) {
                            test::random_tensor({c.B, c.T, 3 * C}, DType::f32, 33)};
     const Tensor dout[2] = {test::random_tensor({c.B, c.T, C}, DType::f32, 32),
                             test::random_tensor({c.B, c.T, C}, DType::f32, 34)};
-    const Pair got = interleaved(c, qkv, dout, state);
+    const Tensor qkv_g[2] = {gpu(qkv[0]), gpu(qkv[1])}, dout_g[2] = {gpu(dout[0]), gpu(dout[1])};
+    const auto got = test::run_attention_interleaved(attention_case(c), qkv_g, dout_g, state);
     constexpr test::Tolerance kTol{2e-4, 2e-5};  // the plain path's products stay fp32 under bf16
     for (int i = 0; i < 2; ++i) {
       const Run want = run(c, qkv[i], dout[i]);
-      EXPECT_TENSOR_NEAR(got.out[i], want.out, kTol) << "call " << i;
-      EXPECT_TENSOR_NEAR(got.dqkv[i], want.dqkv, kTol) << "call " << i;
+      EXPECT_TENSOR_NEAR(got[size_t(i)].out, want.out, kTol) << "call " << i;
+      EXPECT_TENSOR_NEAR(got[size_t(i)].dqkv, want.dqkv, kTol) << "call " << i;
     }
   }
 }

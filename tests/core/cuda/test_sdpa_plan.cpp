@@ -107,13 +107,16 @@ TEST(SdpaPlan, EveryTensorIndexesItsBufferAsTheLayoutSays) {
 
 // Q, K, V cover qkv exactly once (forward as Q, K^T, V; backward as Q, K^T,
 // V^T: its K is a reshape of K^T, not a second view); dQ, dK, dV cover dqkv;
-// O, dO, Stats, softmax_sum and dQ_accum cover theirs.
+// O, dO, Stats, softmax_sum and (the accumulating backward's) dQ_accum cover
+// theirs.
 TEST(SdpaPlan, ViewsCoverTheirBuffersOnce) {
   for (const Case& c : kShapes)
-    for (SdpaPass pass : {SdpaPass::forward, SdpaPass::backward}) {
+    for (const auto& [pass, dq] :
+         {std::pair{SdpaPass::forward, SdpaDq::direct}, std::pair{SdpaPass::backward, SdpaDq::direct},
+          std::pair{SdpaPass::backward, SdpaDq::accumulated}}) {
       const SdpaShape s = shape(c);
       std::map<SdpaBuffer, std::vector<int>> hits;
-      for (const SdpaTensor& t : sdpa_graph(s, pass).tensors) {
+      for (const SdpaTensor& t : sdpa_graph(s, pass, dq).tensors) {
         if (t.is_virtual() || t.by_value()) continue;
         std::vector<int>& h = hits[t.buffer];
         h.resize(size_t(buffer_elems(t.buffer, s)));
@@ -179,6 +182,7 @@ TEST(SdpaPlan, BackwardIsTheFrontendsGraph) {
             break;
           case SdpaOpKind::pointwise: {
             const char* modes[] = {"add", "sub", "mul", "div", "exp", "log", "cmp_ge", "select", "index", "identity"};
+            static_assert(std::size(modes) == size_t(SdpaPw::identity) + 1, "a name for every SdpaPw, in order");
             op = modes[int(o.pw)];
             break;
           }
