@@ -106,7 +106,7 @@ SgemmRate measure_sgemm(const BenchConfig& cfg, int reps) {
   return r;
 }
 
-LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup, HalfMode half,
+LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup, HalfMode half, const StageSpan& span,
                           const std::function<void(const std::string&)>& log) {
   const ModelConfig& mcfg = cfg.model;
   const ModelEntry& entry = model_entry(mcfg.arch);
@@ -117,7 +117,7 @@ LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup, HalfMod
   params.init(1234);
   params.refresh_shadow();
   comm::Group tp = comm::self_group("tp");  // one rank: the tp mappings are no-ops
-  std::unique_ptr<LanguageModel> model = build_model(mcfg, params, tp);
+  std::unique_ptr<LanguageModel> model = build_model(mcfg, params, tp, span);
   if (half.act16) model->set_activation_dtype(mm);
   auto opt = optim::make_optimizer({.name = "adamw", .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1}, params);
   auto ctx = model->make_context(cfg.B, cfg.T);
@@ -128,6 +128,7 @@ LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup, HalfMod
   res.tokens_per_step = int64_t(cfg.B) * cfg.T;
   res.flops_per_step = model->flops_per_token(cfg.T) * double(res.tokens_per_step);
   res.activation_bytes = ctx->bytes();
+  res.workspace_bytes = model->activation_bytes(cfg.B, cfg.T).workspace;
 
   Tensor x = Tensor::empty({cfg.B, cfg.T}, DType::i32), y = Tensor::empty({cfg.B, cfg.T}, DType::i32);
   std::vector<double> step_s, zero_s, fwd_s, bwd_s, opt_s, data_s;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "models/model.h"
 #include "train_step/bench_config.h"
 
 namespace lattice::bench {
@@ -47,7 +48,8 @@ struct LatticeResult {
   Stats data_ms;                          // making the batch (outside the step, as in the references)
   double first_loss = 0, last_loss = 0;   // mean loss over the scored tokens
   double scored_per_step = 0;             // targets that count (BERT: the masked positions)
-  int64_t activation_bytes = 0;
+  int64_t activation_bytes = 0;           // one context (make_context)
+  int64_t workspace_bytes = 0;            // the model's workspace (activation_bytes().workspace)
 };
 
 // How a run under 16-bit matmuls (cpu::set_matmul_dtype) holds its weights
@@ -63,8 +65,9 @@ struct HalfMode {
 };
 
 // Times `warmup` untimed + `steps` timed training steps of cfg.model on random
-// token ids. `log` receives one line per step.
-LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup, HalfMode half,
+// token ids. `span`: the whole model, with its recomputation settings
+// (StageSpan::recompute_attention). `log` receives one line per step.
+LatticeResult run_lattice(const BenchConfig& cfg, int steps, int warmup, HalfMode half, const StageSpan& span,
                           const std::function<void(const std::string&)>& log);
 
 }  // namespace lattice::bench

@@ -7,7 +7,7 @@
 //   bench_train_step [--arch gpt2|llama|bert|all[,...]] [--config NAME|all|FILE.yaml]
 //                    [--threads N[,N...]] [--steps S] [--warmup W] [--torch]
 //                    [--reference PATH] [--python PATH] [--peak GFLOPS] [--no-breakdown]
-//                    [--precision fp32|bf16|bf16-f32act|bf16-per-call]
+//                    [--precision fp32|bf16|bf16-f32act|bf16-per-call] [--recompute-attention]
 //
 // --arch (default gpt2): gpt2 runs the built-in shapes small and tiny (--config
 // small|tiny|all, reference shared/reference/torch_gpt2_bench.py, or
@@ -30,7 +30,9 @@
 // activations (the path before 16-bit activations); bf16-per-call also rounds
 // the fp32 weights on every call, as before the shadow existed (the same
 // bits). For before/after timings in one binary. The PyTorch reference stays
-// fp32.
+// fp32. --recompute-attention runs Lattice with parallel.recompute_attention
+// (the blocks share one buffer of attention probabilities, which backward
+// computes again); the activation line gives the context and workspace bytes.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -63,6 +65,7 @@ struct Options {
   int steps = 5, warmup = 2;
   bool torch = false, breakdown = true;
   std::string precision = "fp32";
+  bool recompute_attention = false;
   std::string reference = LATTICE_BENCH_REFERENCE, python = "/usr/bin/python3";
   std::string zoo_dir = LATTICE_BENCH_ZOO_DIR;  // the llama / bert reference scripts
   double peak = 0;
@@ -173,6 +176,8 @@ Options parse_options(int argc, char** argv) {
       o.breakdown = false;
     else if (a == "--precision")
       o.precision = value();
+    else if (a == "--recompute-attention")
+      o.recompute_attention = true;
     else if (a == "--reference")
       o.reference = value();
     else if (a == "--python")
@@ -270,12 +275,14 @@ Row measure(const Options& o, const BenchConfig& cfg, int threads) {
                   matmul_rate_label(), r.sgemm.square, cfg.B * cfg.T, cfg.F, cfg.C, r.sgemm.model, r.peak));
   if (!cfg.source.empty()) say(fmt::format("{} model from {} (dropout 0), B {} T {}", tag, cfg.source, cfg.B, cfg.T));
   const HalfMode half{.shadow = o.precision != "bf16-per-call", .act16 = o.precision == "bf16"};
-  r.lat = run_lattice(cfg, o.steps, o.warmup, half, [&](const std::string& l) { say(tag + " " + l); });
+  const StageSpan span{.recompute_attention = o.recompute_attention};
+  r.lat = run_lattice(cfg, o.steps, o.warmup, half, span, [&](const std::string& l) { say(tag + " " + l); });
   say(
       fmt::format("{} params {} (N for flops {}), GFLOP/step {:.2f}, scored targets/step {:.0f}, activations "
-                  "{:.1f} MiB",
+                  "{:.1f} MiB (context) + {:.1f} MiB (workspace){}",
                   tag, r.lat.n_params, r.lat.n_flop_params, r.lat.flops_per_step / 1e9, r.lat.scored_per_step,
-                  double(r.lat.activation_bytes) / (1 << 20)));
+                  double(r.lat.activation_bytes) / (1 << 20), double(r.lat.workspace_bytes) / (1 << 20),
+                  o.recompute_attention ? ", attention recomputed" : ""));
   if (o.breakdown && cfg.model.arch == ModelArch::gpt2)
     r.ops = op_breakdown(cfg, 2, half.act16 ? cpu::matmul_dtype() : DType::f32);
   if (o.breakdown && cfg.model.arch != ModelArch::gpt2)
@@ -356,7 +363,7 @@ void print_breakdown(const Row& r) {
   }
 }
 
-void print_raw(const std::vector<Row>& rows, const std::string& precision) {
+void print_raw(const std::vector<Row>& rows, const std::string& precision, bool recompute_attention) {
   const std::string mm = matmul_rate_name();
   say("");
   for (const Row& r : rows) {
@@ -369,10 +376,12 @@ void print_raw(const std::vector<Row>& rows, const std::string& precision) {
         "max_ms={:.1f} "
         "tokens_per_s={:.0f} achieved_GFLOPs={:.1f} MFU={:.1f}% {}_GFLOPs={:.1f} "
         "{}_1024_GFLOPs={:.1f} {}_model_GFLOPs={:.1f} zero_grad_ms={:.1f} forward_ms={:.1f} "
-        "backward_ms={:.1f} adamw_ms={:.1f}{} blas_core={} load_before={}{}",
+        "backward_ms={:.1f} adamw_ms={:.1f}{} context_MiB={:.1f} workspace_MiB={:.1f} recompute_attention={} "
+        "blas_core={} load_before={}{}",
         enum_name(r.cfg.model.arch), r.cfg.name, r.threads, precision, r.lat.step_ms.median, r.lat.step_ms.min,
         r.lat.step_ms.max, lattice_tokens(r), g, 100 * g / r.peak, mm, r.peak, mm, r.sgemm.square, mm, r.sgemm.model,
         r.lat.zero_ms.median, r.lat.fwd_ms.median, r.lat.bwd_ms.median, r.lat.opt_ms.median, phase_fields(r),
+        double(r.lat.activation_bytes) / (1 << 20), double(r.lat.workspace_bytes) / (1 << 20), int(recompute_attention),
         lattice::blas_core(), r.load_before.empty() ? "?" : r.load_before.substr(0, r.load_before.find(' ')), torch));
     if (r.torch) say(r.torch->result_line);
     if (r.flops_differ) say("RESULT system=pytorch config=" + r.cfg.name + " FLOP_MODEL_DIFFERS");
@@ -403,7 +412,7 @@ int main(int argc, char** argv) {
     print_phases(rows);
     for (const Row& r : rows)
       if (!r.ops.empty()) print_breakdown(r);
-    print_raw(rows, o.precision);
+    print_raw(rows, o.precision, o.recompute_attention);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.describe().c_str());

@@ -51,7 +51,8 @@ std::vector<StageSpan> stage_spans(const Config& cfg, const pipeline::StageLayou
     const int chunk = stages.model_chunk(stage, v);
     const pipeline::LayerRange& r = stages.layers(stage, v);
     spans.push_back(StageSpan{r.begin, r.end, chunk == 0, chunk == stages.num_chunks() - 1,
-                              recompute.empty() ? 0 : std::min(recompute[size_t(stage)], r.size())});
+                              recompute.empty() ? 0 : std::min(recompute[size_t(stage)], r.size()),
+                              cfg.parallel.recompute_attention});
   }
   return spans;
 }

@@ -179,6 +179,9 @@ struct ParallelConfig {
   // Activation recomputation: stage s recomputes the first [s] blocks of each
   // of its chunks in backward instead of keeping their activations; [] = none.
   std::vector<int> recompute_layers_per_stage;
+  // Selective recomputation: blocks keep no (B, NH, T, T) attention
+  // probabilities; backward computes them again from the saved q, k, v.
+  bool recompute_attention = false;
   bool operator==(const ParallelConfig&) const = default;
 };
 

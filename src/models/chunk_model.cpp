@@ -48,7 +48,7 @@ void ChunkModel::set_activation_dtype(DType dtype) {
   LATTICE_CHECK(dtype == dtype_ || (is_16bit(dtype) && dtype_ == DType::f32),
                 "{}: activations in {} beside {} parameters; they take the parameters' dtype, or bf16/f16 beside f32",
                 acts_->arch, dtype_name(dtype), dtype_name(dtype_));
-  if (dtype != act_dtype_) ws_ = Workspace();  // reallocated in the new dtype on the next use
+  if (dtype != act_dtype_) ws_ = Workspace(), shared_att_ = Tensor();  // reallocated in the new dtype on the next use
   act_dtype_ = dtype;
 }
 
@@ -84,7 +84,7 @@ ParamView ChunkModel::bind_rows(FlatParams& params, const std::vector<std::strin
 }
 
 void ChunkModel::fill_context(Context& ctx, const ChunkActivations& acts, const StageSpan& span, const MakeTensor& make,
-                              int64_t B, int64_t T) {
+                              const Tensor& shared_att, int64_t B, int64_t T) {
   LATTICE_CHECK(T <= acts.max_seq_len, "{}: sequence length {} exceeds max_seq_len {}", acts.arch, T, acts.max_seq_len);
   ctx.B = B;
   ctx.T = T;
@@ -92,20 +92,23 @@ void ChunkModel::fill_context(Context& ctx, const ChunkActivations& acts, const 
     ctx.emb = make({B, T, acts.C});  // otherwise the previous chunk's activation
     ctx.embed = acts.embedding(make, B, T);
   }
+  ctx.attention_shared = shares_attention(acts, span, make, B, T);
+  const MakeTensor block_make = ctx.attention_shared ? make.sharing_attention(shared_att) : make;
   for (int i = span.first_layer; i < span.end_layer; ++i) {
     ctx.out.push_back(make({B, T, acts.C}));
     const bool recomputed = i - span.first_layer < span.recompute;
-    ctx.saved.push_back(recomputed ? nullptr : acts.block(make, B, T));
+    ctx.saved.push_back(recomputed ? nullptr : acts.block(block_make, B, T));
   }
   if (span.head) ctx.head = acts.head(make, B, T);
 }
 
 void ChunkModel::fill_workspace(Workspace& ws, const ChunkActivations& acts, const StageSpan& span,
-                                const MakeTensor& make, int64_t B, int64_t T) {
+                                const MakeTensor& make, const Tensor& shared_att, int64_t B, int64_t T) {
   ws.B = B, ws.T = T;
   ws.dbuf[0] = make({B, T, acts.C}), ws.dbuf[1] = make({B, T, acts.C});
   ws.scratch = acts.scratch(make, span, B, T);
-  ws.recomputed = span.recompute > 0 ? acts.block(make, B, T) : nullptr;
+  const bool share = shares_attention(acts, span, make, B, T);
+  ws.recomputed = span.recompute > 0 ? acts.block(share ? make.sharing_attention(shared_att) : make, B, T) : nullptr;
 }
 
 ChunkModel::Workspace& ChunkModel::workspace(int64_t B, int64_t T) {
@@ -113,9 +116,18 @@ ChunkModel::Workspace& ChunkModel::workspace(int64_t B, int64_t T) {
   if (ws_.B == B && ws_.T == T && ws_.fused_attention == fused) return ws_;
   const MakeTensor alloc([this](Shape s, DType t) { return Tensor::zeros(std::move(s), t, device_); }, act_dtype_,
                          fused);
-  fill_workspace(ws_, *acts_, span_, alloc, B, T);
+  fill_workspace(ws_, *acts_, span_, alloc, shared_attention(alloc, B, T), B, T);
   ws_.fused_attention = fused;
   return ws_;
+}
+
+Tensor ChunkModel::shared_attention(const MakeTensor& make, int64_t B, int64_t T) const {
+  if (!shares_attention(*acts_, span_, make, B, T)) return Tensor();
+  const Shape shape = make.attention_shape(acts_->attention_at(B, T));
+  if (!shared_att_.defined() || shared_att_.shape() != shape || shared_att_.dtype() != act_dtype_ ||
+      shared_att_.device() != device_)
+    shared_att_ = Tensor::zeros(shape, act_dtype_, device_);
+  return shared_att_;
 }
 
 std::unique_ptr<ModelContext> ChunkModel::make_context(int64_t B, int64_t T) const {
@@ -128,7 +140,7 @@ std::unique_ptr<ModelContext> ChunkModel::make_context(int64_t B, int64_t T) con
         return t;
       },
       act_dtype_, fused_attention());
-  fill_context(c, *acts_, span_, alloc, B, T);
+  fill_context(c, *acts_, span_, alloc, shared_attention(alloc, B, T), B, T);  // the shared buffer is not c's
   return ctx;
 }
 
@@ -145,10 +157,11 @@ ActivationBytes ChunkModel::activation_bytes_of(const ChunkActivations& acts, St
       activation, fused_attention);
   ActivationBytes out;
   Context ctx;
-  fill_context(ctx, acts, span, count, B, T);
+  fill_context(ctx, acts, span, count, Tensor(), B, T);
   out.context = std::exchange(counted, 0);
   Workspace ws;
-  fill_workspace(ws, acts, span, count, B, T);
+  fill_workspace(ws, acts, span, count, Tensor(), B, T);
+  if (ctx.attention_shared) count.attention(acts.attention_at(B, T));  // the shared buffer, with the workspace
   out.workspace = std::exchange(counted, 0);
   out.transient = acts.transient_bytes(span, B, T, activation);
   return out;

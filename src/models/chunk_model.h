@@ -78,7 +78,10 @@ struct LayerNormHeadTensors : LmHeadTensors {
 // make.attention(calls) is one layer's attention state (att, or backward's
 // scratch) in the activation dtype: (B, NH, T, T), or compact where
 // `fused_attention` (CUDA with 16-bit matmuls) and the fused path takes the
-// calls (ops::attention_state_shape).
+// calls (ops::attention_state_shape). A MakeTensor made by
+// sharing_attention(t) hands out `t` for every full (B, NH, T, T) state
+// instead of making one (the chunk's shared probabilities under
+// parallel.recompute_attention; t undefined when only counting).
 class MakeTensor {
  public:
   using Fn = std::function<Tensor(Shape, DType)>;
@@ -87,13 +90,27 @@ class MakeTensor {
   Tensor operator()(Shape s) const { return fn_(std::move(s), act_); }
   Tensor master(Shape s) const { return fn_(std::move(s), master_); }
   Tensor attention(const ops::AttentionCalls& calls) const {
-    return fn_(ops::attention_state_shape(calls, act_, fused_attention_), act_);
+    Shape s = attention_shape(calls);
+    if (share_attention_ && full_attention_state(s)) return shared_attention_;
+    return fn_(std::move(s), act_);
+  }
+  Shape attention_shape(const ops::AttentionCalls& calls) const {
+    return ops::attention_state_shape(calls, act_, fused_attention_);
+  }
+  // (B, NH, T, T) probabilities, as opposed to the fused path's compact state.
+  static bool full_attention_state(const Shape& s) { return s.size() == 4; }
+  MakeTensor sharing_attention(Tensor shared) const {
+    MakeTensor m = *this;
+    m.share_attention_ = true, m.shared_attention_ = std::move(shared);
+    return m;
   }
 
  private:
   Fn fn_;
   DType act_, master_;
   bool fused_attention_;
+  bool share_attention_ = false;
+  Tensor shared_attention_;
 };
 
 // What a chunk of one model allocates, from its config and tp shard alone.
@@ -162,6 +179,7 @@ class ChunkModel : public LanguageModel {
     std::unique_ptr<SavedTensors> embed;               // the embedding's other tensors (may be null)
     std::vector<Tensor> out;                           // (B, T, C) each block's output
     std::vector<std::unique_ptr<SavedTensors>> saved;  // each block's tensors; null when recomputed
+    bool attention_shared = false;                     // their att is the chunk's shared buffer
     std::unique_ptr<LmHeadTensors> head;               // with the head
     SavedTensors* scratch = nullptr;                   // the chunk's backward scratch
     int64_t bytes_ = 0;
@@ -232,6 +250,16 @@ class ChunkModel : public LanguageModel {
   }
   // Attention state may be compact (MakeTensor): on CUDA with 16-bit matmuls.
   bool fused_attention() const;
+  // Under parallel.recompute_attention (span.recompute_attention) the blocks'
+  // full (B, NH, T, T) att is one buffer per chunk, which every later block
+  // and microbatch overwrites; a compact state is kept as usual. When this
+  // says so, block_backward must call the attention forward again, with the
+  // forward's inputs and dropout keys, before the attention backward: that
+  // gives the forward's P bit for bit (the kernels are deterministic). Its
+  // output is not needed: any free tensor of that shape takes it.
+  bool attention_recomputed(const Context& ctx, int i) const {
+    return ctx.attention_shared && i >= span_.recompute;  // a recomputed block's forward just wrote it
+  }
 
   StageSpan span_;
   comm::Group& tp_;
@@ -248,16 +276,26 @@ class ChunkModel : public LanguageModel {
     std::unique_ptr<SavedTensors> scratch;     // the model's
     std::unique_ptr<SavedTensors> recomputed;  // tensors of the block being recomputed
   };
+  // `shared_att`: the chunk's shared attention probabilities where
+  // shares_attention (undefined when only counting).
   static void fill_context(Context& ctx, const ChunkActivations& acts, const StageSpan& span, const MakeTensor& make,
-                           int64_t B, int64_t T);
+                           const Tensor& shared_att, int64_t B, int64_t T);
   static void fill_workspace(Workspace& ws, const ChunkActivations& acts, const StageSpan& span, const MakeTensor& make,
-                             int64_t B, int64_t T);
+                             const Tensor& shared_att, int64_t B, int64_t T);
+  static bool shares_attention(const ChunkActivations& acts, const StageSpan& span, const MakeTensor& make, int64_t B,
+                               int64_t T) {
+    return span.recompute_attention && MakeTensor::full_attention_state(make.attention_shape(acts.attention_at(B, T)));
+  }
   Workspace& workspace(int64_t B, int64_t T);
+  // The shared buffer for (B, T) in the activation dtype (allocated on first
+  // use, counted with the workspace); undefined where the blocks keep their own.
+  Tensor shared_attention(const MakeTensor& make, int64_t B, int64_t T) const;
   SavedTensors& saved_for(Context& ctx, int i);
   int n_blocks() const { return span_.end_layer - span_.first_layer; }
 
   std::unique_ptr<ChunkActivations> acts_;
   Workspace ws_;
+  mutable Tensor shared_att_;  // shared_attention's; contexts made before a change of shape keep theirs
 };
 
 // A dropout op keyed as ARCHITECTURE.md §2 says: (seed, dropout, step, layer

@@ -39,6 +39,10 @@ struct StageSpan {
   bool head = true;       // holds the final norm, LM head and loss
   int recompute = 0;      // the first `recompute` blocks keep only their output and
                           // recompute the rest in backward (activation recomputation)
+  // The other blocks keep no attention probabilities: they share one buffer
+  // per chunk and compute them again in backward (parallel.recompute_attention;
+  // ChunkModel::attention_recomputed).
+  bool recompute_attention = false;
 };
 
 // The parameter entries a rank needs for its chunks: each spec whose owning

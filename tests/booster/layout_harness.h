@@ -26,6 +26,7 @@ struct LayoutCase {
   std::string recompute = "[]";
   int zero = 0;
   double bucket_mb = 0.01;  // small buckets: several per layer start during backward
+  bool recompute_attention = false;
 };
 
 // The models under test: GPT-2 runs every layout; each other registered

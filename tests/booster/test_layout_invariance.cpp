@@ -10,7 +10,9 @@
 // dp > 1 runs again with ZeRO-1 (parallel.zero = 1), whose step-1 gradients
 // are the dp shards gathered back together. The dp all-reduce runs in small
 // buckets that must all start during backward (ZeRO-1 too), and once more
-// unbucketed (ZeRO-1: one reduce-scatter).
+// unbucketed (ZeRO-1: one reduce-scatter). Selective recomputation
+// (parallel.recompute_attention) runs interleaved, with blocks recomputed
+// whole beside it, and in every other model's tp x pp layout.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -34,7 +36,7 @@ namespace {
 // The layouts every other model runs (1F1B, no ZeRO).
 std::vector<LayoutCase> model_layouts(int world) {
   if (world == 2) return {{2, 1, 1}, {1, 2, 1}};
-  if (world == 4) return {{2, 2, 1}, {4, 1, 1}};
+  if (world == 4) return {{2, 2, 1}, {4, 1, 1}, {.tp = 2, .pp = 2, .dp = 1, .recompute_attention = true}};
   if (world == 8) return {{2, 2, 2}};
   return {};
 }
@@ -52,6 +54,13 @@ std::vector<LayoutCase> layouts(int world) {
     }
     out.push_back({.tp = 2, .pp = 2, .dp = 2, .bucket_mb = 0});
     out.push_back({.tp = 2, .pp = 2, .dp = 2, .zero = 1, .bucket_mb = 0});  // ZeRO-1's reduce-scatter
+    out.push_back({.tp = 2,
+                   .pp = 2,
+                   .dp = 2,
+                   .schedule = "interleaved",
+                   .virtual_stages = 2,
+                   .recompute = "[1,1]",
+                   .recompute_attention = true});
     return out;
   }
   for (int tp = 1; tp <= world; ++tp)
@@ -65,6 +74,14 @@ std::vector<LayoutCase> layouts(int world) {
       out.push_back({tp, pp, dp, "interleaved", "uniform", 2});
       if (pp == 2) out.push_back({tp, pp, dp, "1f1b", "[3,5]"});
       if (pp == 2) out.push_back({tp, pp, dp, "1f1b", "uniform", 1, "[2,4]"});
+      if (pp == 2)
+        out.push_back({.tp = tp,
+                       .pp = pp,
+                       .dp = dp,
+                       .schedule = "interleaved",
+                       .virtual_stages = 2,
+                       .recompute = "[1,1]",
+                       .recompute_attention = true});
       if (pp == 4) out.push_back({tp, pp, dp, "1f1b", "[1,3,3,1]"});
     }
   const size_t plain = out.size();
@@ -91,7 +108,8 @@ void check_layouts(const std::string& glob, const ModelCase& model, const std::v
   for (const LayoutCase& l : cases) {
     SCOPED_TRACE(testing::Message() << "tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp << " " << l.schedule
                                     << " layers " << l.layers << " virtual_stages " << l.virtual_stages << " recompute "
-                                    << l.recompute << " zero " << l.zero << " dp_bucket_mb " << l.bucket_mb);
+                                    << l.recompute << " recompute_attention " << l.recompute_attention << " zero "
+                                    << l.zero << " dp_bucket_mb " << l.bucket_mb);
     auto m = mesh::ProcessGroupMesh::create(comm::Group(comm::make_world_communicator(60)), {l.tp, l.pp, l.dp});
     Trace got = train(config(glob, l, model), m);
     EXPECT_NEAR(got.loss[0], ref.loss[0], 1e-6 * ref.loss[0]);

@@ -2,7 +2,8 @@
 // rank builds the real HybridParallelPlugin, runs one training step (execute
 // the pipeline, optimizer step) and compares its allocator peak above what was
 // live before the plugin with the peak plan predicts for its rank, within 10%.
-// Tiny layouts of the world size (pp with each schedule, tp, dp, ZeRO-1), and
+// Tiny layouts of the world size (pp with each schedule, recomputation of
+// blocks and of attention, tp, dp, ZeRO-1), and
 // the GPT-2 124M shape (configs/gpt2-small.yaml) at pp = 2, where the
 // parameters, the optimizer state and the 50k-row logits dominate: a formula
 // fitted to tiny shapes would not pass both.
@@ -94,6 +95,9 @@ TEST(PlanMemory, TinyLayoutsOfTheWorld) {
       {pp, "parallel.schedule=gpipe"},
       {pp, "parallel.schedule=interleaved", "parallel.virtual_stages=2", "model.n_layer=" + std::to_string(2 * world)},
       {pp, recompute},
+      {pp, "parallel.recompute_attention=true"},
+      {pp, recompute, "parallel.recompute_attention=true", "parallel.schedule=interleaved", "parallel.virtual_stages=2",
+       "model.n_layer=" + std::to_string(2 * world)},
       {"parallel.tp=" + n},
       {"parallel.dp=" + n},
       {"parallel.dp=" + n, "parallel.zero=1"},

@@ -148,6 +148,43 @@ void check_recompute(const ModelUnderTest& m, const std::vector<int>& recompute,
   }
 }
 
+void check_recompute_attention(const ModelUnderTest& m, int64_t B, int64_t T, int pad_id) {
+  Tensor x[2] = {random_tokens(B, T, m.n_ids, 41), random_tokens(B, T, m.n_ids, 42)};
+  const Tensor y[2] = {random_tokens(B, T, m.n_ids, 43), random_tokens(B, T, m.n_ids, 44)};
+  if (pad_id >= 0) x[0].data<int32_t>()[T - 1] = pad_id, x[1].data<int32_t>()[B * T - 2] = pad_id;
+  const StepCoords coords[2] = {{3, 5, 0, true}, {3, 5, B, true}};
+  struct Run {
+    double loss[2] = {};
+    Tensor grads;
+    ActivationBytes predicted;
+  };
+  auto run = [&](StageSpan span) {
+    WholeModel s(m, DType::f64, span);
+    std::unique_ptr<ModelContext> ctx[2] = {s.model->make_context(B, T), s.model->make_context(B, T)};
+    Run r;
+    r.predicted = s.model->activation_bytes(B, T);
+    EXPECT_EQ(r.predicted.context, ctx[0]->bytes());
+    for (int k = 0; k < 2; ++k) r.loss[k] = s.model->forward(*ctx[k], x[k], y[k], coords[k]);
+    for (int k = 0; k < 2; ++k) s.model->backward(*ctx[k], 0.05f);
+    r.grads = s.params.grads().clone();
+    return r;
+  };
+  int64_t one = 0;  // one layer's probabilities
+  for (int recompute : {0, 1}) {
+    SCOPED_TRACE(testing::Message() << "recompute " << recompute);
+    const Run keep = run(StageSpan{.recompute = recompute});
+    const Run shared = run(StageSpan{.recompute = recompute, .recompute_attention = true});
+    for (int k = 0; k < 2; ++k) EXPECT_EQ(shared.loss[k], keep.loss[k]) << "microbatch " << k;
+    EXPECT_TRUE(same_bits(shared.grads, keep.grads));
+    // The workspace gains the shared buffer, unless a recomputed block's
+    // probabilities were there already: that block takes the shared one.
+    if (recompute == 0) one = shared.predicted.workspace - keep.predicted.workspace;
+    if (recompute > 0) EXPECT_EQ(shared.predicted.workspace, keep.predicted.workspace);
+    EXPECT_GE(one, B * T * T * int64_t(sizeof(double)));
+    EXPECT_EQ(keep.predicted.context - shared.predicted.context, (m.n_layer - recompute) * one);
+  }
+}
+
 void check_16bit_activations(const ModelUnderTest& m, int64_t B, int64_t T) {
   std::vector<DType> types = {DType::f16};
   if (cpu::bf16_matmul_available()) types.insert(types.begin(), DType::bf16);

@@ -74,6 +74,15 @@ void check_chunks_match_whole(const ModelUnderTest& m, const std::vector<StageSp
 // same loss and gradients with a smaller context, which activation_bytes()
 // predicts exactly.
 void check_recompute(const ModelUnderTest& m, const std::vector<int>& recompute, int64_t B, int64_t T);
+// parallel.recompute_attention (StageSpan::recompute_attention), alone and
+// with the first block recomputed whole: two microbatches in flight (forward
+// A, forward B, backward A, backward B, as 1F1B runs them) give the losses and
+// gradients of the model that keeps every block's probabilities, bit for bit;
+// each context holds one (B, NH, T, T) buffer less per block that keeps its
+// tensors, the workspace one more, as activation_bytes() says. `pad_id` >= 0
+// puts that id into the inputs (a key-padding mask). The model's dropout
+// should be on, so that the masks are checked too.
+void check_recompute_attention(const ModelUnderTest& m, int64_t B, int64_t T, int pad_id = -1);
 // runtime.precision bf16 (where this CPU has bf16 matmuls) and fp16: the model
 // with 16-bit activations (set_activation_dtype) against the same model with
 // fp32 activations, both with matmuls in that type: loss within 5 units of

@@ -146,6 +146,16 @@ TEST(Bert, RecomputedBlocksGiveTheSameGradientsWithLessMemory) {
   test::check_recompute(under_test(cfg), {0, 2, 3}, 2, 8);
 }
 
+// Selective recomputation (parallel.recompute_attention), dropout on, with
+// [PAD] in the inputs: backward computes the probabilities again under the
+// same key mask.
+TEST(Bert, RecomputedAttentionGivesTheSameBitsWithLessMemory) {
+  BertConfig cfg = tiny_config();
+  cfg.n_layer = 3;
+  test::check_recompute_attention(under_test(cfg), 2, 8);
+  test::check_recompute_attention(under_test(cfg), 2, 8, special_ids(cfg).pad);
+}
+
 TEST(Bert, RegistryBuildsItAndRejectsWhatItCannotTake) {
   ModelConfig m;
   m.arch = ModelArch::bert;

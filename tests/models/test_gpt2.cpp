@@ -120,3 +120,10 @@ TEST(Gpt2, RecomputedBlocksGiveTheSameGradientsWithLessMemory) {
   cfg.n_layer = 3;
   test::check_recompute(under_test(cfg), {0, 2, 3}, 2, 8);
 }
+
+// Selective recomputation (parallel.recompute_attention), dropout on.
+TEST(Gpt2, RecomputedAttentionGivesTheSameBitsWithLessMemory) {
+  Gpt2Config cfg = tiny_config();
+  cfg.n_layer = 3, cfg.dropout = 0.1f;
+  test::check_recompute_attention(under_test(cfg), 2, 8);
+}

@@ -191,6 +191,13 @@ TEST(Llama, ChunksChainedByHandMatchTheWholeModel) {
 
 TEST(Llama, RecomputedBlocksGiveTheSameGradients) { test::check_recompute(under_test(tiny_config()), {0, 2}, 2, 8); }
 
+// Selective recomputation (parallel.recompute_attention), dropout on.
+TEST(Llama, RecomputedAttentionGivesTheSameBitsWithLessMemory) {
+  LlamaConfig cfg = tiny_config();
+  cfg.dropout = 0.1f;
+  test::check_recompute_attention(under_test(cfg), 2, 8);
+}
+
 TEST(Llama, TinyModelOverfitsOneBatch) {
   LlamaConfig cfg;
   cfg.n_layer = 2;

@@ -145,6 +145,13 @@ TEST(Neox, RecomputedBlocksGiveTheSameGradientsWithLessMemory) {
   test::check_recompute(under_test(cfg), {0, 2, 3}, 2, 8);
 }
 
+// Selective recomputation (parallel.recompute_attention), dropout on.
+TEST(Neox, RecomputedAttentionGivesTheSameBitsWithLessMemory) {
+  NeoxConfig cfg = tiny_config();
+  cfg.n_layer = 3, cfg.dropout = 0.1f;
+  test::check_recompute_attention(under_test(cfg), 2, 8);
+}
+
 TEST(Neox, TinyModelOverfitsOneBatch) {
   NeoxConfig cfg;
   cfg.n_layer = 2;

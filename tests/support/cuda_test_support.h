@@ -111,10 +111,6 @@ inline Tensor rounded_to(const Tensor& t, DType operands) {
   return r;
 }
 
-inline bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
-
 // i32 ids in [lo, hi) from a fixed linear congruential sequence.
 inline Tensor random_ids(int64_t n, int32_t lo, int32_t hi, uint32_t seed) {
   std::vector<int32_t> v(static_cast<size_t>(n));

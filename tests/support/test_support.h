@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -22,11 +23,11 @@ Tolerance tolerance(DType t);  // f64: finite differences; f32: fp32 vs f64 path
 // Directory of ../shared (LATTICE_SHARED_DIR), or "" when absent.
 std::string shared_dir();
 // Skips the current test when ../shared (or the file inside it) is absent.
-#define LATTICE_REQUIRE_SHARED(rel)                                                         \
-  do {                                                                                      \
-    if (::lattice::test::shared_dir().empty() ||                                            \
-        !::lattice::test::file_exists(::lattice::test::shared_dir() + "/" + (rel)))         \
-      GTEST_SKIP() << "../shared/" << (rel) << " is absent";                                \
+#define LATTICE_REQUIRE_SHARED(rel)                                                 \
+  do {                                                                              \
+    if (::lattice::test::shared_dir().empty() ||                                    \
+        !::lattice::test::file_exists(::lattice::test::shared_dir() + "/" + (rel))) \
+      GTEST_SKIP() << "../shared/" << (rel) << " is absent";                        \
   } while (0)
 bool file_exists(const std::string& path);
 // A fresh empty directory under the system temp dir.
@@ -39,6 +40,10 @@ Tensor to_f64(const Tensor& t);  // CPU copy as f64
 // max |a - b| / (atol + rtol * |b|) over elements: <= 1 means "close".
 double closeness(const Tensor& a, const Tensor& b, Tolerance tol);
 #define EXPECT_TENSOR_NEAR(a, b, tol) EXPECT_LE(::lattice::test::closeness((a), (b), (tol)), 1.0)
+// Same size and the same bytes (host tensors).
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
 
 // Central finite-difference gradient check in f64.
 //   loss(): recomputes a scalar from the current contents of the inputs.

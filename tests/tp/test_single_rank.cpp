@@ -15,10 +15,6 @@
 using namespace lattice;
 using namespace lattice::test;
 
-namespace {
-bool same_bits(const Tensor& a, const Tensor& b) { return closeness(a, b, kExact) == 0.0; }
-}  // namespace
-
 TEST(TpSingleRank, RegionOpsAreIdentitiesOrCopies) {
   comm::Group tp = comm::self_group("tp");
   Tensor x = random_tensor({3, 6}, DType::f32, 1), before = x.clone(), y = Tensor::zeros({3, 6}, DType::f32);
