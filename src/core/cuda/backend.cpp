@@ -71,11 +71,16 @@ void Backend::copy(void* dst, Device dst_dev, const void* src, Device src_dev, s
     return;
   }
   if (dst_dev.is_cuda() && src_dev.is_cuda() && dst_dev.index != src_dev.index) {
+    // The source's compute stream first (the copy below is ordered on the destination's only), then the copy on
+    // the destination's, each wait within the host wait limit: no device-wide synchronisation, which would also
+    // wait for NCCL's streams without one.
+    use(src_dev.index);
     drain_compute(src_dev.index, "a copy between devices");
+    CUDA_CHECK(cudaStreamSynchronize(kStream));
     use(dst_dev.index);
+    CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_dev.index, src, src_dev.index, bytes, kStream));
     drain_compute(dst_dev.index, "a copy between devices");
-    CUDA_CHECK(cudaMemcpyPeer(dst, dst_dev.index, src, src_dev.index, bytes));
-    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaStreamSynchronize(kStream));
     return;
   }
   cudaMemcpyKind kind = src_dev.is_cpu()   ? cudaMemcpyHostToDevice

@@ -92,6 +92,23 @@ TEST_F(CudaOps, TensorStorageAndCopies) {
   EXPECT_EQ(memory_stats(dev).live_bytes, before.live_bytes);
 }
 
+// Between two devices (Backend::copy's peer path: the source's stream drained,
+// the copy on the destination's, both waits within the host wait limit),
+// after kernels on the source that the copy must follow.
+TEST_F(CudaOps, CopiesBetweenDevices) {
+  if (cuda_backend().device_count(nullptr) < 2) GTEST_SKIP() << "needs two GPUs; this machine has fewer";
+  Tensor t = random_tensor({1031, 7}, DType::f32, 2);
+  Tensor src = gpu(t);
+  ops::add_inplace(src, src);  // queued on cuda:0 before the copy
+  Tensor other = Tensor::zeros({1031, 7}, DType::f32, Device::cuda(1));
+  other.copy_from(src);
+  EXPECT_EQ(other.device(), Device::cuda(1));
+  Tensor back = Tensor::zeros({1031, 7}, DType::f32, Device::cuda(0));
+  back.copy_from(other);
+  const Tensor got = host(back);
+  for (int64_t i = 0; i < got.numel(); ++i) ASSERT_EQ(got.data<float>()[i], 2.0f * t.data<float>()[i]) << i;
+}
+
 TEST_F(CudaOps, GemmAllTransposesMatchCpu) {
   const int64_t m = 33, n = 17, k = 45;
   for (bool ta : {false, true}) {
