@@ -4,6 +4,7 @@
 #include "booster/plan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -426,7 +427,13 @@ std::string memory_section(const JobPlan& p) {
                        m.coord.pp, m.coord.tp, m.coord.dp, thousands(m.param_count), format_bytes(m.params),
                        format_bytes(m.grads), format_bytes(m.optimizer), format_bytes(m.activations.total()),
                        format_bytes(m.data), format_bytes(m.total()));
-  out += "activations at the peak, per stage (contexts kept per chunk; workspace; boundary buffers)\n";
+  const ParallelConfig& par = p.cfg.parallel;
+  std::string recompute;
+  if (!par.recompute_layers_per_stage.empty())
+    recompute += fmt::format("; blocks recomputed whole per chunk, by stage [{}]",
+                             fmt::join(par.recompute_layers_per_stage, ", "));
+  if (par.recompute_attention) recompute += "; attention probabilities recomputed, one buffer per chunk";
+  out += "activations at the peak, per stage (contexts kept per chunk; workspace; boundary buffers" + recompute + ")\n";
   std::set<int> done;
   for (const RankMemory& m : p.memory) {
     if (!done.insert(m.coord.pp).second) continue;

@@ -81,6 +81,24 @@ TEST(Plan, ReportHasEverySectionForSeveralLayouts) {
   }
 }
 
+// The activation header says which recomputation the prediction assumes, and
+// selective recomputation shrinks the prediction.
+TEST(Plan, ReportNamesTheRecomputation) {
+  const std::string plain = report(tiny({"parallel.pp=2"}), 2);
+  EXPECT_FALSE(has(plain, "recomputed")) << plain;
+  const Config cfg =
+      tiny({"parallel.pp=2", "parallel.recompute_layers_per_stage=[2,1]", "parallel.recompute_attention=true"});
+  const std::string text = report(cfg, 2);
+  EXPECT_TRUE(has(text,
+                  "; blocks recomputed whole per chunk, by stage [2, 1]; attention probabilities recomputed, "
+                  "one buffer per chunk)\n"))
+      << text;
+  const JobPlan with = make_job_plan(tiny({"parallel.pp=2", "parallel.recompute_attention=true"}), 2);
+  const JobPlan without = make_job_plan(tiny({"parallel.pp=2"}), 2);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_LT(with.memory[size_t(r)].activations.total(), without.memory[size_t(r)].activations.total()) << r;
+}
+
 TEST(Plan, GroupsAreTheMeshGroupsAsWorldRanks) {
   // tp=2 pp=2 dp=2, order tp, dp, pp: rank = tp + 2 dp + 4 pp.
   const std::string text = report(tiny({"parallel.tp=2", "parallel.pp=2"}), 8);
