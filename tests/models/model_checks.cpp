@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/allocator.h"
 #include "core/kernels/cpu/matmul.h"
 #include "core/kernels/cpu/matmul_bf16.h"
 #include "core/ops.h"
@@ -160,11 +161,18 @@ void check_recompute_attention(const ModelUnderTest& m, int64_t B, int64_t T, in
   };
   auto run = [&](StageSpan span) {
     WholeModel s(m, DType::f64, span);
+    const int64_t before = memory_stats(Device::cpu()).live_bytes;
     std::unique_ptr<ModelContext> ctx[2] = {s.model->make_context(B, T), s.model->make_context(B, T)};
     Run r;
     r.predicted = s.model->activation_bytes(B, T);
     EXPECT_EQ(r.predicted.context, ctx[0]->bytes());
     for (int k = 0; k < 2; ++k) r.loss[k] = s.model->forward(*ctx[k], x[k], y[k], coords[k]);
+    // The allocator against the prediction: two contexts, and the workspace
+    // (with the shared buffer, which no context counts as its own). Padded
+    // inputs add BERT's key mask, (B, T) i32 per context, which the
+    // prediction leaves out.
+    const int64_t mask = pad_id >= 0 ? 2 * B * T * int64_t(sizeof(int32_t)) : 0;
+    EXPECT_EQ(memory_stats(Device::cpu()).live_bytes - before, 2 * r.predicted.context + r.predicted.workspace + mask);
     for (int k = 0; k < 2; ++k) s.model->backward(*ctx[k], 0.05f);
     r.grads = s.params.grads().clone();
     return r;
@@ -179,7 +187,9 @@ void check_recompute_attention(const ModelUnderTest& m, int64_t B, int64_t T, in
     // The workspace gains the shared buffer, unless a recomputed block's
     // probabilities were there already: that block takes the shared one.
     if (recompute == 0) one = shared.predicted.workspace - keep.predicted.workspace;
-    if (recompute > 0) EXPECT_EQ(shared.predicted.workspace, keep.predicted.workspace);
+    if (recompute > 0) {
+      EXPECT_EQ(shared.predicted.workspace, keep.predicted.workspace);
+    }
     EXPECT_GE(one, B * T * T * int64_t(sizeof(double)));
     EXPECT_EQ(keep.predicted.context - shared.predicted.context, (m.n_layer - recompute) * one);
   }

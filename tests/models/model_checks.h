@@ -79,7 +79,9 @@ void check_recompute(const ModelUnderTest& m, const std::vector<int>& recompute,
 // A, forward B, backward A, backward B, as 1F1B runs them) give the losses and
 // gradients of the model that keeps every block's probabilities, bit for bit;
 // each context holds one (B, NH, T, T) buffer less per block that keeps its
-// tensors, the workspace one more, as activation_bytes() says. `pad_id` >= 0
+// tensors, the workspace one more (none where a block recomputed whole had
+// one there already), and the allocator holds what activation_bytes() says
+// for the contexts and the workspace. `pad_id` >= 0
 // puts that id into the inputs (a key-padding mask). The model's dropout
 // should be on, so that the masks are checked too.
 void check_recompute_attention(const ModelUnderTest& m, int64_t B, int64_t T, int pad_id = -1);
