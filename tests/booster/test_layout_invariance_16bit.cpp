@@ -2,8 +2,9 @@
 // activations are stored in 16 bits (LanguageModel::set_activation_dtype):
 // inside one mpirun, every model of the layout suite (tied and untied
 // embeddings, dropout on) trains 20 steps at tp 2, pp 2 and ZeRO-1 over dp 2
-// (2 ranks) or (2, 2, 1) (4 ranks) and must match the one-rank run of the same
-// precision that each rank also computes.
+// (2 ranks; pp 2 again with parallel.recompute_attention, whose recomputed
+// 16-bit probabilities must be the forward's) or (2, 2, 1) (4 ranks) and must
+// match the one-rank run of the same precision that each rank also computes.
 //
 // Why a looser tolerance than fp32's. The tensor-parallel partial sums are
 // reduced in fp32 and rounded once (tp/linear.cpp), as one rank rounds its
@@ -54,7 +55,11 @@ double grad_tolerance(const std::string& precision) {
 std::vector<std::vector<std::string>> precisions() { return half_precisions("1024", 1000); }
 
 std::vector<LayoutCase> layouts(int world) {
-  if (world == 2) return {{2, 1, 1}, {1, 2, 1}, {.tp = 1, .pp = 1, .dp = 2, .zero = 1}};
+  if (world == 2)
+    return {{2, 1, 1},
+            {1, 2, 1},
+            {.tp = 1, .pp = 1, .dp = 2, .zero = 1},
+            {.tp = 1, .pp = 2, .dp = 1, .recompute_attention = true}};
   if (world == 4) return {{2, 2, 1}};
   return {};
 }
@@ -75,7 +80,8 @@ TEST(LayoutInvariance16, EveryLayoutMatchesOneRankAtTheSamePrecision) {
       const Trace ref = train(config(glob, {1, 1, 1}, model, precision), mesh);
       EXPECT_LT(ref.loss.back(), ref.loss.front() - 0.5) << "the 16-bit reference does not learn";
       for (const LayoutCase& l : layouts(world)) {
-        SCOPED_TRACE(testing::Message() << "tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp << " zero " << l.zero);
+        SCOPED_TRACE(testing::Message() << "tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp << " zero " << l.zero
+                                        << " recompute_attention " << l.recompute_attention);
         auto m = mesh::ProcessGroupMesh::create(comm::Group(comm::make_world_communicator(60)), {l.tp, l.pp, l.dp});
         const Trace got = train(config(glob, l, model, precision), m);
         // Without tp no 16-bit value changes before the optimizer: fp32's tolerance.
