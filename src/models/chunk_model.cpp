@@ -107,8 +107,9 @@ void ChunkModel::fill_workspace(Workspace& ws, const ChunkActivations& acts, con
   ws.B = B, ws.T = T;
   ws.dbuf[0] = make({B, T, acts.C}), ws.dbuf[1] = make({B, T, acts.C});
   ws.scratch = acts.scratch(make, span, B, T);
-  const bool share = shares_attention(acts, span, make, B, T);
-  ws.recomputed = span.recompute > 0 ? acts.block(share ? make.sharing_attention(shared_att) : make, B, T) : nullptr;
+  // sharing_attention hands out shared_att only for a full state (shares_attention).
+  const MakeTensor block_make = span.recompute_attention ? make.sharing_attention(shared_att) : make;
+  ws.recomputed = span.recompute > 0 ? acts.block(block_make, B, T) : nullptr;
 }
 
 ChunkModel::Workspace& ChunkModel::workspace(int64_t B, int64_t T) {
@@ -124,10 +125,21 @@ ChunkModel::Workspace& ChunkModel::workspace(int64_t B, int64_t T) {
 Tensor ChunkModel::shared_attention(const MakeTensor& make, int64_t B, int64_t T) const {
   if (!shares_attention(*acts_, span_, make, B, T)) return Tensor();
   const Shape shape = make.attention_shape(acts_->attention_at(B, T));
-  if (!shared_att_.defined() || shared_att_.shape() != shape || shared_att_.dtype() != act_dtype_ ||
-      shared_att_.device() != device_)
-    shared_att_ = Tensor::zeros(shape, act_dtype_, device_);
+  // set_activation_dtype drops it; the device is the parameters' for good.
+  if (!shared_att_.defined() || shared_att_.shape() != shape) shared_att_ = Tensor::zeros(shape, act_dtype_, device_);
   return shared_att_;
+}
+
+void ChunkModel::recompute_attention(const Context& ctx, int i, Tensor& att, const Tensor& qkv, const Tensor& free,
+                                     const ops::Dropout& d, const Tensor* key_mask) const {
+  if (!ctx.attention_shared || i < span_.recompute) return;
+  const ops::AttentionCalls& a = acts_->attention;
+  const int head_offset = int(a.NH) * tp_.rank();
+  Tensor out = free.view(0, {ctx.B, ctx.T, a.NH * a.HS});
+  if (a.causal)
+    ops::attention_forward(out, att, qkv, int(a.NH), d, head_offset);
+  else
+    ops::attention_masked_forward(out, att, qkv, key_mask, int(a.NH), d, head_offset);
 }
 
 std::unique_ptr<ModelContext> ChunkModel::make_context(int64_t B, int64_t T) const {

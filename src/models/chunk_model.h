@@ -250,16 +250,19 @@ class ChunkModel : public LanguageModel {
   }
   // Attention state may be compact (MakeTensor): on CUDA with 16-bit matmuls.
   bool fused_attention() const;
-  // Under parallel.recompute_attention (span.recompute_attention) the blocks'
-  // full (B, NH, T, T) att is one buffer per chunk, which every later block
-  // and microbatch overwrites; a compact state is kept as usual. When this
-  // says so, block_backward must call the attention forward again, with the
-  // forward's inputs and dropout keys, before the attention backward: that
-  // gives the forward's P bit for bit (the kernels are deterministic). Its
-  // output is not needed: any free tensor of that shape takes it.
-  bool attention_recomputed(const Context& ctx, int i) const {
-    return ctx.attention_shared && i >= span_.recompute;  // a recomputed block's forward just wrote it
-  }
+  // Call in block_backward just before the attention backward of block i,
+  // with the forward's att, qkv, dropout and key mask (the key_mask ops:
+  // ChunkActivations::attention.causal false). Under
+  // parallel.recompute_attention (span.recompute_attention) the blocks' full
+  // (B, NH, T, T) att is one buffer per chunk, which every later block and
+  // microbatch overwrites (a compact state is kept as usual); this calls the
+  // attention forward again into it, which gives the forward's P bit for bit
+  // (the kernels are deterministic). `free`: the qkv gradient, which the
+  // attention backward overwrites next, takes the output it does not need.
+  // Otherwise (and for a block recomputed whole, whose forward just wrote
+  // att) it does nothing.
+  void recompute_attention(const Context& ctx, int i, Tensor& att, const Tensor& qkv, const Tensor& free,
+                           const ops::Dropout& d, const Tensor* key_mask = nullptr) const;
 
   StageSpan span_;
   comm::Group& tp_;

@@ -41,7 +41,7 @@ struct StageSpan {
                           // recompute the rest in backward (activation recomputation)
   // The other blocks keep no attention probabilities: they share one buffer
   // per chunk and compute them again in backward (parallel.recompute_attention;
-  // ChunkModel::attention_recomputed).
+  // ChunkModel::recompute_attention).
   bool recompute_attention = false;
 };
 
