@@ -6,7 +6,10 @@
 // loop and compare the medians (bench/kernels/compare.py does this).
 //
 //   bench_kernels [--config small|tiny] [--threads N] [--reps R] [--only SUBSTRING]
-//                 [--precision fp32|bf16]
+//                 [--precision fp32|bf16] [--seq-len T] [--batch B]
+//
+// --seq-len and --batch replace the config's T and B (e.g. attention at
+// T = 1024: --seq-len 1024 --batch 1 --only attention).
 //
 // --precision bf16 routes the float gemms as runtime.precision: bf16 does on
 // the CPU (core/kernels/cpu/matmul_bf16.h), e.g. attention's products.
@@ -42,6 +45,7 @@ namespace {
 struct Options {
   std::string config = "small", only, precision = "fp32";
   int threads = 2, reps = 9;
+  int64_t seq_len = 0, batch = 0;  // 0: the config's
 };
 
 Options parse_options(int argc, char** argv) {
@@ -62,10 +66,15 @@ Options parse_options(int argc, char** argv) {
       o.only = value();
     else if (a == "--precision")
       o.precision = value();
+    else if (a == "--seq-len")
+      o.seq_len = std::stoll(value());
+    else if (a == "--batch")
+      o.batch = std::stoll(value());
     else
       throw std::invalid_argument("unknown option " + a + " (see the header of bench/kernels/main.cpp)");
   }
   if (o.threads < 1 || o.reps < 1) throw std::invalid_argument("--threads and --reps must be >= 1");
+  if (o.seq_len < 0 || o.batch < 0) throw std::invalid_argument("--seq-len and --batch must be >= 1");
   if (o.precision != "fp32" && o.precision != "bf16")
     throw std::invalid_argument("--precision " + o.precision + ": expected fp32 or bf16");
   return o;
@@ -108,6 +117,7 @@ std::vector<Kernel> block_kernels(const Shapes& d) {
   Tensor w = t({C}, 1.0f, 9), b = t({C}, 0.1f, 10), dw = t({C}, 0.0f, 11), db = t({C}, 0.0f, 12);
   Tensor mean = t({N}, 0.0f, 13), rstd = t({N}, 0.0f, 14);
   Tensor qkv = t({B, T, 3 * C}, 2.0f, 15), dqkv = t({B, T, 3 * C}, 1.0f, 16), att = t({B, NH, T, T}, 0.0f, 17);
+  Tensor att_c = t({2 * B * NH * T}, 0.0f, 27);  // the compact state (ops::attention_state_shape)
   Tensor scratch = t({B, NH, T, T}, 0.0f, 18), atty = t({B, T, C}, 1.0f, 19), datty = t({B, T, C}, 1.0f, 20);
   Tensor sm_in = t({B * NH * T, T}, 8.0f, 21), sm_out = t({B * NH * T, T}, 0.0f, 22);
   Tensor sm_dy = t({B * NH * T, T}, 1.0f, 23), sm_dx = t({B * NH * T, T}, 0.0f, 24);
@@ -127,6 +137,9 @@ std::vector<Kernel> block_kernels(const Shapes& d) {
       {"attention fwd", nullptr, [=]() mutable { ops::attention_forward(atty, att, qkv, int(NH), none); }},
       {"attention bwd", nullptr,
        [=]() mutable { ops::attention_backward(dqkv, scratch, datty, qkv, att, int(NH), none); }},
+      {"attention fwd compact", nullptr, [=]() mutable { ops::attention_forward(atty, att_c, qkv, int(NH), none); }},
+      {"attention bwd compact", nullptr,
+       [=]() mutable { ops::attention_backward(dqkv, att_c, datty, qkv, att_c, int(NH), none); }},
       {"softmax fwd (B*NH*T, T)", nullptr, [=]() mutable { ops::softmax_forward(sm_out, sm_in); }},
       {"softmax bwd (B*NH*T, T)", nullptr, [=]() mutable { ops::softmax_backward(sm_dx, sm_dy, sm_out); }},
   };
@@ -242,7 +255,7 @@ int main(int argc, char** argv) {
     for (const BenchConfig& c : gpt2_bench_configs())
       if (c.name == o.config) cfg = &c;
     if (!cfg) throw std::invalid_argument("--config " + o.config + ": expected small or tiny");
-    const Shapes d{cfg->B, cfg->T, cfg->C, cfg->NH, cfg->V, cfg->F};
+    const Shapes d{o.batch ? o.batch : cfg->B, o.seq_len ? o.seq_len : cfg->T, cfg->C, cfg->NH, cfg->V, cfg->F};
     std::printf("bench_kernels config=%s threads=%d reps=%d precision=%s (B %ld T %ld C %ld NH %ld V %ld F %ld)\n\n",
                 o.config.c_str(), o.threads, o.reps, o.precision.c_str(), long(d.B), long(d.T), long(d.C), long(d.NH),
                 long(d.V), long(d.F));

@@ -8,6 +8,7 @@
 //                    [--threads N[,N...]] [--steps S] [--warmup W] [--torch]
 //                    [--reference PATH] [--python PATH] [--peak GFLOPS] [--no-breakdown]
 //                    [--precision fp32|bf16|bf16-f32act|bf16-per-call] [--recompute-attention]
+//                    [--cpu-attention compact|full]
 //
 // --arch (default gpt2): gpt2 runs the built-in shapes small and tiny (--config
 // small|tiny|all, reference shared/reference/torch_gpt2_bench.py, or
@@ -33,6 +34,8 @@
 // fp32. --recompute-attention runs Lattice with parallel.recompute_attention
 // (the blocks share one buffer of attention probabilities, which backward
 // computes again); the activation line gives the context and workspace bytes.
+// --cpu-attention picks what the CPU attention kernels keep for backward
+// (parallel.cpu_attention: compact, the default, or full).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -48,6 +51,7 @@
 
 #include "core/error.h"
 #include "core/kernels/cpu/matmul.h"
+#include "core/ops.h"
 #include "core/param.h"
 #include "core/threads.h"
 #include "train_step/lattice_run.h"
@@ -66,6 +70,7 @@ struct Options {
   bool torch = false, breakdown = true;
   std::string precision = "fp32";
   bool recompute_attention = false;
+  std::string cpu_attention = "compact";
   std::string reference = LATTICE_BENCH_REFERENCE, python = "/usr/bin/python3";
   std::string zoo_dir = LATTICE_BENCH_ZOO_DIR;  // the llama / bert reference scripts
   double peak = 0;
@@ -178,6 +183,8 @@ Options parse_options(int argc, char** argv) {
       o.precision = value();
     else if (a == "--recompute-attention")
       o.recompute_attention = true;
+    else if (a == "--cpu-attention")
+      o.cpu_attention = value();
     else if (a == "--reference")
       o.reference = value();
     else if (a == "--python")
@@ -191,6 +198,8 @@ Options parse_options(int argc, char** argv) {
     for (const BenchConfig& c : configs_for(arch, config)) o.configs.push_back(c);
   if (o.threads.empty()) o.threads = {int(std::max(1u, std::thread::hardware_concurrency()))};
   if (o.steps < 1 || o.warmup < 0) throw std::invalid_argument("--steps must be >= 1 and --warmup >= 0");
+  if (o.cpu_attention != "compact" && o.cpu_attention != "full")
+    throw std::invalid_argument("--cpu-attention " + o.cpu_attention + ": expected compact or full");
   if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "bf16-f32act" && o.precision != "bf16-per-call")
     throw std::invalid_argument("--precision " + o.precision + ": expected fp32, bf16, bf16-f32act or bf16-per-call");
   return o;
@@ -276,6 +285,7 @@ Row measure(const Options& o, const BenchConfig& cfg, int threads) {
   if (!cfg.source.empty()) say(fmt::format("{} model from {} (dropout 0), B {} T {}", tag, cfg.source, cfg.B, cfg.T));
   const HalfMode half{.shadow = o.precision != "bf16-per-call", .act16 = o.precision == "bf16"};
   const StageSpan span{.recompute_attention = o.recompute_attention};
+  ops::set_cpu_attention_compact(o.cpu_attention == "compact");
   r.lat = run_lattice(cfg, o.steps, o.warmup, half, span, [&](const std::string& l) { say(tag + " " + l); });
   say(
       fmt::format("{} params {} (N for flops {}), GFLOP/step {:.2f}, scored targets/step {:.0f}, activations "
@@ -377,12 +387,13 @@ void print_raw(const std::vector<Row>& rows, const std::string& precision, bool 
         "tokens_per_s={:.0f} achieved_GFLOPs={:.1f} MFU={:.1f}% {}_GFLOPs={:.1f} "
         "{}_1024_GFLOPs={:.1f} {}_model_GFLOPs={:.1f} zero_grad_ms={:.1f} forward_ms={:.1f} "
         "backward_ms={:.1f} adamw_ms={:.1f}{} context_MiB={:.1f} workspace_MiB={:.1f} recompute_attention={} "
-        "blas_core={} load_before={}{}",
+        "cpu_attention={} blas_core={} load_before={}{}",
         enum_name(r.cfg.model.arch), r.cfg.name, r.threads, precision, r.lat.step_ms.median, r.lat.step_ms.min,
         r.lat.step_ms.max, lattice_tokens(r), g, 100 * g / r.peak, mm, r.peak, mm, r.sgemm.square, mm, r.sgemm.model,
         r.lat.zero_ms.median, r.lat.fwd_ms.median, r.lat.bwd_ms.median, r.lat.opt_ms.median, phase_fields(r),
         double(r.lat.activation_bytes) / (1 << 20), double(r.lat.workspace_bytes) / (1 << 20), int(recompute_attention),
-        lattice::blas_core(), r.load_before.empty() ? "?" : r.load_before.substr(0, r.load_before.find(' ')), torch));
+        ops::cpu_attention_compact() ? "compact" : "full", lattice::blas_core(),
+        r.load_before.empty() ? "?" : r.load_before.substr(0, r.load_before.find(' ')), torch));
     if (r.torch) say(r.torch->result_line);
     if (r.flops_differ) say("RESULT system=pytorch config=" + r.cfg.name + " FLOP_MODEL_DIFFERS");
     if (!r.torch_error.empty()) say("RESULT system=pytorch config=" + r.cfg.name + " FAILED: " + r.torch_error);

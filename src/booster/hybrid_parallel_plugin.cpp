@@ -11,6 +11,7 @@
 #include "core/backend.h"
 #include "core/kernels/cpu/matmul.h"
 #include "core/kernels/cpu/matmul_bf16.h"
+#include "core/ops.h"
 #include "models/registry.h"
 #include "optim/grad_clip.h"
 #include "pipeline/schedule.h"
@@ -89,6 +90,7 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
     if (const std::string e = comm::shared_gpu_error(keys); !e.empty()) config_fail(cfg, "runtime.device", e);
   }
   set_matmul_precision(cfg, placement_.device);
+  ops::set_cpu_attention_compact(cfg.parallel.cpu_attention == CpuAttention::compact);  // before the model allocates
   groups_ = std::make_unique<DeviceGroups>(mesh, placement_, cfg.runtime.comm_timeout_s);
   const int stage = mesh.this_coord().pp;
   stages_ = std::make_unique<pipeline::PipelineStageManager>(pipeline::make_stage_layout(stage_config_of(cfg, layout_)),

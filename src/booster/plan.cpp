@@ -242,13 +242,17 @@ RankMemory predict_rank_memory(const Config& cfg, const Layout& layout, const me
   m.data = 2 * int64_t(layout.microbatches) * B * T * kI32;  // token ids and targets of the step
 
   // Activations in the precision's type (16-bit under bf16/fp16), statistics f32.
-  // Attention state compact where cuDNN's fused attention may take the calls (ops::attention_state_shape).
+  // Attention state as the device takes it (ops::attention_state_on): the CPU's as parallel.cpu_attention says;
+  // on CUDA compact where cuDNN's fused attention may take the calls (ops::attention_state_shape).
   const DType act = precision_dtype(cfg.runtime.precision);
-  const bool fused_attention = cfg.runtime.device == DeviceType::cuda && cfg.runtime.precision != Precision::fp32;
+  const ops::AttentionState attention =
+      cfg.runtime.device == DeviceType::cuda
+          ? (cfg.runtime.precision != Precision::fp32 ? ops::AttentionState::fused_cuda : ops::AttentionState::full)
+          : (cfg.parallel.cpu_attention == CpuAttention::compact ? ops::AttentionState::compact_cpu
+                                                                 : ops::AttentionState::full);
   std::vector<ChunkActivations> chunks;
   for (const StageSpan& span : spans)
-    chunks.push_back(
-        {model_activation_bytes(cfg.model, span, tp, act, B, T, fused_attention), span.embedding, span.head});
+    chunks.push_back({model_activation_bytes(cfg.model, span, tp, act, B, T, attention), span.embedding, span.head});
   m.activations = simulate_activations(train_plan_of(cfg, layout, m.coord.pp), chunks,
                                        B * T * cfg.model.d_model * int64_t(dtype_size(act)));
   return m;
@@ -432,7 +436,11 @@ std::string memory_section(const JobPlan& p) {
   if (!par.recompute_layers_per_stage.empty())
     recompute += fmt::format("; blocks recomputed whole per chunk, by stage [{}]",
                              fmt::join(par.recompute_layers_per_stage, ", "));
-  if (par.recompute_attention) recompute += "; attention probabilities recomputed, one buffer per chunk";
+  // The CPU's compact attention state is per block and never shared, so recompute_attention changes nothing there.
+  if (p.cfg.runtime.device == DeviceType::cpu && par.cpu_attention == CpuAttention::compact)
+    recompute += "; attention kept as row statistics, its probabilities recomputed in backward";
+  else if (par.recompute_attention)
+    recompute += "; attention probabilities recomputed, one buffer per chunk";
   out += "activations at the peak, per stage (contexts kept per chunk; workspace; boundary buffers" + recompute + ")\n";
   std::set<int> done;
   for (const RankMemory& m : p.memory) {

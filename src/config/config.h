@@ -39,6 +39,11 @@ enum class OptimizerName : uint8_t { adamw, sgd };
 enum class LrDecay : uint8_t { cosine, linear, constant };
 enum class TokenizerName : uint8_t { gpt2, bytes };
 enum class Precision : uint8_t { fp32, bf16, fp16 };
+// parallel.cpu_attention: what the CPU attention kernels save for backward
+// (ops::AttentionState): each row's softmax statistics, linear in T, with P
+// computed again in backward (compact), or P itself, (B, NH, T, T) per layer
+// (full). The same bits either way.
+enum class CpuAttention : uint8_t { compact, full };
 // The type the matmul operands and the activations of a precision are stored
 // in: f32, bf16 or f16 (parameters, gradients and statistics stay f32).
 constexpr DType precision_dtype(Precision p) {
@@ -82,6 +87,10 @@ struct EnumNames<TokenizerName> {
 template <>
 struct EnumNames<Precision> {
   static constexpr std::array<std::string_view, 3> names{"fp32", "bf16", "fp16"};
+};
+template <>
+struct EnumNames<CpuAttention> {
+  static constexpr std::array<std::string_view, 2> names{"compact", "full"};
 };
 template <>
 struct EnumNames<DeviceType> {
@@ -182,6 +191,8 @@ struct ParallelConfig {
   // Selective recomputation: blocks keep no (B, NH, T, T) attention
   // probabilities; backward computes them again from the saved q, k, v.
   bool recompute_attention = false;
+  // What the CPU attention kernels keep for backward (CpuAttention above).
+  CpuAttention cpu_attention = CpuAttention::compact;
   bool operator==(const ParallelConfig&) const = default;
 };
 

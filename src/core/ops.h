@@ -150,19 +150,31 @@ void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, 
 void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                         int n_head, const Dropout& d, int head_offset = 0);
 
+// Which saved state attention calls on a device take:
+//   - full: (B, NH, T, T) probabilities, P before dropout;
+//   - compact_cpu: the CPU kernels' row statistics (core/kernels/cpu/
+//     attention.h), 2 * B * NH * T fp32 values (f64 for f64 activations),
+//     linear in T; backward computes P again block by block from them, with
+//     the full state's bits, for one more q k^T product per row block. Every
+//     attention op, causal or masked, dropout or not, takes it.
+//     parallel.cpu_attention: compact (the default) on the CPU;
+//   - fused_cuda: cuDNN's fused path's Stats and O where its rules take the
+//     calls, else full (below).
+enum class AttentionState { full, compact_cpu, fused_cuda };
+
 // What a model allocates for att and for backward's scratch, per layer, for
 // the attention calls `c` describes (the training calls: dropout p as
-// configured, whether a key mask may come):
-//   - (B, NH, T, T): the plain path's probabilities, on the CPU and wherever
-//     cuDNN's fused attention cannot take the calls;
-//   - compact, ({n}): the fused path's Stats and O only (sdpa_saved_elems of
-//     core/cuda/sdpa_plan.h: (B, NH, T) f32 and (B, T, C) 16-bit, linear in
-//     T), when `fused` (the calls run on CUDA with 16-bit matmuls:
-//     runtime.device cuda, runtime.precision bf16 or fp16), the calls are
-//     causal (attention_masked_* take (B, NH, T, T) only: their backward
-//     reads the key mask from P) and the fused path's rules take them
-//     (sdpa_supported: no dropout, no key mask, head size, T).
-// A compact call that takes the plain path after all (cuDNN refuses the
+// configured, whether a key mask may come), under state `where`:
+//   - full: (B, NH, T, T);
+//   - compact_cpu: ({2 * B * NH * T * k}) of `act`, k = 2 for 16-bit act
+//     (fp32 statistics in 16-bit elements), else 1;
+//   - fused_cuda: compact, ({n}), the fused path's Stats and O only
+//     (sdpa_saved_elems of core/cuda/sdpa_plan.h: (B, NH, T) f32 and
+//     (B, T, C) 16-bit, linear in T), when the calls are causal (CUDA's
+//     attention_masked_* take (B, NH, T, T) only: their backward reads the
+//     key mask from P) and the fused path's rules take them (sdpa_supported:
+//     no dropout, no key mask, head size, T); else (B, NH, T, T).
+// A fused_cuda call that takes the plain path after all (cuDNN refuses the
 // shape or fails to run it) runs sample by sample through two (NH, T, T)
 // temporaries the backend keeps per device (not counted by lattice plan or
 // peak_mem_bytes): forward computes P there, backward computes it again
@@ -174,10 +186,15 @@ struct AttentionCalls {
   bool key_mask = false;  // a key-padding mask may come (BERT)
   float p = 0.0f;         // dropout on the probabilities
 };
-Shape attention_state_shape(const AttentionCalls& c, DType act, bool fused);
-// `fused` above for calls on `dev` with the matmul type it has now: CUDA
-// with 16-bit matmuls (the one rule the ops' shape checks and the models use).
-bool fused_attention_on(Device dev);
+Shape attention_state_shape(const AttentionCalls& c, DType act, AttentionState where);
+// The state calls on `dev` take now (the one rule the ops' shape checks and
+// the models use): CUDA with 16-bit matmuls, fused_cuda; other CUDA, full;
+// the CPU, compact_cpu unless set_cpu_attention_compact(false).
+AttentionState attention_state_on(Device dev);
+// Process-wide, for the CPU (parallel.cpu_attention; default true). Models
+// read it when they allocate, so set it before building one.
+void set_cpu_attention_compact(bool compact);
+bool cpu_attention_compact();
 
 // ---- embedding ------------------------------------------------------------
 // out (N, C) = weight[ids - vocab_start]; ids outside [vocab_start,
@@ -263,10 +280,12 @@ void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum, float lr, f
 // 16-bit activations as for attention_backward.
 void attention_masked_forward(Tensor& out, Tensor& att, const Tensor& qkv, const Tensor* key_mask, int n_head,
                               const Dropout& d, int head_offset = 0);
-// dqkv (B, T, 3 * NH * HS) overwrite; `scratch` (B, NH, T, T) workspace. The
-// mask is read from att (zero where masked), so backward does not take it.
+// dqkv (B, T, 3 * NH * HS) overwrite; `scratch` as for attention_backward.
+// key_mask: forward's. The full state's backward reads the mask from att
+// (zero where masked) and ignores it; the CPU's compact state computes P
+// again and needs it.
 void attention_masked_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,
-                               int n_head, const Dropout& d, int head_offset = 0);
+                               const Tensor* key_mask, int n_head, const Dropout& d, int head_offset = 0);
 
 // GELU with erf: out = 0.5 x (1 + erf(x / sqrt 2)) (BERT). Any shape.
 void gelu_erf_forward(Tensor& out, const Tensor& inp);

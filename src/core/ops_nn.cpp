@@ -1,6 +1,8 @@
 // The op dispatch layer, part two (see ops.h): dropout, attention, embedding
 // and loss. Part one (ops.cpp) holds matmul, norms, activations, element-wise
 // ops and optimizer updates.
+#include <atomic>
+
 #include "core/backend.h"
 #include "core/cuda/sdpa_plan.h"
 #include "core/kernels/cpu/attention.h"
@@ -65,27 +67,37 @@ cuda::SdpaShape sdpa_view(const AttentionCalls& c, DType act) {
                          .act16 = is_16bit(act)};
 }
 
-// The shape of one call's att and scratch. `compact`, given by the causal
-// ops only, says whether att is the compact state (attention_state_shape),
-// which a device cuDNN's fused attention may run on takes.
+// Elements of `act` the CPU kernels' compact state of (B, NH, T) takes
+// (cpu::attention_compact_elems).
+int64_t cpu_compact_elems(DType act, int64_t B, int64_t NH, int64_t T) {
+  return 2 * B * NH * T * (is_16bit(act) ? 2 : 1);
+}
+
+// The shape of one call's att and scratch. att may be compact
+// (attention_state_shape): on the CPU, the kernels' row statistics (any
+// attention op); on CUDA, the state cuDNN's fused attention takes, which
+// `compact` (given by the causal ops only) receives.
 cpu::AttentionDims attention_dims(const char* op, const Tensor& y, const Tensor& att, const Tensor& qkv, int n_head,
                                   const Dropout& d, int head_offset, bool* compact = nullptr) {
   LATTICE_CHECK(qkv.ndim() == 3 && n_head > 0 && qkv.dim(2) % (3 * int64_t(n_head)) == 0,
                 "ops::{}: qkv {} must be (B, T, 3 * NH * HS) with NH = {}", op, shape_str(qkv.shape()), n_head);
   int64_t B = qkv.dim(0), T = qkv.dim(1), HS = qkv.dim(2) / (3 * n_head);
-  const bool is_compact = compact && att.numel() != B * n_head * T * T && fused_attention_on(att.device()) &&
-                          att.numel() == cuda::sdpa_saved_elems(sdpa_view({B, T, n_head, HS}, att.dtype()));
-  LATTICE_CHECK(y.numel() == B * T * n_head * HS && (att.numel() == B * n_head * T * T || is_compact),
-                "ops::{}: qkv {} needs (B, T, C) = ({}, {}, {}) and att (B, NH, T, T){}, got {} and {}", op,
-                shape_str(qkv.shape()), B, T, n_head * HS,
-                compact ? " or, on CUDA with 16-bit matmuls, the compact state (ops::attention_state_shape)" : "",
-                shape_str(y.shape()), shape_str(att.shape()));
+  const bool full = att.ndim() == 4 && att.numel() == B * n_head * T * T;
+  const bool cpu_compact =
+      !full && att.device().is_cpu() && att.ndim() == 1 && att.numel() == cpu_compact_elems(att.dtype(), B, n_head, T);
+  const bool cuda_compact = compact && !full && att.numel() != B * n_head * T * T &&
+                            attention_state_on(att.device()) == AttentionState::fused_cuda &&
+                            att.numel() == cuda::sdpa_saved_elems(sdpa_view({B, T, n_head, HS}, att.dtype()));
+  LATTICE_CHECK(y.numel() == B * T * n_head * HS && (att.numel() == B * n_head * T * T || cpu_compact || cuda_compact),
+                "ops::{}: qkv {} needs (B, T, C) = ({}, {}, {}) and att (B, NH, T, T) or the compact state "
+                "(ops::attention_state_shape), got {} and {}",
+                op, shape_str(qkv.shape()), B, T, n_head * HS, shape_str(y.shape()), shape_str(att.shape()));
   LATTICE_CHECK(d.p >= 0.0f && d.p < 1.0f && head_offset >= 0, "ops::{}: p = {} must lie in [0, 1), head_offset {}", op,
                 d.p, head_offset);
   LATTICE_CHECK(std::max(T, 3 * n_head * HS) <= INT_MAX, "ops::{}: qkv {} exceeds the BLAS int range", op,
                 shape_str(qkv.shape()));
-  if (compact) *compact = is_compact;
-  return {B, T, n_head, HS, head_offset};
+  if (compact) *compact = cuda_compact;
+  return {B, T, n_head, HS, head_offset, cpu_compact};
 }
 
 // 16-bit attention hands its 16-bit operands to the matmuls as they are, so
@@ -112,16 +124,27 @@ CudaAttentionArgs cuda_attention(const cpu::AttentionDims& ad, const Dropout& d,
 }
 }  // namespace
 
-Shape attention_state_shape(const AttentionCalls& c, DType act, bool fused) {
+Shape attention_state_shape(const AttentionCalls& c, DType act, AttentionState where) {
   LATTICE_CHECK(c.B > 0 && c.T > 0 && c.NH > 0 && c.HS > 0,
                 "ops::attention_state_shape: empty shape B {} T {} NH {} HS {}", c.B, c.T, c.NH, c.HS);
-  // Only the causal ops take a compact state (attention_masked_*'s backward reads the key mask from P).
+  if (where == AttentionState::compact_cpu) return {cpu_compact_elems(act, c.B, c.NH, c.T)};
+  // Only the causal ops take CUDA's compact state (attention_masked_*'s backward reads the key mask from P).
   const cuda::SdpaShape s = sdpa_view(c, act);
-  if (!fused || !c.causal || !cuda::sdpa_supported(s, nullptr)) return {c.B, c.NH, c.T, c.T};
+  if (where == AttentionState::full || !c.causal || !cuda::sdpa_supported(s, nullptr)) return {c.B, c.NH, c.T, c.T};
   return {cuda::sdpa_saved_elems(s)};
 }
 
-bool fused_attention_on(Device dev) { return dev.is_cuda() && is_16bit(cuda_backend().matmul_dtype()); }
+namespace {
+std::atomic<bool> g_cpu_attention_compact{true};
+}  // namespace
+
+void set_cpu_attention_compact(bool compact) { g_cpu_attention_compact = compact; }
+bool cpu_attention_compact() { return g_cpu_attention_compact; }
+
+AttentionState attention_state_on(Device dev) {
+  if (dev.is_cuda()) return is_16bit(cuda_backend().matmul_dtype()) ? AttentionState::fused_cuda : AttentionState::full;
+  return cpu_attention_compact() ? AttentionState::compact_cpu : AttentionState::full;
+}
 
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset) {
   check_same("attention_forward", {&out, &att, &qkv});
@@ -157,8 +180,7 @@ void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const
                                                qkv.raw(), att.raw(), cuda_attention(ad, d, true, nullptr, compact));
   on_cpu_act("attention_backward", dqkv, [&](auto t) {
     using T = decltype(t);
-    cpu::attention_backward<T>(sp<T>(dqkv), sp<T>(scratch), sp<T>(dout), sp<T>(qkv), sp<T>(att), d.key, d.sample0, d.p,
-                               ad);
+    cpu::attention_backward<T>(sp<T>(dqkv), sp<T>(dout), sp<T>(qkv), sp<T>(att), d.key, d.sample0, d.p, ad);
   });
 }
 
@@ -410,9 +432,14 @@ void attention_masked_forward(Tensor& out, Tensor& att, const Tensor& qkv, const
 }
 
 void attention_masked_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,
-                               int n_head, const Dropout& d, int head_offset) {
+                               const Tensor* key_mask, int n_head, const Dropout& d, int head_offset) {
   check_same("attention_masked_backward", {&dqkv, &scratch, &dout, &qkv, &att});
   cpu::AttentionDims ad = attention_dims("attention_masked_backward", dout, att, qkv, n_head, d, head_offset);
+  if (key_mask) {
+    check_ids("attention_masked_backward", *key_mask, qkv);
+    LATTICE_CHECK(key_mask->numel() == ad.B * ad.T, "ops::attention_masked_backward: key_mask {} for (B, T) = ({}, {})",
+                  shape_str(key_mask->shape()), ad.B, ad.T);
+  }
   LATTICE_CHECK(dqkv.numel() == qkv.numel() && scratch.numel() == att.numel(),
                 "ops::attention_masked_backward: dqkv {} scratch {} for qkv {} att {}", shape_str(dqkv.shape()),
                 shape_str(scratch.shape()), shape_str(qkv.shape()), shape_str(att.shape()));
@@ -423,10 +450,11 @@ void attention_masked_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout
   if (cuda_16(dqkv))
     return cuda_backend().attention_backward16(dqkv.device().index, dqkv.dtype(), dqkv.raw(), scratch.raw(), dout.raw(),
                                                qkv.raw(), att.raw(), cuda_attention(ad, d, false, nullptr));
+  const int32_t* mask = key_mask ? key_mask->data<int32_t>() : nullptr;
   on_cpu_act("attention_masked_backward", dqkv, [&](auto t) {
     using T = decltype(t);
-    cpu::attention_masked_backward<T>(sp<T>(dqkv), sp<T>(scratch), sp<T>(dout), sp<T>(qkv), sp<T>(att), d.key,
-                                      d.sample0, d.p, ad);
+    cpu::attention_masked_backward<T>(sp<T>(dqkv), sp<T>(dout), sp<T>(qkv), sp<T>(att), mask, d.key, d.sample0, d.p,
+                                      ad);
   });
 }
 

@@ -113,12 +113,12 @@ void ChunkModel::fill_workspace(Workspace& ws, const ChunkActivations& acts, con
 }
 
 ChunkModel::Workspace& ChunkModel::workspace(int64_t B, int64_t T) {
-  const bool fused = fused_attention();
-  if (ws_.B == B && ws_.T == T && ws_.fused_attention == fused) return ws_;
+  const ops::AttentionState state = attention_state();
+  if (ws_.B == B && ws_.T == T && ws_.attention == state) return ws_;
   const MakeTensor alloc([this](Shape s, DType t) { return Tensor::zeros(std::move(s), t, device_); }, act_dtype_,
-                         fused);
+                         state);
   fill_workspace(ws_, *acts_, span_, alloc, shared_attention(alloc, B, T), B, T);
-  ws_.fused_attention = fused;
+  ws_.attention = state;
   return ws_;
 }
 
@@ -151,13 +151,13 @@ std::unique_ptr<ModelContext> ChunkModel::make_context(int64_t B, int64_t T) con
         c.bytes_ += int64_t(t.nbytes());
         return t;
       },
-      act_dtype_, fused_attention());
+      act_dtype_, attention_state());
   fill_context(c, *acts_, span_, alloc, shared_attention(alloc, B, T), B, T);  // the shared buffer is not c's
   return ctx;
 }
 
 ActivationBytes ChunkModel::activation_bytes_of(const ChunkActivations& acts, StageSpan span, DType activation,
-                                                int64_t B, int64_t T, bool fused_attention) {
+                                                int64_t B, int64_t T, ops::AttentionState attention) {
   if (span.end_layer < 0) span.end_layer = acts.n_layer;
   int64_t counted = 0;
   // The allocator takes at least one byte per tensor (core/allocator.cpp).
@@ -166,7 +166,7 @@ ActivationBytes ChunkModel::activation_bytes_of(const ChunkActivations& acts, St
         counted += std::max<int64_t>(1, shape_numel(s) * int64_t(dtype_size(dtype)));
         return Tensor();
       },
-      activation, fused_attention);
+      activation, attention);
   ActivationBytes out;
   Context ctx;
   fill_context(ctx, acts, span, count, Tensor(), B, T);
@@ -180,10 +180,10 @@ ActivationBytes ChunkModel::activation_bytes_of(const ChunkActivations& acts, St
 }
 
 ActivationBytes ChunkModel::activation_bytes(int64_t B, int64_t T) const {
-  return activation_bytes_of(*acts_, span_, act_dtype_, B, T, fused_attention());
+  return activation_bytes_of(*acts_, span_, act_dtype_, B, T, attention_state());
 }
 
-bool ChunkModel::fused_attention() const { return ops::fused_attention_on(device_); }
+ops::AttentionState ChunkModel::attention_state() const { return ops::attention_state_on(device_); }
 
 // A recomputed block's tensors live in the workspace, shared by every context.
 SavedTensors& ChunkModel::saved_for(Context& ctx, int i) {

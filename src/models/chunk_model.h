@@ -76,17 +76,18 @@ struct LayerNormHeadTensors : LmHeadTensors {
 // dtype beside 16-bit activations (core/dtype.h master_dtype): saved
 // statistics (norm mean/rstd), losses and lse, parameter-gradient scratch.
 // make.attention(calls) is one layer's attention state (att, or backward's
-// scratch) in the activation dtype: (B, NH, T, T), or compact where
-// `fused_attention` (CUDA with 16-bit matmuls) and the fused path takes the
-// calls (ops::attention_state_shape). A MakeTensor made by
+// scratch) in the activation dtype: (B, NH, T, T), or compact, as the
+// device's `attention` state gives (ops::attention_state_shape: the CPU
+// kernels' row statistics; on CUDA with 16-bit matmuls, where the fused path
+// takes the calls, its Stats and O). A MakeTensor made by
 // sharing_attention(t) hands out `t` for every full (B, NH, T, T) state
 // instead of making one (the chunk's shared probabilities under
 // parallel.recompute_attention; t undefined when only counting).
 class MakeTensor {
  public:
   using Fn = std::function<Tensor(Shape, DType)>;
-  MakeTensor(Fn fn, DType activation, bool fused_attention)
-      : fn_(std::move(fn)), act_(activation), master_(master_dtype(activation)), fused_attention_(fused_attention) {}
+  MakeTensor(Fn fn, DType activation, ops::AttentionState attention)
+      : fn_(std::move(fn)), act_(activation), master_(master_dtype(activation)), attention_(attention) {}
   Tensor operator()(Shape s) const { return fn_(std::move(s), act_); }
   Tensor master(Shape s) const { return fn_(std::move(s), master_); }
   Tensor attention(const ops::AttentionCalls& calls) const {
@@ -95,9 +96,9 @@ class MakeTensor {
     return fn_(std::move(s), act_);
   }
   Shape attention_shape(const ops::AttentionCalls& calls) const {
-    return ops::attention_state_shape(calls, act_, fused_attention_);
+    return ops::attention_state_shape(calls, act_, attention_);
   }
-  // (B, NH, T, T) probabilities, as opposed to the fused path's compact state.
+  // (B, NH, T, T) probabilities, as opposed to a compact state.
   static bool full_attention_state(const Shape& s) { return s.size() == 4; }
   MakeTensor sharing_attention(Tensor shared) const {
     MakeTensor m = *this;
@@ -108,7 +109,7 @@ class MakeTensor {
  private:
   Fn fn_;
   DType act_, master_;
-  bool fused_attention_;
+  ops::AttentionState attention_;
   bool share_attention_ = false;
   Tensor shared_attention_;
 };
@@ -165,9 +166,9 @@ class ChunkModel : public LanguageModel {
 
   // What chunk `span` of a model with these activations holds at (B, T) with
   // activations in `activation` (statistics in its master dtype), counted
-  // without allocating (lattice plan); `fused_attention` as MakeTensor's.
+  // without allocating (lattice plan); `attention` as MakeTensor's.
   static ActivationBytes activation_bytes_of(const ChunkActivations& acts, StageSpan span, DType activation, int64_t B,
-                                             int64_t T, bool fused_attention);
+                                             int64_t T, ops::AttentionState attention);
 
  protected:
   // One in-flight microbatch.
@@ -249,7 +250,7 @@ class ChunkModel : public LanguageModel {
     return static_cast<S&>(*ctx.head);
   }
   // Attention state may be compact (MakeTensor): on CUDA with 16-bit matmuls.
-  bool fused_attention() const;
+  ops::AttentionState attention_state() const;  // the device's now (ops::attention_state_on)
   // Call in block_backward just before the attention backward of block i,
   // with the forward's att, qkv, dropout and key mask (the key_mask ops:
   // ChunkActivations::attention.causal false). Under
@@ -274,7 +275,7 @@ class ChunkModel : public LanguageModel {
  private:
   struct Workspace {
     int64_t B = 0, T = 0;
-    bool fused_attention = false;              // its attention scratch may be compact (MakeTensor)
+    ops::AttentionState attention{};           // its attention scratch's state (MakeTensor)
     Tensor dbuf[2];                            // (B, T, C) gradient ping-pong
     std::unique_ptr<SavedTensors> scratch;     // the model's
     std::unique_ptr<SavedTensors> recomputed;  // tensors of the block being recomputed

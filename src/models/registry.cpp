@@ -37,8 +37,8 @@ std::unique_ptr<LanguageModel> build_model(const ModelConfig& cfg, FlatParams& p
 }
 
 ActivationBytes model_activation_bytes(const ModelConfig& cfg, const StageSpan& span, const TpShard& shard, DType dtype,
-                                       int64_t B, int64_t T, bool fused_attention) {
-  return model_entry(cfg.arch).activation_bytes(cfg, span, shard, dtype, B, T, fused_attention);
+                                       int64_t B, int64_t T, ops::AttentionState attention) {
+  return model_entry(cfg.arch).activation_bytes(cfg, span, shard, dtype, B, T, attention);
 }
 
 }  // namespace lattice

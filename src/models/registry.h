@@ -12,6 +12,7 @@
 
 #include "comm/communicator.h"
 #include "config/config.h"
+#include "core/ops.h"
 #include "core/param.h"
 #include "models/model.h"
 #include "models/policy.h"
@@ -26,7 +27,7 @@ struct ModelEntry {
   std::function<ShardingPolicy(const ModelConfig&)> policy;
   std::function<std::unique_ptr<LanguageModel>(const ModelConfig&, FlatParams&, comm::Group&, StageSpan)> build;
   std::function<ActivationBytes(const ModelConfig&, const StageSpan&, const TpShard&, DType, int64_t B, int64_t T,
-                                bool fused_attention)>
+                                ops::AttentionState attention)>
       activation_bytes;
   // Optional: the model's training objective on a batch the loader filled with
   // windows (inputs) and next tokens (targets), both (B, T) i32, rewritten in
@@ -54,7 +55,7 @@ void copy_common_keys(const ModelConfig& m, Cfg& c) {
 // The entry of a model built the usual way: `config_of` turns model.* keys
 // into the model's config (one line for what it cannot take), `specs` and
 // `policy` are its table and policy, Model(cfg, params, tp, span) its chunk and
-// Model::activation_bytes_of(cfg, span, shard, dtype, B, T, fused_attention) its byte count.
+// Model::activation_bytes_of(cfg, span, shard, dtype, B, T, attention) its byte count.
 template <class Model, class Cfg>
 ModelEntry chunk_model_entry(ModelArch arch, Cfg (*config_of)(const ModelConfig&),
                              std::vector<ParamSpec> (*specs)(const Cfg&), ShardingPolicy (*policy)(const Cfg&)) {
@@ -67,8 +68,8 @@ ModelEntry chunk_model_entry(ModelArch arch, Cfg (*config_of)(const ModelConfig&
     return std::make_unique<Model>(config_of(m), p, tp, span);
   };
   e.activation_bytes = [=](const ModelConfig& m, const StageSpan& span, const TpShard& shard, DType dtype, int64_t B,
-                           int64_t T, bool fused_attention) {
-    return Model::activation_bytes_of(config_of(m), span, shard, dtype, B, T, fused_attention);
+                           int64_t T, ops::AttentionState attention) {
+    return Model::activation_bytes_of(config_of(m), span, shard, dtype, B, T, attention);
   };
   return e;
 }
@@ -87,9 +88,8 @@ std::unique_ptr<LanguageModel> build_model(const ModelConfig& cfg, FlatParams& p
                                            StageSpan span = {});
 // The activation bytes of chunk `span` of that model, sharded as `shard`, at
 // microbatch (B, T) in `dtype`, without building it (lattice plan).
-// `fused_attention`: on CUDA with 16-bit matmuls, where attention state may
-// be compact (ops::attention_state_shape).
+// `attention`: the state attention takes there (ops::attention_state_shape).
 ActivationBytes model_activation_bytes(const ModelConfig& cfg, const StageSpan& span, const TpShard& shard, DType dtype,
-                                       int64_t B, int64_t T, bool fused_attention);
+                                       int64_t B, int64_t T, ops::AttentionState attention);
 
 }  // namespace lattice

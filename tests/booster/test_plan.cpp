@@ -84,19 +84,32 @@ TEST(Plan, ReportHasEverySectionForSeveralLayouts) {
 // The activation header says which recomputation the prediction assumes, and
 // selective recomputation shrinks the prediction.
 TEST(Plan, ReportNamesTheRecomputation) {
-  const std::string plain = report(tiny({"parallel.pp=2"}), 2);
+  const std::string plain = report(tiny({"parallel.pp=2", "parallel.cpu_attention=full"}), 2);
   EXPECT_FALSE(has(plain, "recomputed")) << plain;
-  const Config cfg =
-      tiny({"parallel.pp=2", "parallel.recompute_layers_per_stage=[2,1]", "parallel.recompute_attention=true"});
+  const Config cfg = tiny({"parallel.pp=2", "parallel.recompute_layers_per_stage=[2,1]",
+                           "parallel.recompute_attention=true", "parallel.cpu_attention=full"});
   const std::string text = report(cfg, 2);
   EXPECT_TRUE(has(text,
                   "; blocks recomputed whole per chunk, by stage [2, 1]; attention probabilities recomputed, "
                   "one buffer per chunk)\n"))
       << text;
-  const JobPlan with = make_job_plan(tiny({"parallel.pp=2", "parallel.recompute_attention=true"}), 2);
-  const JobPlan without = make_job_plan(tiny({"parallel.pp=2"}), 2);
+  const JobPlan with =
+      make_job_plan(tiny({"parallel.pp=2", "parallel.recompute_attention=true", "parallel.cpu_attention=full"}), 2);
+  const JobPlan without = make_job_plan(tiny({"parallel.pp=2", "parallel.cpu_attention=full"}), 2);
   for (int r = 0; r < 2; ++r)
     EXPECT_LT(with.memory[size_t(r)].activations.total(), without.memory[size_t(r)].activations.total()) << r;
+  // The CPU's compact state (the default) says so, with or without recompute_attention, which changes nothing.
+  for (const char* shared : {"parallel.recompute_attention=false", "parallel.recompute_attention=true"}) {
+    const std::string compact = report(tiny({"parallel.pp=2", shared}), 2);
+    EXPECT_TRUE(has(compact, "; attention kept as row statistics, its probabilities recomputed in backward)\n"))
+        << compact;
+    const JobPlan c = make_job_plan(tiny({"parallel.pp=2", shared}), 2);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_LT(c.memory[size_t(r)].activations.total(), with.memory[size_t(r)].activations.total()) << r;
+      EXPECT_EQ(c.memory[size_t(r)].activations.total(),
+                make_job_plan(tiny({"parallel.pp=2"}), 2).memory[size_t(r)].activations.total());
+    }
+  }
 }
 
 TEST(Plan, GroupsAreTheMeshGroupsAsWorldRanks) {
@@ -183,30 +196,34 @@ TEST(Plan, AttentionStateIsCompactOnCudaWith16BitMatmuls) {
   const Config cfg = tiny();
   const int64_t B = 2, T = 48, NH = cfg.model.n_head, HS = cfg.model.d_model / NH;
   const TpShard shard{.vocab_multiple = cfg.model.vocab_multiple};
-  const Shape compact = ops::attention_state_shape({.B = B, .T = T, .NH = NH, .HS = HS}, DType::bf16, true);
+  const Shape compact =
+      ops::attention_state_shape({.B = B, .T = T, .NH = NH, .HS = HS}, DType::bf16, ops::AttentionState::fused_cuda);
   ASSERT_EQ(compact.size(), 1u);
   const int64_t saved = (B * NH * T * T - compact[0]) * 2;  // bytes per attention state, bf16
   EXPECT_GT(B * NH * T * T, 4 * compact[0]);
   for (StageSpan span : {StageSpan{}, StageSpan{0, 4, true, true, 1}, StageSpan{1, 3, false, false, 0}}) {
     SCOPED_TRACE(testing::Message() << "span [" << span.first_layer << ", " << span.end_layer << ") recompute "
                                     << span.recompute);
-    const ActivationBytes plain = model_activation_bytes(cfg.model, span, shard, DType::bf16, B, T, false);
-    const ActivationBytes fused = model_activation_bytes(cfg.model, span, shard, DType::bf16, B, T, true);
+    const ActivationBytes plain =
+        model_activation_bytes(cfg.model, span, shard, DType::bf16, B, T, ops::AttentionState::full);
+    const ActivationBytes fused =
+        model_activation_bytes(cfg.model, span, shard, DType::bf16, B, T, ops::AttentionState::fused_cuda);
     const int64_t layers = (span.end_layer < 0 ? cfg.model.n_layer : span.end_layer) - span.first_layer;
     EXPECT_EQ(plain.context - fused.context, (layers - span.recompute) * saved);
     EXPECT_EQ(plain.workspace - fused.workspace, (span.recompute > 0 ? 2 : 1) * saved);
     EXPECT_EQ(plain.transient, fused.transient);
   }
   const Config bert = tiny({"model.arch=bert"});
-  EXPECT_EQ(model_activation_bytes(bert.model, {}, shard, DType::bf16, B, T, true).context,
-            model_activation_bytes(bert.model, {}, shard, DType::bf16, B, T, false).context);
+  EXPECT_EQ(model_activation_bytes(bert.model, {}, shard, DType::bf16, B, T, ops::AttentionState::fused_cuda).context,
+            model_activation_bytes(bert.model, {}, shard, DType::bf16, B, T, ops::AttentionState::full).context);
 
-  const int64_t on_cpu = make_job_plan(tiny({"runtime.precision=bf16"}), 1).memory[0].activations.total();
+  const int64_t on_cpu =
+      make_job_plan(tiny({"runtime.precision=bf16", "parallel.cpu_attention=full"}), 1).memory[0].activations.total();
   const int64_t on_cuda =
       make_job_plan(tiny({"runtime.precision=bf16", "runtime.device=cuda"}), 1).memory[0].activations.total();
   EXPECT_GT(on_cpu - on_cuda, int64_t(cfg.model.n_layer) * saved);  // every layer of every context in flight, at least
   EXPECT_EQ(make_job_plan(tiny({"runtime.device=cuda"}), 1).memory[0].activations.total(),
-            make_job_plan(tiny(), 1).memory[0].activations.total());  // fp32: the plain path
+            make_job_plan(tiny({"parallel.cpu_attention=full"}), 1).memory[0].activations.total());  // fp32: plain
 }
 
 // On a GPU under bf16 the model allocates what the plan counts, compact
@@ -225,8 +242,10 @@ TEST(Plan, CudaContextHoldsTheCompactAttentionStateThePlanCounts) {
   const test::GpuMatmuls bf16(DType::bf16);
   auto model = build_model(cfg.model, params, tp, {});
   model->set_activation_dtype(DType::bf16);
-  const ActivationBytes want = model_activation_bytes(cfg.model, {}, shard, DType::bf16, B, T, true);
-  EXPECT_LT(want.context, model_activation_bytes(cfg.model, {}, shard, DType::bf16, B, T, false).context);
+  const ActivationBytes want =
+      model_activation_bytes(cfg.model, {}, shard, DType::bf16, B, T, ops::AttentionState::fused_cuda);
+  EXPECT_LT(want.context,
+            model_activation_bytes(cfg.model, {}, shard, DType::bf16, B, T, ops::AttentionState::full).context);
   const int64_t live = memory_stats(Device::cuda(0)).live_bytes;
   auto ctx = model->make_context(B, T);
   EXPECT_EQ(ctx->bytes(), want.context);
@@ -248,7 +267,8 @@ TEST(Plan, ActivationBytesAreWhatTheModelAllocates) {
                       Device::cpu(), shard);
     params.init(1);
     auto model = build_model(cfg.model, params, tp, span);
-    const ActivationBytes want = model_activation_bytes(cfg.model, span, shard, DType::f32, B, T, false);
+    const ActivationBytes want =
+        model_activation_bytes(cfg.model, span, shard, DType::f32, B, T, ops::attention_state_on(Device::cpu()));
     EXPECT_EQ(model->activation_bytes(B, T).context, want.context);
     Tensor ids = Tensor::zeros({B, T}, DType::i32), targets = Tensor::zeros({B, T}, DType::i32);
     Tensor act = test::random_tensor({B, T, C}, DType::f32, 3), out = Tensor::zeros({B, T, C}, DType::f32);

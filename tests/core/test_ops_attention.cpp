@@ -1,4 +1,5 @@
 // Tests of core/kernels/cpu/attention.cpp through ops::attention_*.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -6,6 +7,7 @@
 
 #include "core/ops.h"
 #include "ops_test_helpers.h"
+#include "support/attention_case.h"
 #include "support/error_text.h"
 
 using namespace lattice;
@@ -57,21 +59,29 @@ Tensor naive_attention(const Tensor& qkv, const Dims& s, const ops::Dropout& d, 
   return out;
 }
 
+// att's shape: (B, NH, T, T), or the CPU's compact state (row statistics).
+Shape state_shape(const Dims& s, DType dt, bool compact) {
+  return ops::attention_state_shape({.B = s.B, .T = s.T, .NH = s.NH, .HS = s.HS}, dt,
+                                    compact ? ops::AttentionState::compact_cpu : ops::AttentionState::full);
+}
+
 // out, att, dqkv of one forward + backward with dout = R.
-std::vector<Tensor> run(const Dims& s, DType dt, const ops::Dropout& d) {
+std::vector<Tensor> run(const Dims& s, DType dt, const ops::Dropout& d, bool compact = false) {
   Tensor qkv = random_tensor({s.B, s.T, 3 * s.C()}, dt, 41, 1.5), R = random_tensor({s.B, s.T, s.C()}, dt, 42);
-  Tensor out = Tensor::zeros({s.B, s.T, s.C()}, dt), att = Tensor::zeros({s.B, s.NH, s.T, s.T}, dt);
+  Tensor out = Tensor::zeros({s.B, s.T, s.C()}, dt), att = Tensor::zeros(state_shape(s, dt, compact), dt);
   ops::attention_forward(out, att, qkv, int(s.NH), d);
   Tensor dqkv = zeros_like(qkv), scratch = zeros_like(att);
   ops::attention_backward(dqkv, scratch, R, qkv, att, int(s.NH), d);
   return {out, att, dqkv};
 }
 
-void check_gradients(const Dims& s, float p) {
+void check_gradients(const Dims& s, float p, bool compact) {
+  SCOPED_TRACE(compact ? "compact state" : "full state");
   ops::Dropout d = dropout(p);
   Tensor qkv = random_tensor({s.B, s.T, 3 * s.C()}, DType::f64, 41, 1.5);
   Tensor R = random_tensor({s.B, s.T, s.C()}, DType::f64, 42);
-  Tensor out = Tensor::zeros({s.B, s.T, s.C()}, DType::f64), att = Tensor::zeros({s.B, s.NH, s.T, s.T}, DType::f64);
+  Tensor out = Tensor::zeros({s.B, s.T, s.C()}, DType::f64);
+  Tensor att = Tensor::zeros(state_shape(s, DType::f64, compact), DType::f64);
   ops::attention_forward(out, att, qkv, int(s.NH), d);
   Tensor dqkv = random_tensor(qkv.shape(), DType::f64, 43), scratch = zeros_like(att);  // dirty: overwritten
   ops::attention_backward(dqkv, scratch, R, qkv, att, int(s.NH), d);
@@ -112,13 +122,47 @@ TEST(OpsAttention, ForwardMatchesDefinition) {
 }
 
 TEST(OpsAttention, Gradcheck) {
-  check_gradients(kSmall, 0.0f);
-  check_gradients(kLong, 0.0f);
+  for (bool compact : {false, true}) {
+    check_gradients(kSmall, 0.0f, compact);
+    check_gradients(kLong, 0.0f, compact);
+  }
 }
 
 TEST(OpsAttention, GradcheckWithDropout) {
-  check_gradients(kSmall, 0.3f);
-  check_gradients(kLong, 0.2f);
+  for (bool compact : {false, true}) {
+    check_gradients(kSmall, 0.3f, compact);
+    check_gradients(kLong, 0.2f, compact);
+  }
+}
+
+// The compact state (row statistics; backward computes P again block by
+// block) gives the full state's bits, causal and masked, with and without
+// dropout, across several row blocks and threads, f32 and f64; the masked
+// ops take forward's key mask in backward (a padded sample, one with no
+// valid key).
+TEST(OpsAttention, CompactStateGivesTheFullStatesBits) {
+  const Dims kBlocks{2, 300, 3, 8};  // three row blocks
+  for (DType dt : {DType::f32, DType::f64})
+    for (const Dims& s : {kSmall, kLong, kMedium, kBlocks})
+      for (float p : {0.0f, 0.2f}) {
+        SCOPED_TRACE(fmt::format("{} T {} p {}", dtype_name(dt), s.T, p));
+        const std::vector<Tensor> full = run(s, dt, dropout(p)), small = run(s, dt, dropout(p), true);
+        EXPECT_TRUE(bitwise_equal(small[0], full[0]));
+        EXPECT_TRUE(bitwise_equal(small[2], full[2]));
+        EXPECT_EQ(small[1].numel(), 2 * s.B * s.NH * s.T);
+      }
+  for (DType dt : {DType::f32, DType::f64})
+    for (const test::AttentionCase& c : {test::AttentionCase{"masked", 3, 11, 2, 8, true, 0.0f, 0},
+                                         test::AttentionCase{"masked_blocks_dropout", 3, 260, 2, 5, true, 0.2f, 1}}) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(dt), c.name));
+      const Tensor q = random_tensor({c.B, c.T, 3 * c.C()}, dt, 51, 1.5), g = random_tensor({c.B, c.T, c.C()}, dt, 52);
+      const Shape compact = ops::attention_state_shape({.B = c.B, .T = c.T, .NH = c.NH, .HS = c.HS, .causal = false},
+                                                       dt, ops::AttentionState::compact_cpu);
+      const test::AttentionResults full = test::run_attention(c, q, g),
+                                   small = test::run_attention(c, q, g, {}, compact);
+      EXPECT_TRUE(bitwise_equal(small.out, full.out));
+      EXPECT_TRUE(bitwise_equal(small.dqkv, full.dqkv));
+    }
 }
 
 TEST(OpsAttention, F32MatchesF64) {
@@ -214,17 +258,29 @@ TEST(OpsAttention, RejectsBadShapes) {
 }
 
 // What a model allocates for att and backward's scratch
-// (ops::attention_state_shape): (B, NH, T, T) unless the calls run where
-// cuDNN's fused attention may take them and its rules do, then the compact
-// state: Stats (B, NH, T) f32 and O (B, T, C) 16-bit, plus alignment.
-TEST(OpsAttention, StateIsCompactOnlyWhereTheFusedPathMayTakeTheCalls) {
+// (ops::attention_state_shape): (B, NH, T, T) for the full state; the CPU's
+// compact state, two compute values per row; on CUDA, (B, NH, T, T) unless
+// cuDNN's fused attention may take the calls and its rules do, then its
+// compact state: Stats (B, NH, T) f32 and O (B, T, C) 16-bit, plus alignment.
+TEST(OpsAttention, StateShapes) {
   const ops::AttentionCalls c{.B = 2, .T = 256, .NH = 4, .HS = 64};
   const Shape full{2, 4, 256, 256};
-  EXPECT_EQ(ops::attention_state_shape(c, DType::f32, false), full);
-  EXPECT_FALSE(ops::fused_attention_on(Device::cpu()));         // no cuDNN on the CPU
+  EXPECT_EQ(ops::attention_state_shape(c, DType::f32, ops::AttentionState::full), full);
+  // The CPU's: any calls (causal or masked, dropout or not), fp32 statistics (f64 for f64).
+  for (DType act : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    const int64_t k = act == DType::bf16 || act == DType::f16 ? 2 : 1;
+    for (ops::AttentionCalls d :
+         {c, ops::AttentionCalls{.B = 2, .T = 256, .NH = 4, .HS = 64, .causal = false, .key_mask = true, .p = 0.1f}})
+      EXPECT_EQ(ops::attention_state_shape(d, act, ops::AttentionState::compact_cpu), Shape({2 * 2 * 4 * 256 * k}))
+          << dtype_name(act);
+  }
+  EXPECT_EQ(ops::attention_state_on(Device::cpu()), ops::AttentionState::compact_cpu);  // the default
+  ops::set_cpu_attention_compact(false);
+  EXPECT_EQ(ops::attention_state_on(Device::cpu()), ops::AttentionState::full);
+  ops::set_cpu_attention_compact(true);
   const int64_t need = 2 * 4 * 256 * 4 + 2 * 256 * 4 * 64 * 2;  // Stats and O bytes
   for (DType act : {DType::f32, DType::bf16, DType::f16}) {
-    const Shape s = ops::attention_state_shape(c, act, true);
+    const Shape s = ops::attention_state_shape(c, act, ops::AttentionState::fused_cuda);
     ASSERT_EQ(s.size(), 1u) << dtype_name(act);
     const int64_t bytes = s[0] * int64_t(dtype_size(act));
     EXPECT_GE(bytes, need) << dtype_name(act);
@@ -233,7 +289,7 @@ TEST(OpsAttention, StateIsCompactOnlyWhereTheFusedPathMayTakeTheCalls) {
   auto with = [&](auto edit) {
     ops::AttentionCalls d = c;
     edit(d);
-    return ops::attention_state_shape(d, DType::bf16, true);
+    return ops::attention_state_shape(d, DType::bf16, ops::AttentionState::fused_cuda);
   };
   // Calls the fused path does not take keep the plain path's buffer.
   EXPECT_EQ(with([](ops::AttentionCalls& d) { d.p = 0.1f; }), full);
@@ -244,15 +300,20 @@ TEST(OpsAttention, StateIsCompactOnlyWhereTheFusedPathMayTakeTheCalls) {
   EXPECT_THROW(with([](ops::AttentionCalls& d) { d.NH = 0; }), Error);
 }
 
-// The CPU path saves P, so a compact att is a shape error there, and the
-// message names what a model should allocate.
-TEST(OpsAttention, CpuTakesOnlyTheFullState) {
+// The CPU takes its own two states only: CUDA's compact state is a shape
+// error there, and the message names what a model should allocate.
+TEST(OpsAttention, CpuTakesItsOwnStatesOnly) {
   const int64_t B = 2, T = 256, NH = 4, HS = 64;
-  const Shape compact = ops::attention_state_shape({.B = B, .T = T, .NH = NH, .HS = HS}, DType::f32, true);
+  const Shape compact =
+      ops::attention_state_shape({.B = B, .T = T, .NH = NH, .HS = HS}, DType::f32, ops::AttentionState::fused_cuda);
   ASSERT_EQ(compact.size(), 1u);
   Tensor qkv = Tensor::zeros({B, T, 3 * NH * HS}, DType::f32), out = Tensor::zeros({B, T, NH * HS}, DType::f32);
   Tensor att = Tensor::zeros(compact, DType::f32);
   const std::string msg = error_text([&] { ops::attention_forward(out, att, qkv, int(NH), dropout(0.0f)); });
   EXPECT_HAS(msg, "attention_state_shape");
   EXPECT_HAS(msg, "(B, NH, T, T)");
+  // The CPU's compact count in another shape is refused too (it is read as row statistics only when 1-D).
+  Tensor flat4 = Tensor::zeros({B, NH, T, 2}, DType::f32);
+  EXPECT_HAS(error_text([&] { ops::attention_forward(out, flat4, qkv, int(NH), dropout(0.0f)); }),
+             "ops::attention_forward");
 }

@@ -46,20 +46,23 @@ inline Tensor attention_key_mask(const AttentionCase& c) {
 }
 
 // What one forward and backward leave, on the host: out, att, dqkv and the
-// scratch (dS).
+// scratch (dS on CUDA's plain path; the CPU kernels do not use it).
 struct AttentionResults {
   Tensor out, att, dqkv, dS;
 };
 
 // Forward on qkv, then backward on dout with `saved` as the probabilities
 // (forward's own att when undefined), on qkv's device and dtype.
+// att and scratch of shape `state` when given (a compact state,
+// ops::attention_state_shape), else (B, NH, T, T).
 inline AttentionResults run_attention(const AttentionCase& c, const Tensor& qkv, const Tensor& dout,
-                                      const Tensor& saved = Tensor()) {
+                                      const Tensor& saved = Tensor(), const Shape& state = {}) {
   const DType dt = qkv.dtype();
   const Device dev = qkv.device();
   const ops::Dropout d = attention_dropout(c.p);
   const int nh = int(c.NH);
-  Tensor out = Tensor::empty({c.B, c.T, c.C()}, dt, dev), att = Tensor::empty({c.B, c.NH, c.T, c.T}, dt, dev);
+  const Shape att_shape = state.empty() ? Shape{c.B, c.NH, c.T, c.T} : state;
+  Tensor out = Tensor::empty({c.B, c.T, c.C()}, dt, dev), att = Tensor::empty(att_shape, dt, dev);
   Tensor dqkv = Tensor::zeros(qkv.shape(), dt, dev), dS = Tensor::empty(att.shape(), dt, dev);
   const Tensor mask = attention_key_mask(c).to(dev);
   if (c.masked)
@@ -68,7 +71,7 @@ inline AttentionResults run_attention(const AttentionCase& c, const Tensor& qkv,
     ops::attention_forward(out, att, qkv, nh, d, c.head_offset);
   const Tensor& p = saved.defined() ? saved : att;
   if (c.masked)
-    ops::attention_masked_backward(dqkv, dS, dout, qkv, p, nh, d, c.head_offset);
+    ops::attention_masked_backward(dqkv, dS, dout, qkv, p, &mask, nh, d, c.head_offset);
   else
     ops::attention_backward(dqkv, dS, dout, qkv, p, nh, d, c.head_offset);
   return {out.to(Device::cpu()), att.to(Device::cpu()), dqkv.to(Device::cpu()), dS.to(Device::cpu())};

@@ -145,8 +145,8 @@ Bert::Bert(const BertConfig& cfg, FlatParams& params, comm::Group& tp, StageSpan
 }
 
 ActivationBytes Bert::activation_bytes_of(const BertConfig& cfg, StageSpan span, const TpShard& shard, DType dtype,
-                                          int64_t B, int64_t T, bool fused_attention) {
-  return ChunkModel::activation_bytes_of(Activations(cfg, shard), span, dtype, B, T, fused_attention);
+                                          int64_t B, int64_t T, ops::AttentionState attention) {
+  return ChunkModel::activation_bytes_of(Activations(cfg, shard), span, dtype, B, T, attention);
 }
 
 bool Bert::whole_model() const {
@@ -198,7 +198,8 @@ void Bert::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& do
   attn_out_.backward(&datty, &p.attn_out_w.g, &p.attn_out_b.g, c1, a.atty, p.attn_out_w.mm());
   const ops::Dropout probs = dropout_at(c, cfg_.dropout, layer, kAttnProbs);
   recompute_attention(ctx, i, a.att, a.qkv, w.qkv_grad, probs, key_mask(ctx));
-  ops::attention_masked_backward(w.qkv_grad, w.att_grad, datty, a.qkv, a.att, int(heads_l_), probs, head_offset());
+  ops::attention_masked_backward(w.qkv_grad, w.att_grad, datty, a.qkv, a.att, key_mask(ctx), int(heads_l_), probs,
+                                 head_offset());
   w.qkv_bias_grad.zero_();
   qkv_.backward(&dx, &p.qkv_w.g, &w.qkv_bias_grad, w.qkv_grad, x, p.qkv_w.mm());
   qkv_bias_backward(p.qkv_b.g, w.qkv_bias_grad);

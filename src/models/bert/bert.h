@@ -107,7 +107,7 @@ class Bert final : public ChunkModel {
   Bert(const BertConfig& cfg, FlatParams& params, comm::Group& tp, StageSpan span = {});
 
   static ActivationBytes activation_bytes_of(const BertConfig& cfg, StageSpan span, const TpShard& shard, DType dtype,
-                                             int64_t B, int64_t T, bool fused_attention);
+                                             int64_t B, int64_t T, ops::AttentionState attention);
   double flops_per_token(int64_t T) const override;
   const BertConfig& config() const { return cfg_; }
 

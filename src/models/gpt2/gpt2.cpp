@@ -103,8 +103,8 @@ Gpt2::Gpt2(const Gpt2Config& cfg, FlatParams& params, comm::Group& tp, StageSpan
 }
 
 ActivationBytes Gpt2::activation_bytes_of(const Gpt2Config& cfg, StageSpan span, const TpShard& shard, DType dtype,
-                                          int64_t B, int64_t T, bool fused_attention) {
-  return ChunkModel::activation_bytes_of(Activations(cfg, shard), span, dtype, B, T, fused_attention);
+                                          int64_t B, int64_t T, ops::AttentionState attention) {
+  return ChunkModel::activation_bytes_of(Activations(cfg, shard), span, dtype, B, T, attention);
 }
 
 void Gpt2::block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, SavedTensors& saved) {

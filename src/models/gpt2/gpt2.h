@@ -69,7 +69,7 @@ class Gpt2 final : public ChunkModel {
   // What chunk `span` of a model sharded as `shard` holds, without building it
   // (lattice plan). Throws the constructor's and make_context's one-line errors.
   static ActivationBytes activation_bytes_of(const Gpt2Config& cfg, StageSpan span, const TpShard& shard, DType dtype,
-                                             int64_t B, int64_t T, bool fused_attention);
+                                             int64_t B, int64_t T, ops::AttentionState attention);
   double flops_per_token(int64_t T) const override;
   const Gpt2Config& config() const { return cfg_; }
 

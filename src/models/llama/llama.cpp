@@ -133,8 +133,8 @@ Llama::Llama(const LlamaConfig& cfg, FlatParams& params, comm::Group& tp, StageS
 }
 
 ActivationBytes Llama::activation_bytes_of(const LlamaConfig& cfg, StageSpan span, const TpShard& shard, DType dtype,
-                                           int64_t B, int64_t T, bool fused_attention) {
-  return ChunkModel::activation_bytes_of(Activations(cfg, shard), span, dtype, B, T, fused_attention);
+                                           int64_t B, int64_t T, ops::AttentionState attention) {
+  return ChunkModel::activation_bytes_of(Activations(cfg, shard), span, dtype, B, T, attention);
 }
 
 void Llama::block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, SavedTensors& saved) {

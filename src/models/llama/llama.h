@@ -70,7 +70,7 @@ class Llama final : public ChunkModel {
   Llama(const LlamaConfig& cfg, FlatParams& params, comm::Group& tp, StageSpan span = {});
 
   static ActivationBytes activation_bytes_of(const LlamaConfig& cfg, StageSpan span, const TpShard& shard, DType dtype,
-                                             int64_t B, int64_t T, bool fused_attention);
+                                             int64_t B, int64_t T, ops::AttentionState attention);
   double flops_per_token(int64_t T) const override;
   const LlamaConfig& config() const { return cfg_; }
 

@@ -96,8 +96,8 @@ Neox::Neox(const NeoxConfig& cfg, FlatParams& params, comm::Group& tp, StageSpan
 }
 
 ActivationBytes Neox::activation_bytes_of(const NeoxConfig& cfg, StageSpan span, const TpShard& shard, DType dtype,
-                                          int64_t B, int64_t T, bool fused_attention) {
-  return ChunkModel::activation_bytes_of(Activations(cfg, shard), span, dtype, B, T, fused_attention);
+                                          int64_t B, int64_t T, ops::AttentionState attention) {
+  return ChunkModel::activation_bytes_of(Activations(cfg, shard), span, dtype, B, T, attention);
 }
 
 void Neox::block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, SavedTensors& saved) {

@@ -70,7 +70,7 @@ class Neox final : public ChunkModel {
   Neox(const NeoxConfig& cfg, FlatParams& params, comm::Group& tp, StageSpan span = {});
 
   static ActivationBytes activation_bytes_of(const NeoxConfig& cfg, StageSpan span, const TpShard& shard, DType dtype,
-                                             int64_t B, int64_t T, bool fused_attention);
+                                             int64_t B, int64_t T, ops::AttentionState attention);
   double flops_per_token(int64_t T) const override;
 
  private:

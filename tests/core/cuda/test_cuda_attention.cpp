@@ -55,9 +55,9 @@ TEST_P(CudaAttention, MatchesTheCpuKernels) {
     ops::attention_backward(dqkv_g, scratch_g, dout_g, qkv_g, att_g, int(c.NH), d, c.head_offset);
   } else {
     ops::attention_masked_forward(out, att, qkv, &mask, int(c.NH), d, c.head_offset);
-    ops::attention_masked_backward(dqkv, scratch, dout, qkv, att, int(c.NH), d, c.head_offset);
+    ops::attention_masked_backward(dqkv, scratch, dout, qkv, att, &mask, int(c.NH), d, c.head_offset);
     ops::attention_masked_forward(out_g, att_g, qkv_g, &mask_g, int(c.NH), d, c.head_offset);
-    ops::attention_masked_backward(dqkv_g, scratch_g, dout_g, qkv_g, att_g, int(c.NH), d, c.head_offset);
+    ops::attention_masked_backward(dqkv_g, scratch_g, dout_g, qkv_g, att_g, &mask_g, int(c.NH), d, c.head_offset);
   }
   EXPECT_TENSOR_NEAR(host(att_g), att, kTol);
   EXPECT_TENSOR_NEAR(host(out_g), out, kTol);

@@ -132,7 +132,8 @@ TEST_P(CudaAttention16, FusedForwardEqualsItsF32ActivationTwin) {
 TEST_P(CudaAttention16, CompactStateServesInterleavedCalls) {
   const Case& c = kase();
   if (c.masked) GTEST_SKIP() << "the key-mask ops take (B, NH, T, T) only";
-  const Shape state = ops::attention_state_shape({.B = c.B, .T = c.T, .NH = c.NH, .HS = c.HS}, dt(), true);
+  const Shape state =
+      ops::attention_state_shape({.B = c.B, .T = c.T, .NH = c.NH, .HS = c.HS}, dt(), ops::AttentionState::fused_cuda);
   if (state.size() != 1) GTEST_SKIP() << "no compact state: the fused path's rules do not take this shape";
   const std::string why = cuda_backend().attention_plain_reason(0, args(c), dt());
   ASSERT_EQ(why.empty(), c.fused) << why;

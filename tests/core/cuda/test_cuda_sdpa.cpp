@@ -81,7 +81,8 @@ class Bf16Attention : public test::CudaBf16Matmuls {
   // The compact state of c's shape for calls without dropout
   // (ops::attention_state_shape), whatever c.p is; and the full one.
   static Shape compact_state(const Case& c) {
-    return ops::attention_state_shape({.B = c.B, .T = c.T, .NH = c.NH, .HS = c.HS}, DType::f32, true);
+    return ops::attention_state_shape({.B = c.B, .T = c.T, .NH = c.NH, .HS = c.HS}, DType::f32,
+                                      ops::AttentionState::fused_cuda);
   }
   static Shape full_state(const Case& c) { return {c.B, c.NH, c.T, c.T}; }
 };

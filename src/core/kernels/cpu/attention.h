@@ -7,21 +7,29 @@
 // Backward, with dO the (T, HS) slice of dout:
 //   dV = Pd^T dO,  dPd = dO v^T,  dP = dropout(dPd) (same mask),
 //   dS = P * (dP - rowsum(P * dP)),  dQ = scale * dS k,  dK = scale * dS^T q.
-// Every product is a BLAS gemm on strided blocks; (b, h) pairs run in parallel
-// over OpenMP threads with BLAS single-threaded inside. Row blocks skip the
-// zero upper triangle, so the causal mask also halves the work.
+// Rows go in blocks of 128, and a block reads the key columns up to its own
+// end, so the causal mask also halves the work; every product is a BLAS gemm
+// on strided blocks; (b, h) pairs run in parallel over OpenMP threads with
+// BLAS single-threaded inside. Backward sums dK and dV over the row blocks
+// (attention_common.h), so neither pass holds more of the (T, T) matrices
+// than one block of rows per thread.
 //
-// Saved state: att (B, NH, T, T) holds P before dropout, zero above the
-// diagonal. The dropout mask of element (i, j) of head h is rng_keep(key,
-// sample0 + b, ((head_offset + h) * T + i) * T + j, p): it does not depend on
-// how heads are split over tp ranks. dqkv is OVERWRITTEN.
-// Memory saved for backward: B * NH * T * T elements, i.e. 4 * B * NH * T^2
-// bytes in f32 per layer (GPT-2 small at B = 4, T = 256: 12.6 MB per layer,
-// 151 MB for its 12 layers; half that in bf16/f16), plus the qkv input the
-// caller keeps.
+// Saved state, one of two (AttentionDims::compact_state), the same bits
+// either way:
+//   - full: att (B, NH, T, T) holds P before dropout, zero above the
+//     diagonal: 4 * B * NH * T^2 bytes per layer in f32 (GPT-2 small at
+//     B = 4, T = 256: 12.6 MB per layer; half that in bf16/f16);
+//   - compact: att holds each row's softmax statistics (its max and the
+//     reciprocal of its sum), 2 * B * NH * T values of compute_t<S>
+//     (attention_compact_elems), linear in T; backward computes each block's
+//     scores again (one more q k^T product per block) and from them P, by
+//     the same arithmetic as forward.
+// The dropout mask of element (i, j) of head h is rng_keep(key, sample0 + b,
+// ((head_offset + h) * T + i) * T + j, p): it does not depend on how heads
+// are split over tp ranks. dqkv is OVERWRITTEN. The caller keeps qkv.
 //
 // Storage S: float, double, Bf16 or F16 (core/kernels/storage.h), every
-// activation argument (qkv, out, att, dout, dqkv, scratch) of that type. For
+// activation argument (qkv, out, att, dout, dqkv) of that type. For
 // 16-bit S the math is fp32 (scores, softmax, row sums), the products run in
 // S through gemm_half (the matmuls must run in S), P is stored rounded to S
 // and read back widened, outputs are rounded once (ops.h states the
@@ -37,21 +45,28 @@ namespace lattice::cpu {
 
 struct AttentionDims {
   int64_t B, T, NH, HS;
-  int64_t head_offset;  // global index of local head 0 (tp shards)
+  int64_t head_offset;         // global index of local head 0 (tp shards)
+  bool compact_state = false;  // att holds the rows' statistics, not P (above)
 };
+
+// Elements of S the compact state of a (B, NH, T) call takes: two
+// compute_t<S> values per row of each head.
+template <typename S>
+constexpr int64_t attention_compact_elems(int64_t B, int64_t NH, int64_t T) {
+  return 2 * B * NH * T * int64_t(sizeof(compute_t<S>) / sizeof(S));
+}
 
 template <typename S>
 void attention_forward(S* out,        // (B, T, NH * HS)
-                       S* att,        // (B, NH, T, T) saved: probabilities before dropout
+                       S* att,        // saved: P before dropout (B, NH, T, T), or the compact state
                        const S* qkv,  // (B, T, 3 * NH * HS)
                        const RngKey& key, int64_t sample0, float p, const AttentionDims& d);
 
 template <typename S>
 void attention_backward(S* dqkv,        // (B, T, 3 * NH * HS) overwrite
-                        S* scratch,     // (B, NH, T, T) workspace (holds dS on return)
                         const S* dout,  // (B, T, NH * HS)
                         const S* qkv,   // (B, T, 3 * NH * HS)
-                        const S* att,   // (B, NH, T, T) from forward
+                        const S* att,   // from forward
                         const RngKey& key, int64_t sample0, float p, const AttentionDims& d);
 
 }  // namespace lattice::cpu

@@ -8,15 +8,16 @@
 // Backward, with dO the (T, HS) slice of dout:
 //   dV = Pd^T dO,  dPd = dO v^T,  dP = dropout(dPd) (same mask),
 //   dS = P * (dP - rowsum(P * dP)),  dQ = scale * dS k,  dK = scale * dS^T q.
-// Masked entries of P are zero, so backward needs no mask: dS is zero there.
-// Every product is a BLAS gemm on strided blocks; (b, h) pairs run in
-// parallel over OpenMP threads with BLAS single-threaded inside.
+// Row blocks, threads and products as in the causal kernel (attention.h).
 //
-// Saved state: att (B, NH, T, T) holds P before dropout. The dropout mask of
-// element (i, j) of head h is rng_keep(key, sample0 + b, ((head_offset + h) *
-// T + i) * T + j, p), as in the causal kernel (attention.h), so masks do not
-// depend on how heads are split over tp ranks. dqkv is OVERWRITTEN.
-// Memory saved for backward: B * NH * T * T elements per layer, plus qkv.
+// Saved state: att holds P before dropout (B, NH, T, T), zero at masked keys,
+// or the compact state (AttentionDims::compact_state: the rows' softmax
+// statistics, linear in T), as for the causal kernel. Backward of the full
+// state needs no mask (dS is zero where P is); the compact state's needs the
+// forward's key_mask to compute P again. The dropout mask of element (i, j)
+// of head h is rng_keep(key, sample0 + b, ((head_offset + h) * T + i) * T +
+// j, p), as in the causal kernel, so masks do not depend on how heads are
+// split over tp ranks. dqkv is OVERWRITTEN.
 // Storage S: float, double, Bf16 or F16, as for the causal kernel
 // (attention.h).
 #pragma once
@@ -31,17 +32,17 @@ namespace lattice::cpu {
 // key_mask may be null: every key is valid.
 template <typename S>
 void attention_masked_forward(S* out,                   // (B, T, NH * HS)
-                              S* att,                   // (B, NH, T, T) saved: probabilities before dropout
+                              S* att,                   // saved: P before dropout (B, NH, T, T), or compact
                               const S* qkv,             // (B, T, 3 * NH * HS)
                               const int32_t* key_mask,  // (B, T) nonzero = attend to this key; or null
                               const RngKey& key, int64_t sample0, float p, const AttentionDims& d);
 
 template <typename S>
-void attention_masked_backward(S* dqkv,        // (B, T, 3 * NH * HS) overwrite
-                               S* scratch,     // (B, NH, T, T) workspace (holds dS on return)
-                               const S* dout,  // (B, T, NH * HS)
-                               const S* qkv,   // (B, T, 3 * NH * HS)
-                               const S* att,   // (B, NH, T, T) from forward
+void attention_masked_backward(S* dqkv,                  // (B, T, 3 * NH * HS) overwrite
+                               const S* dout,            // (B, T, NH * HS)
+                               const S* qkv,             // (B, T, 3 * NH * HS)
+                               const S* att,             // from forward
+                               const int32_t* key_mask,  // forward's (compact state; else unused), or null
                                const RngKey& key, int64_t sample0, float p, const AttentionDims& d);
 
 }  // namespace lattice::cpu
