@@ -74,7 +74,7 @@ Options parse_options(int argc, char** argv) {
       throw std::invalid_argument("unknown option " + a + " (see the header of bench/kernels/main.cpp)");
   }
   if (o.threads < 1 || o.reps < 1) throw std::invalid_argument("--threads and --reps must be >= 1");
-  if (o.seq_len < 0 || o.batch < 0) throw std::invalid_argument("--seq-len and --batch must be >= 1");
+  if (o.seq_len < 0 || o.batch < 0) throw std::invalid_argument("--seq-len and --batch must be >= 1 (0: the config's)");
   if (o.precision != "fp32" && o.precision != "bf16")
     throw std::invalid_argument("--precision " + o.precision + ": expected fp32 or bf16");
   return o;
@@ -117,7 +117,9 @@ std::vector<Kernel> block_kernels(const Shapes& d) {
   Tensor w = t({C}, 1.0f, 9), b = t({C}, 0.1f, 10), dw = t({C}, 0.0f, 11), db = t({C}, 0.0f, 12);
   Tensor mean = t({N}, 0.0f, 13), rstd = t({N}, 0.0f, 14);
   Tensor qkv = t({B, T, 3 * C}, 2.0f, 15), dqkv = t({B, T, 3 * C}, 1.0f, 16), att = t({B, NH, T, T}, 0.0f, 17);
-  Tensor att_c = t({2 * B * NH * T}, 0.0f, 27);  // the compact state (ops::attention_state_shape)
+  Tensor att_c = t(ops::attention_state_shape({.B = B, .T = T, .NH = NH, .HS = C / NH}, DType::f32,
+                                              ops::AttentionState::compact_cpu),
+                   0.0f, 27);
   Tensor scratch = t({B, NH, T, T}, 0.0f, 18), atty = t({B, T, C}, 1.0f, 19), datty = t({B, T, C}, 1.0f, 20);
   Tensor sm_in = t({B * NH * T, T}, 8.0f, 21), sm_out = t({B * NH * T, T}, 0.0f, 22);
   Tensor sm_dy = t({B * NH * T, T}, 1.0f, 23), sm_dx = t({B * NH * T, T}, 0.0f, 24);

@@ -246,10 +246,8 @@ RankMemory predict_rank_memory(const Config& cfg, const Layout& layout, const me
   // on CUDA compact where cuDNN's fused attention may take the calls (ops::attention_state_shape).
   const DType act = precision_dtype(cfg.runtime.precision);
   const ops::AttentionState attention =
-      cfg.runtime.device == DeviceType::cuda
-          ? (cfg.runtime.precision != Precision::fp32 ? ops::AttentionState::fused_cuda : ops::AttentionState::full)
-          : (cfg.parallel.cpu_attention == CpuAttention::compact ? ops::AttentionState::compact_cpu
-                                                                 : ops::AttentionState::full);
+      ops::attention_state_of(cfg.runtime.device, cfg.runtime.precision != Precision::fp32,
+                              cfg.parallel.cpu_attention == CpuAttention::compact);
   std::vector<ChunkActivations> chunks;
   for (const StageSpan& span : spans)
     chunks.push_back({model_activation_bytes(cfg.model, span, tp, act, B, T, attention), span.embedding, span.head});

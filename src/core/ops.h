@@ -191,6 +191,10 @@ Shape attention_state_shape(const AttentionCalls& c, DType act, AttentionState w
 // the models use): CUDA with 16-bit matmuls, fused_cuda; other CUDA, full;
 // the CPU, compact_cpu unless set_cpu_attention_compact(false).
 AttentionState attention_state_on(Device dev);
+// The rule itself, for a device that need not be this process's (lattice
+// plan): CUDA with 16-bit matmuls, fused_cuda; other CUDA, full; the CPU,
+// compact_cpu where `cpu_compact` (parallel.cpu_attention), else full.
+AttentionState attention_state_of(DeviceType dev, bool matmuls_16bit, bool cpu_compact);
 // Process-wide, for the CPU (parallel.cpu_attention; default true). Models
 // read it when they allocate, so set it before building one.
 void set_cpu_attention_compact(bool compact);

@@ -67,12 +67,6 @@ cuda::SdpaShape sdpa_view(const AttentionCalls& c, DType act) {
                          .act16 = is_16bit(act)};
 }
 
-// Elements of `act` the CPU kernels' compact state of (B, NH, T) takes
-// (cpu::attention_compact_elems).
-int64_t cpu_compact_elems(DType act, int64_t B, int64_t NH, int64_t T) {
-  return 2 * B * NH * T * (is_16bit(act) ? 2 : 1);
-}
-
 // The shape of one call's att and scratch. att may be compact
 // (attention_state_shape): on the CPU, the kernels' row statistics (any
 // attention op); on CUDA, the state cuDNN's fused attention takes, which
@@ -83,9 +77,9 @@ cpu::AttentionDims attention_dims(const char* op, const Tensor& y, const Tensor&
                 "ops::{}: qkv {} must be (B, T, 3 * NH * HS) with NH = {}", op, shape_str(qkv.shape()), n_head);
   int64_t B = qkv.dim(0), T = qkv.dim(1), HS = qkv.dim(2) / (3 * n_head);
   const bool full = att.ndim() == 4 && att.numel() == B * n_head * T * T;
-  const bool cpu_compact =
-      !full && att.device().is_cpu() && att.ndim() == 1 && att.numel() == cpu_compact_elems(att.dtype(), B, n_head, T);
-  const bool cuda_compact = compact && !full && att.numel() != B * n_head * T * T &&
+  const bool cpu_compact = !full && att.device().is_cpu() && att.ndim() == 1 &&
+                           att.numel() == cpu::attention_compact_elems(att.dtype(), B, n_head, T);
+  const bool cuda_compact = compact && att.numel() != B * n_head * T * T &&
                             attention_state_on(att.device()) == AttentionState::fused_cuda &&
                             att.numel() == cuda::sdpa_saved_elems(sdpa_view({B, T, n_head, HS}, att.dtype()));
   LATTICE_CHECK(y.numel() == B * T * n_head * HS && (att.numel() == B * n_head * T * T || cpu_compact || cuda_compact),
@@ -127,7 +121,7 @@ CudaAttentionArgs cuda_attention(const cpu::AttentionDims& ad, const Dropout& d,
 Shape attention_state_shape(const AttentionCalls& c, DType act, AttentionState where) {
   LATTICE_CHECK(c.B > 0 && c.T > 0 && c.NH > 0 && c.HS > 0,
                 "ops::attention_state_shape: empty shape B {} T {} NH {} HS {}", c.B, c.T, c.NH, c.HS);
-  if (where == AttentionState::compact_cpu) return {cpu_compact_elems(act, c.B, c.NH, c.T)};
+  if (where == AttentionState::compact_cpu) return {cpu::attention_compact_elems(act, c.B, c.NH, c.T)};
   // Only the causal ops take CUDA's compact state (attention_masked_*'s backward reads the key mask from P).
   const cuda::SdpaShape s = sdpa_view(c, act);
   if (where == AttentionState::full || !c.causal || !cuda::sdpa_supported(s, nullptr)) return {c.B, c.NH, c.T, c.T};
@@ -141,9 +135,14 @@ std::atomic<bool> g_cpu_attention_compact{true};
 void set_cpu_attention_compact(bool compact) { g_cpu_attention_compact = compact; }
 bool cpu_attention_compact() { return g_cpu_attention_compact; }
 
+AttentionState attention_state_of(DeviceType dev, bool matmuls_16bit, bool cpu_compact) {
+  if (dev == DeviceType::cuda) return matmuls_16bit ? AttentionState::fused_cuda : AttentionState::full;
+  return cpu_compact ? AttentionState::compact_cpu : AttentionState::full;
+}
+
 AttentionState attention_state_on(Device dev) {
-  if (dev.is_cuda()) return is_16bit(cuda_backend().matmul_dtype()) ? AttentionState::fused_cuda : AttentionState::full;
-  return cpu_attention_compact() ? AttentionState::compact_cpu : AttentionState::full;
+  return attention_state_of(dev.type, dev.is_cuda() && is_16bit(cuda_backend().matmul_dtype()),
+                            cpu_attention_compact());
 }
 
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset) {

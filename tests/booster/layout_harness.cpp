@@ -76,16 +76,14 @@ std::vector<std::vector<std::string>> half_precisions(const std::string& scale, 
 Config config(const std::string& glob, const LayoutCase& l, const ModelCase& model,
               const std::vector<std::string>& extra) {
   std::vector<std::string> overrides = {
-      "parallel.tp=" + std::to_string(l.tp),
-      "parallel.pp=" + std::to_string(l.pp),
-      "parallel.dp=" + std::to_string(l.dp),
-      "parallel.schedule=" + l.schedule,
-      "parallel.layers_per_stage=" + l.layers,
+      "parallel.tp=" + std::to_string(l.tp), "parallel.pp=" + std::to_string(l.pp),
+      "parallel.dp=" + std::to_string(l.dp), "parallel.schedule=" + l.schedule, "parallel.layers_per_stage=" + l.layers,
       "parallel.virtual_stages=" + std::to_string(l.virtual_stages),
-      "parallel.recompute_layers_per_stage=" + l.recompute,
-      "parallel.zero=" + std::to_string(l.zero),
+      "parallel.recompute_layers_per_stage=" + l.recompute, "parallel.zero=" + std::to_string(l.zero),
       "parallel.dp_bucket_mb=" + std::to_string(l.bucket_mb),
-      std::string("parallel.recompute_attention=") + (l.recompute_attention ? "true" : "false")};
+      std::string("parallel.recompute_attention=") + (l.recompute_attention ? "true" : "false"),
+      // The shared buffer is for full (B, NH, T, T) states, which the CPU keeps only under cpu_attention: full.
+      std::string("parallel.cpu_attention=") + (l.recompute_attention ? "full" : "compact")};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   return parse_config(R"(
 model: )" + model.yaml + R"(

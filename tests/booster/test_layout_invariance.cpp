@@ -11,8 +11,11 @@
 // are the dp shards gathered back together. The dp all-reduce runs in small
 // buckets that must all start during backward (ZeRO-1 too), and once more
 // unbucketed (ZeRO-1: one reduce-scatter). Selective recomputation
-// (parallel.recompute_attention) runs interleaved, with blocks recomputed
-// whole beside it, and in every other model's tp x pp layout.
+// (parallel.recompute_attention, with parallel.cpu_attention: full, whose
+// probabilities it shares) runs interleaved, with blocks recomputed whole
+// beside it, and in every other model's tp x pp layout; every other case
+// runs the CPU's compact attention state (the default), against a one-rank
+// run that does too.
 #include <gtest/gtest.h>
 #include <mpi.h>
 

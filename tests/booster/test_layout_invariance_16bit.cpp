@@ -2,8 +2,9 @@
 // activations are stored in 16 bits (LanguageModel::set_activation_dtype):
 // inside one mpirun, every model of the layout suite (tied and untied
 // embeddings, dropout on) trains 20 steps at tp 2, pp 2 and ZeRO-1 over dp 2
-// (2 ranks; pp 2 again with parallel.recompute_attention, whose recomputed
-// 16-bit probabilities must be the forward's) or (2, 2, 1) (4 ranks) and must
+// (2 ranks; pp 2 again with parallel.recompute_attention and cpu_attention:
+// full, whose recomputed 16-bit probabilities must be the forward's) or
+// (2, 2, 1) (4 ranks) and must
 // match the one-rank run of the same precision that each rank also computes.
 //
 // Why a looser tolerance than fp32's. The tensor-parallel partial sums are

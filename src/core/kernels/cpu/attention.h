@@ -38,6 +38,7 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "core/kernels/storage.h"
 #include "core/rng.h"
 
@@ -49,11 +50,11 @@ struct AttentionDims {
   bool compact_state = false;  // att holds the rows' statistics, not P (above)
 };
 
-// Elements of S the compact state of a (B, NH, T) call takes: two
-// compute_t<S> values per row of each head.
-template <typename S>
-constexpr int64_t attention_compact_elems(int64_t B, int64_t NH, int64_t T) {
-  return 2 * B * NH * T * int64_t(sizeof(compute_t<S>) / sizeof(S));
+// Elements of activation dtype `act` the compact state of a (B, NH, T)
+// call takes: two compute_t values per row of each head (fp32 for 16-bit
+// activations, so two 16-bit elements each).
+constexpr int64_t attention_compact_elems(DType act, int64_t B, int64_t NH, int64_t T) {
+  return 2 * B * NH * T * (is_16bit(act) ? 2 : 1);
 }
 
 template <typename S>

@@ -208,10 +208,9 @@ Real masked_max(const Real* s, const int32_t* m, int64_t n) {
 // zeros from there to `width`; returns the statistics.
 template <typename Real, typename Rows>
 RowStats<Real> softmax_row(const Rows& rows, Real* s, int64_t i, int64_t width) {
-  RowStats<Real> st{Real(-INFINITY), Real(0)};
   const int64_t n = rows.valid(i);
   const int32_t* m = rows.mask;
-  st.max = m ? masked_max(s, m, n) : max_of(s, n);
+  RowStats<Real> st{m ? masked_max(s, m, n) : max_of(s, n), Real(0)};
   if (st.max == -INFINITY) {  // no valid key (or every score -inf): attend to nothing
     std::fill(s, s + width, Real(0));
     return st;
