@@ -70,6 +70,10 @@ class CudaBackend {
   virtual void free(void* ptr, int dev) = 0;
   virtual void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) = 0;
   virtual void memset_zero(void* ptr, size_t bytes, int dev) = 0;
+  // `rows` rows of `width` bytes, row r from src + r * spitch to dst + r * dpitch, both on device `dev`:
+  // one strided copy on the compute stream, ordered with the kernels around it (no host wait).
+  virtual void copy_rows(int dev, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                         size_t rows) = 0;
   virtual void synchronize(int dev) = 0;
   // The longest a host wait for the compute stream (a copy to or from host
   // memory, sum_squares, synchronize) may take, in seconds, before it throws

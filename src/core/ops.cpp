@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <iterator>
 #include <type_traits>
@@ -369,6 +370,32 @@ void convert(Tensor& out, const Tensor& in) {
   };
   storage(out.dtype(),
           [&](auto o) { storage(in.dtype(), [&](auto i) { convert_as<decltype(o), decltype(i)>(out, in); }); });
+}
+
+void copy_rows(Tensor& dst, int64_t dst_off, int64_t dst_ld, const Tensor& src, int64_t src_off, int64_t src_ld,
+               int64_t rows, int64_t width) {
+  check_same("copy_rows", {&dst, &src});
+  LATTICE_CHECK(rows >= 0 && width >= 0 && dst_off >= 0 && src_off >= 0,
+                "ops::copy_rows: rows {}, width {}, offsets {} and {} must not be negative", rows, width, dst_off,
+                src_off);
+  if (rows == 0 || width == 0) return;
+  LATTICE_CHECK(rows == 1 || (width <= dst_ld && width <= src_ld),
+                "ops::copy_rows: rows of {} elements overlap at row lengths {} (dst) and {} (src)", width, dst_ld,
+                src_ld);
+  // The element one past the last row of each side; rows == 1 reads no row length.
+  const int64_t dst_end = dst_off + (rows - 1) * dst_ld + width, src_end = src_off + (rows - 1) * src_ld + width;
+  LATTICE_CHECK(dst_end <= dst.numel() && src_end <= src.numel(),
+                "ops::copy_rows: {} rows of {} reach element {} of dst ({}) and {} of src ({})", rows, width, dst_end,
+                desc(dst), src_end, desc(src));
+  const size_t es = dtype_size(dst.dtype());
+  char* d = static_cast<char*>(dst.raw()) + dst_off * es;
+  const char* s = static_cast<const char*>(src.raw()) + src_off * es;
+  LATTICE_CHECK(d + (dst_end - dst_off) * es <= s || s + (src_end - src_off) * es <= d,
+                "ops::copy_rows: the rows of dst and src lie in one span of memory ({} and {})", desc(dst), desc(src));
+  if (dst.device().is_cuda())
+    return cuda_backend().copy_rows(dst.device().index, d, size_t(dst_ld) * es, s, size_t(src_ld) * es, width * es,
+                                    size_t(rows));
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(d + r * dst_ld * es, s + r * src_ld * es, width * es);
 }
 
 // ---- optimizer updates --------------------------------------------------------

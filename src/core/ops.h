@@ -262,6 +262,13 @@ void round_to_half(Tensor& out, const Tensor& inp);
 // beyond 65504 to inf); 16-bit to f32 is exact; bf16 <-> f16 goes through f32;
 // the same dtype copies.
 void convert(Tensor& out, const Tensor& in);
+// A block of `rows` rows of `width` elements between two row-major layouts of
+// row lengths dst_ld and src_ld: dst[dst_off + r dst_ld + j] = src[src_off +
+// r src_ld + j] (any dtype; one device). One strided copy on CUDA, ordered on
+// the compute stream; a memcpy per row on the CPU. The two spans must not share
+// memory. Column blocks of a tensor-parallel split (tp/mappings.cpp).
+void copy_rows(Tensor& dst, int64_t dst_off, int64_t dst_ld, const Tensor& src, int64_t src_off, int64_t src_ld,
+               int64_t rows, int64_t width);
 
 // ---- optimizer updates (one tensor, usually a view into the flat buffer) -----
 struct AdamWStep {

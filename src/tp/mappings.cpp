@@ -1,22 +1,10 @@
 #include "tp/mappings.h"
 
-#include <cstring>
+#include "core/ops.h"
 
 namespace lattice::tp {
 
 namespace {
-
-// Copies `count` elements from src at element `src_off` to dst at `dst_off`.
-void copy_elems(const Tensor& dst, int64_t dst_off, const Tensor& src, int64_t src_off, int64_t count) {
-  if (dst.device().is_cpu() && src.device().is_cpu()) {
-    const size_t es = dtype_size(dst.dtype());
-    std::memcpy(static_cast<char*>(dst.raw()) + dst_off * es, static_cast<const char*>(src.raw()) + src_off * es,
-                count * es);
-    return;
-  }
-  Tensor d = dst.view(dst_off, {count});
-  d.copy_from(src.view(src_off, {count}));
-}
 
 // The (N, K) folding of a full tensor and its split into n_parts x size blocks.
 struct Split {
@@ -43,9 +31,8 @@ Split split_of(const char* op, const Tensor& full, const Tensor& local, int size
 void split_last_dim(const char* op, Tensor& local, const Tensor& full, int rank, int size, int n_parts) {
   Split s = split_of(op, full, local, size, n_parts);
   const int64_t lk = s.k / size;
-  for (int64_t i = 0; i < s.n; ++i)
-    for (int64_t f = 0; f < n_parts; ++f)
-      copy_elems(local, i * lk + f * s.block, full, i * s.k + f * s.part + rank * s.block, s.block);
+  for (int64_t f = 0; f < n_parts; ++f)
+    ops::copy_rows(local, f * s.block, lk, full, f * s.part + rank * s.block, s.k, s.n, s.block);
 }
 
 // full (N, K) = the blocks of every rank's local (N, K/size), parts in logical order.
@@ -56,9 +43,8 @@ void gather_last_dim(const char* op, Tensor& full, const Tensor& local, comm::Gr
   tp.all_gather(all, local)->wait_on_device();
   const int64_t lk = s.k / size;
   for (int r = 0; r < size; ++r)
-    for (int64_t i = 0; i < s.n; ++i)
-      for (int64_t f = 0; f < n_parts; ++f)
-        copy_elems(full, i * s.k + f * s.part + r * s.block, all, r * local.numel() + i * lk + f * s.block, s.block);
+    for (int64_t f = 0; f < n_parts; ++f)
+      ops::copy_rows(full, f * s.part + r * s.block, s.k, all, r * local.numel() + f * s.block, lk, s.n, s.block);
 }
 
 // The one-rank case of a split or gather: a copy unless out is in.

@@ -191,3 +191,32 @@ TEST(OpsElementwise, ConvertRoundsOnceAndWidensExactly) {
   EXPECT_HAS(error_text([&] { ops::convert(f16, Tensor::zeros({3}, DType::f32)); }), "ops::convert");
   EXPECT_HAS(error_text([&] { ops::convert(f16, Tensor::zeros(x.shape(), DType::i32)); }), "f32, bf16 or f16");
 }
+
+// copy_rows against an element loop over the same index arithmetic, every
+// dtype (it moves bytes), a block in the middle of wider rows on both sides.
+TEST(OpsElementwise, CopyRowsMovesABlockBetweenRowLengths) {
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::i32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t rows = 7, width = 5, src_ld = 13, dst_ld = 9, src_off = 3, dst_off = 2;
+    Tensor src = Tensor::zeros({rows * src_ld + 4}, dt), dst = Tensor::zeros({rows * dst_ld + 1}, dt);
+    const size_t es = dtype_size(dt);
+    auto* sb = static_cast<unsigned char*>(src.raw());
+    for (size_t i = 0; i < src.nbytes(); ++i) sb[i] = static_cast<unsigned char>(i * 37 + 11);
+    Tensor want = dst.clone();
+    auto* wb = static_cast<unsigned char*>(want.raw());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < width; ++j)
+        for (size_t b = 0; b < es; ++b)
+          wb[(dst_off + r * dst_ld + j) * es + b] = sb[(src_off + r * src_ld + j) * es + b];
+    ops::copy_rows(dst, dst_off, dst_ld, src, src_off, src_ld, rows, width);
+    EXPECT_TRUE(bitwise_equal(dst, want));
+  }
+  Tensor a = Tensor::zeros({40}, DType::f32), b = Tensor::zeros({40}, DType::f32);
+  ops::copy_rows(a, 0, 8, b, 0, 8, 0, 3);      // nothing to copy: no check of the spans
+  ops::copy_rows(a, 38, 1000, b, 0, 1, 1, 2);  // one row reads no row length
+  EXPECT_HAS(error_text([&] { ops::copy_rows(a, 0, 8, b, 0, 8, 6, 3); }), "reach element 43");
+  EXPECT_HAS(error_text([&] { ops::copy_rows(a, 0, 2, b, 0, 8, 2, 3); }), "rows of 3 elements overlap");
+  EXPECT_HAS(error_text([&] { ops::copy_rows(a, 0, 8, a, 4, 8, 2, 3); }), "one span of memory");
+  EXPECT_HAS(error_text([&] { ops::copy_rows(a, 0, 8, b, -1, 8, 2, 3); }), "must not be negative");
+  EXPECT_HAS(error_text([&] { ops::copy_rows(a, 0, 8, Tensor::zeros({40}, DType::f64), 0, 8, 2, 3); }), "mixed");
+}

@@ -103,6 +103,26 @@ void Backend::memset_zero(void* ptr, size_t bytes, int dev) {
   CUDA_CHECK(cudaGetLastError());
 }
 
+// One cudaMemcpy2DAsync where the pitches are within the device's limit (cudaDevAttrMaxPitch: the call fails
+// past it), else one copy per row; a single row, or rows that lie back to back in both, is one plain copy.
+void Backend::copy_rows(int dev, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows) {
+  if (width == 0 || rows == 0) return;
+  use(dev);
+  if (rows == 1 || (dpitch == width && spitch == width)) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, width * rows, cudaMemcpyDeviceToDevice, kStream));
+    return;
+  }
+  int max_pitch = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, dev));
+  if (max_pitch > 0 && dpitch <= size_t(max_pitch) && spitch <= size_t(max_pitch)) {
+    CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, kStream));
+    return;
+  }
+  for (size_t r = 0; r < rows; ++r)
+    CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width,
+                               cudaMemcpyDeviceToDevice, kStream));
+}
+
 // The compute stream's work, within the host wait limit (not NCCL's streams, which a device-wide sync would wait
 // for without one).
 void Backend::synchronize(int dev) {

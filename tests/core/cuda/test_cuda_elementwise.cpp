@@ -5,7 +5,8 @@
 // in double in a different order (relative 1e-10, against float rounding at
 // 1e-7); all_finite is a yes or no, equal on both. On bf16/f16 activations
 // (fp32 math, one rounding per store) the GPU matches the CPU's 16-bit
-// kernels bitwise, the sum of squares again to 1e-10.
+// kernels bitwise, the sum of squares again to 1e-10. copy_rows (a strided
+// device copy) is bitwise the CPU's.
 #include <cmath>
 
 #include "support/act16.h"
@@ -163,6 +164,28 @@ TEST_F(CudaOps, BiasGradientOverManyRowsMatchesCpu) {
         ASSERT_LE(std::fabs(double(got.data<float>()[c]) - double(db.data<float>()[c])), bound) << "column " << c;
       }
     }
+}
+
+// copy_rows on the device (one cudaMemcpy2DAsync) against the CPU's memcpy
+// per row: a column block of wide rows into narrower ones and back, as the
+// tp mappings split and gather, and one contiguous block.
+TEST_F(CudaOps, CopyRowsMatchesCpuBitwise) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t rows = 301, wide = 96, narrow = 24;
+    const Tensor full = dt == DType::f32 ? random_tensor({rows, wide}, dt, 40) : act16({rows, wide}, dt, 40, 1.0);
+    Tensor part = Tensor::zeros({rows, narrow}, dt), part_g = gpu(part);
+    ops::copy_rows(part, 0, narrow, full, 48, wide, rows, narrow);
+    ops::copy_rows(part_g, 0, narrow, gpu(full), 48, wide, rows, narrow);
+    EXPECT_TRUE(same_bits(host(part_g), part));
+    Tensor back = Tensor::zeros({rows, wide}, dt), back_g = gpu(back);
+    ops::copy_rows(back, 72, wide, part, 0, narrow, rows, narrow);
+    ops::copy_rows(back_g, 72, wide, part_g, 0, narrow, rows, narrow);
+    EXPECT_TRUE(same_bits(host(back_g), back));
+    Tensor flat_g = gpu(Tensor::zeros({rows, narrow}, dt));
+    ops::copy_rows(flat_g, 0, narrow, part_g, 0, narrow, rows, narrow);
+    EXPECT_TRUE(same_bits(host(flat_g), part));
+  }
 }
 
 }  // namespace
