@@ -4,12 +4,16 @@
 #
 # Runs these parts in order, each under its own time limit, going on past a
 # failure, each part's output in OUT/<part>.log:
-#   build   scripts/build.sh (incremental; the CUDA backend builds where nvcc is)
+#   build   scripts/build.sh (incremental; the CUDA backend builds where nvcc is;
+#           skipped when BUILD_DIR is an unpacked bundle of scripts/gpu-bundle.sh,
+#           which scripts/gpu-bundle-run.sh runs this script on)
 #   info    bench_gpu_info: the devices, driver and runtime (exit 77: no GPU, stop)
 #   tests   the GPU tests and the host-side plans they rest on, through ctest
 #           (test_cuda_*, test_nccl_*, test_ops with its OpsCuda cases, the
 #           cuBLASLt, SDPA and half-output plans); test_cuda_training's entries
-#           skip, saying why, where there are fewer GPUs than their ranks
+#           skip, saying why, where there are fewer GPUs than their ranks.
+#           Without CTest files (a bundle), scripts/gpu-tests.sh runs the same
+#           binaries one by one
 #   cudnn   only when test_cuda_sdpa failed: it again with cuDNN's debug log
 #           (OUT/cudnn-debug.log says why a graph was refused)
 #   sanitize  the attention tests (test_cuda_sdpa, test_cuda_attention16) under
@@ -24,6 +28,7 @@
 # Usage: scripts/gpu-first-run.sh [--parts build,info,tests,cudnn,sanitize,train,bench] [--out DIR]
 #   OUT defaults to $OUT (the folder the device tool brings back) or
 #   gpu-first-run-<UTC time>. BUILD_DIR as scripts/build.sh (default build).
+#   GPU_FIRST_RUN_DEADLINE (seconds since the epoch): every part ends by then (part() below).
 # Exit status: 0 every part passed; 1 a part failed; 77 no CUDA device; 2 bad usage.
 set -uo pipefail
 
@@ -49,10 +54,24 @@ summary=()
 failed=0
 # part NAME LIMIT_S CMD...: runs CMD under `timeout`, its output to OUT/NAME.log and the
 # last lines to the terminal; records the status. Returns CMD's status.
+# With GPU_FIRST_RUN_DEADLINE (seconds since the epoch) a part's limit is cut to the time left, and a
+# part with less than 30 s left is not started (exit 124, "out of time"): the caller's own limit (the
+# device tool's 10 minutes per command) then never cuts off the end, the summary and the logs.
+deadline="${GPU_FIRST_RUN_DEADLINE:-}"
 part() {
   local name="$1" limit="$2"
   shift 2
   local log="$out/$name.log" start=$SECONDS rc=0
+  if [[ -n "$deadline" ]]; then
+    local left=$(( deadline - $(date +%s) ))
+    if (( left < 30 )); then
+      echo "== $name: not started: out of time (${left} s left before GPU_FIRST_RUN_DEADLINE)"
+      summary+=("$(printf '%-7s %5s %7s  %s' "$name" 124 0 "not started: out of time")")
+      failed=1
+      return 124
+    fi
+    (( limit > left )) && limit=$left
+  fi
   echo "== $name (limit ${limit} s): $*"
   timeout "$limit" "$@" > "$log" 2>&1 || rc=$?
   tail -n 15 "$log" | sed 's/^/   /'
@@ -63,7 +82,11 @@ part() {
 }
 
 if wanted build; then
-  part build 3600 scripts/build.sh
+  if [[ -f "$build/MANIFEST" ]]; then
+    echo "== build: skipped: $build is a bundle of scripts/gpu-bundle.sh, already built"
+  else
+    part build 3600 scripts/build.sh
+  fi
 fi
 info="$build/bin/bench_gpu_info"
 gpus=1
@@ -84,9 +107,13 @@ fi
 
 sdpa_failed=0
 if wanted tests; then
-  part tests 1800 ctest --test-dir "$build" --output-on-failure -j 4 \
-    -R "test_cuda|test_nccl|^test_ops$|test_lt_plan|test_sdpa_plan|test_half_out_probe"
-  grep -q "test_cuda_sdpa .*Failed\|test_cuda_sdpa .*Exception" "$out/tests.log" && sdpa_failed=1
+  if [[ -f "$build/CTestTestfile.cmake" ]] && command -v ctest > /dev/null; then
+    part tests 1800 ctest --test-dir "$build" --output-on-failure -j 4 \
+      -R "test_cuda|test_nccl|^test_ops$|test_lt_plan|test_sdpa_plan|test_half_out_probe"
+  else  # a bundle, or no CMake: the same tests one by one (MPI ones as single processes)
+    part tests 1800 scripts/gpu-tests.sh "$build"
+  fi
+  grep -qE "test_cuda_sdpa .*(Failed|Exception|Timeout)" "$out/tests.log" && sdpa_failed=1
 fi
 if wanted cudnn && (( sdpa_failed )); then
   part cudnn 600 env CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG="$out/cudnn-debug.log" "$build/tests/test_cuda_sdpa"
