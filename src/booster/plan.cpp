@@ -182,6 +182,12 @@ class ActivationSim {
   ActivationPeak now_, peak_;
 };
 
+// The attention state the job's models take (ops::attention_state_on's rule for the configured device).
+ops::AttentionState attention_state_of(const Config& cfg) {
+  return ops::attention_state_of(cfg.runtime.device, cfg.runtime.precision != Precision::fp32,
+                                 cfg.parallel.cpu_attention == CpuAttention::compact);
+}
+
 }  // namespace
 
 ActivationPeak simulate_activations(const pipeline::Plan& plan, const std::vector<ChunkActivations>& chunks,
@@ -245,9 +251,7 @@ RankMemory predict_rank_memory(const Config& cfg, const Layout& layout, const me
   // Attention state as the device takes it (ops::attention_state_on): the CPU's as parallel.cpu_attention says;
   // on CUDA compact where cuDNN's fused attention may take the calls (ops::attention_state_shape).
   const DType act = precision_dtype(cfg.runtime.precision);
-  const ops::AttentionState attention =
-      ops::attention_state_of(cfg.runtime.device, cfg.runtime.precision != Precision::fp32,
-                              cfg.parallel.cpu_attention == CpuAttention::compact);
+  const ops::AttentionState attention = attention_state_of(cfg);
   std::vector<ChunkActivations> chunks;
   for (const StageSpan& span : spans)
     chunks.push_back({model_activation_bytes(cfg.model, span, tp, act, B, T, attention), span.embedding, span.head});
@@ -435,7 +439,7 @@ std::string memory_section(const JobPlan& p) {
     recompute += fmt::format("; blocks recomputed whole per chunk, by stage [{}]",
                              fmt::join(par.recompute_layers_per_stage, ", "));
   // The CPU's compact attention state is per block and never shared, so recompute_attention changes nothing there.
-  if (p.cfg.runtime.device == DeviceType::cpu && par.cpu_attention == CpuAttention::compact)
+  if (attention_state_of(p.cfg) == ops::AttentionState::compact_cpu)
     recompute += "; attention kept as row statistics, its probabilities recomputed in backward";
   else if (par.recompute_attention)
     recompute += "; attention probabilities recomputed, one buffer per chunk";

@@ -76,13 +76,13 @@ cpu::AttentionDims attention_dims(const char* op, const Tensor& y, const Tensor&
   LATTICE_CHECK(qkv.ndim() == 3 && n_head > 0 && qkv.dim(2) % (3 * int64_t(n_head)) == 0,
                 "ops::{}: qkv {} must be (B, T, 3 * NH * HS) with NH = {}", op, shape_str(qkv.shape()), n_head);
   int64_t B = qkv.dim(0), T = qkv.dim(1), HS = qkv.dim(2) / (3 * n_head);
-  const bool full = att.ndim() == 4 && att.numel() == B * n_head * T * T;
+  // A compact state is 1-D (its count can equal B NH T T at a tiny T, where the shape decides).
+  const bool full = att.numel() == B * n_head * T * T && att.ndim() != 1;
   const bool cpu_compact = !full && att.device().is_cpu() && att.ndim() == 1 &&
                            att.numel() == cpu::attention_compact_elems(att.dtype(), B, n_head, T);
-  const bool cuda_compact = compact && att.numel() != B * n_head * T * T &&
-                            attention_state_on(att.device()) == AttentionState::fused_cuda &&
+  const bool cuda_compact = compact && !full && attention_state_on(att.device()) == AttentionState::fused_cuda &&
                             att.numel() == cuda::sdpa_saved_elems(sdpa_view({B, T, n_head, HS}, att.dtype()));
-  LATTICE_CHECK(y.numel() == B * T * n_head * HS && (att.numel() == B * n_head * T * T || cpu_compact || cuda_compact),
+  LATTICE_CHECK(y.numel() == B * T * n_head * HS && (full || cpu_compact || cuda_compact),
                 "ops::{}: qkv {} needs (B, T, C) = ({}, {}, {}) and att (B, NH, T, T) or the compact state "
                 "(ops::attention_state_shape), got {} and {}",
                 op, shape_str(qkv.shape()), B, T, n_head * HS, shape_str(y.shape()), shape_str(att.shape()));

@@ -249,8 +249,9 @@ class ChunkModel : public LanguageModel {
   static S& head_of(Context& ctx) {
     return static_cast<S&>(*ctx.head);
   }
-  // Attention state may be compact (MakeTensor): on CUDA with 16-bit matmuls.
-  ops::AttentionState attention_state() const;  // the device's now (ops::attention_state_on)
+  // The attention state the device takes now (ops::attention_state_on): compact on the CPU by default, and on
+  // CUDA with 16-bit matmuls where the fused path takes the calls (MakeTensor).
+  ops::AttentionState attention_state() const;
   // Call in block_backward just before the attention backward of block i,
   // with the forward's att, qkv, dropout and key mask (the key_mask ops:
   // ChunkActivations::attention.causal false). Under

@@ -180,7 +180,7 @@ void check_recompute_attention(const ModelUnderTest& m, int64_t B, int64_t T, in
   // The shared buffer is for full (B, NH, T, T) states: on the CPU, runtime.cpu_attention: full.
   ops::set_cpu_attention_compact(false);
   int64_t one = 0;  // one layer's probabilities
-  Tensor full_grads;
+  Run full;         // the full state, nothing recomputed
   for (int recompute : {0, 1}) {
     SCOPED_TRACE(testing::Message() << "recompute " << recompute);
     const Run keep = run(StageSpan{.recompute = recompute});
@@ -195,19 +195,13 @@ void check_recompute_attention(const ModelUnderTest& m, int64_t B, int64_t T, in
     }
     EXPECT_GE(one, B * T * T * int64_t(sizeof(double)));
     EXPECT_EQ(keep.predicted.context - shared.predicted.context, (m.n_layer - recompute) * one);
-    if (recompute == 0) full_grads = keep.grads;
+    if (recompute == 0) full = keep;
   }
   // The CPU's compact state (the default): each block keeps its rows'
   // statistics, nothing is shared, so recompute_attention changes nothing;
   // the bits are the full state's, and each kept block holds less than its
   // probabilities by at least one layer's worth minus the statistics.
   ops::set_cpu_attention_compact(true);
-  const Run full = [&] {
-    ops::set_cpu_attention_compact(false);
-    Run r = run(StageSpan{});
-    ops::set_cpu_attention_compact(true);
-    return r;
-  }();
   for (int recompute : {0, 1}) {
     SCOPED_TRACE(testing::Message() << "compact state, recompute " << recompute);
     const Run keep = run(StageSpan{.recompute = recompute});
@@ -216,7 +210,7 @@ void check_recompute_attention(const ModelUnderTest& m, int64_t B, int64_t T, in
       EXPECT_EQ(keep.loss[k], full.loss[k]) << "microbatch " << k;
       EXPECT_EQ(shared.loss[k], keep.loss[k]) << "microbatch " << k;
     }
-    EXPECT_TRUE(same_bits(keep.grads, full_grads));
+    EXPECT_TRUE(same_bits(keep.grads, full.grads));
     EXPECT_TRUE(same_bits(shared.grads, keep.grads));
     EXPECT_EQ(shared.predicted.context, keep.predicted.context);
     EXPECT_EQ(shared.predicted.workspace, keep.predicted.workspace);

@@ -204,6 +204,28 @@ Real masked_max(const Real* s, const int32_t* m, int64_t n) {
   return mx;
 }
 
+// exp(s - max) in place over the n keys a row sees, 0 where the mask (null:
+// none) hides a key; returns their sum.
+template <typename Real>
+Real exp_row(Real* s, const int32_t* m, int64_t n, Real max) {
+  if (!m) return exp_minus(s, s, n, max);
+  Real sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] = m[j] ? exp_of(s[j] - max) : Real(0);
+    sum += s[j];
+  }
+  return sum;
+}
+
+// s[:n] *= inv, zeros from n to width.
+template <typename Real>
+void scale_row(Real* s, int64_t n, int64_t width, Real inv) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+  std::fill(s + n, s + width, Real(0));
+}
+
 // Row i of a block: softmax of the scores over the keys row i sees, in place,
 // zeros from there to `width`; returns the statistics.
 template <typename Real, typename Rows>
@@ -215,39 +237,19 @@ RowStats<Real> softmax_row(const Rows& rows, Real* s, int64_t i, int64_t width) 
     std::fill(s, s + width, Real(0));
     return st;
   }
-  Real sum = 0;
-  if (m) {
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < n; ++j) {
-      s[j] = m[j] ? exp_of(s[j] - st.max) : Real(0);
-      sum += s[j];
-    }
-  } else {
-    sum = exp_minus(s, s, n, st.max);
-  }
-  st.inv = Real(1) / sum;
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) s[j] *= st.inv;
-  std::fill(s + n, s + width, Real(0));
+  st.inv = Real(1) / exp_row(s, m, n, st.max);
+  scale_row(s, n, width, st.inv);
   return st;
 }
 
 // The same row from its scores and saved statistics: the same elements,
-// bit for bit.
+// bit for bit (the same exp_row and scale_row).
 template <typename Real, typename Rows>
 void softmax_row_again(const Rows& rows, Real* s, int64_t i, int64_t width, const RowStats<Real>& st) {
-  const int64_t n = rows.valid(i);
-  const int32_t* m = rows.mask;
   if (st.max == -INFINITY) return std::fill(s, s + width, Real(0));
-  if (m) {
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) s[j] = m[j] ? exp_of(s[j] - st.max) : Real(0);
-  } else {
-    exp_minus(s, s, n, st.max);
-  }
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) s[j] *= st.inv;
-  std::fill(s + n, s + width, Real(0));
+  const int64_t n = rows.valid(i);
+  exp_row(s, rows.mask, n, st.max);
+  scale_row(s, n, width, st.inv);
 }
 
 // dst = dropout(src) for rows [i0, i1) of a block (row stride T), zeros
