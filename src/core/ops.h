@@ -123,7 +123,9 @@ void dropout_backward(Tensor& dinp, const Tensor& dout, const Dropout& d);
 //       do not depend on how heads are split. On CUDA att (and backward's
 //       scratch) may instead be compact: attention_state_shape below.
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset = 0);
-// dqkv (B, T, 3 * NH * HS) overwrite. Uses `scratch` (B, NH, T, T) as workspace.
+// dqkv (B, T, 3 * NH * HS) overwrite. On CUDA uses `scratch`, att's shape,
+// as workspace; the CPU kernels never read it, so there it may also be empty
+// (attention_scratch_shape).
 //
 // 16-bit activations (this op and attention_masked_*): qkv, out, att, dout,
 // dqkv and scratch all bf16, or all f16 (key_mask stays i32), and the
@@ -151,7 +153,7 @@ void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const
                         int n_head, const Dropout& d, int head_offset = 0);
 
 // Which saved state attention calls on a device take:
-//   - full: (B, NH, T, T) probabilities, P before dropout;
+//   - full_cpu, full_cuda: (B, NH, T, T) probabilities, P before dropout;
 //   - compact_cpu: the CPU kernels' row statistics (core/kernels/cpu/
 //     attention.h), 2 * B * NH * T fp32 values (f64 for f64 activations),
 //     linear in T; backward computes P again block by block from them, with
@@ -160,12 +162,14 @@ void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const
 //     parallel.cpu_attention: compact (the default) on the CPU;
 //   - fused_cuda: cuDNN's fused path's Stats and O where its rules take the
 //     calls, else full (below).
-enum class AttentionState { full, compact_cpu, fused_cuda };
+// The device is part of the state because backward's scratch depends on it
+// (attention_scratch_shape).
+enum class AttentionState { full_cpu, compact_cpu, full_cuda, fused_cuda };
 
 // What a model allocates for att and for backward's scratch, per layer, for
 // the attention calls `c` describes (the training calls: dropout p as
 // configured, whether a key mask may come), under state `where`:
-//   - full: (B, NH, T, T);
+//   - full_cpu, full_cuda: (B, NH, T, T);
 //   - compact_cpu: ({2 * B * NH * T * k}) of `act`, k = 2 for 16-bit act
 //     (fp32 statistics in 16-bit elements), else 1;
 //   - fused_cuda: compact, ({n}), the fused path's Stats and O only
@@ -187,6 +191,12 @@ struct AttentionCalls {
   float p = 0.0f;         // dropout on the probabilities
 };
 Shape attention_state_shape(const AttentionCalls& c, DType act, AttentionState where);
+// What a model allocates for backward's scratch, per layer: on CUDA the
+// state's shape (the plain backward writes dP and dS there, the fused one
+// its row sums); on the CPU nothing, {0}: its kernels work in per-thread
+// blocks and never read the scratch (under full_cpu that saves a
+// (B, NH, T, T) buffer per chunk).
+Shape attention_scratch_shape(const AttentionCalls& c, DType act, AttentionState where);
 // The state calls on `dev` take now (the one rule the ops' shape checks and
 // the models use): CUDA with 16-bit matmuls, fused_cuda; other CUDA, full;
 // the CPU, compact_cpu unless set_cpu_attention_compact(false).

@@ -94,6 +94,17 @@ cpu::AttentionDims attention_dims(const char* op, const Tensor& y, const Tensor&
   return {B, T, n_head, HS, head_offset, cpu_compact};
 }
 
+// dqkv as qkv; scratch as att, or on the CPU (whose kernels never read it)
+// also empty (attention_scratch_shape).
+void check_backward_buffers(const char* op, const Tensor& dqkv, const Tensor& scratch, const Tensor& qkv,
+                            const Tensor& att) {
+  const bool scratch_ok = scratch.numel() == att.numel() || (scratch.device().is_cpu() && scratch.numel() == 0);
+  LATTICE_CHECK(dqkv.numel() == qkv.numel() && scratch_ok,
+                "ops::{}: dqkv {} scratch {} for qkv {} att {} (scratch: att's shape{})", op, shape_str(dqkv.shape()),
+                shape_str(scratch.shape()), shape_str(qkv.shape()), shape_str(att.shape()),
+                scratch.device().is_cpu() ? ", or empty on the CPU" : "");
+}
+
 // 16-bit attention hands its 16-bit operands to the matmuls as they are, so
 // the matmuls must run in that type (runtime.precision).
 void check_attention_matmuls(const char* op, const Tensor& act) {
@@ -124,8 +135,14 @@ Shape attention_state_shape(const AttentionCalls& c, DType act, AttentionState w
   if (where == AttentionState::compact_cpu) return {cpu::attention_compact_elems(act, c.B, c.NH, c.T)};
   // Only the causal ops take CUDA's compact state (attention_masked_*'s backward reads the key mask from P).
   const cuda::SdpaShape s = sdpa_view(c, act);
-  if (where == AttentionState::full || !c.causal || !cuda::sdpa_supported(s, nullptr)) return {c.B, c.NH, c.T, c.T};
+  if (where != AttentionState::fused_cuda || !c.causal || !cuda::sdpa_supported(s, nullptr))
+    return {c.B, c.NH, c.T, c.T};
   return {cuda::sdpa_saved_elems(s)};
+}
+
+Shape attention_scratch_shape(const AttentionCalls& c, DType act, AttentionState where) {
+  if (where == AttentionState::full_cpu || where == AttentionState::compact_cpu) return {0};
+  return attention_state_shape(c, act, where);
 }
 
 namespace {
@@ -136,8 +153,8 @@ void set_cpu_attention_compact(bool compact) { g_cpu_attention_compact = compact
 bool cpu_attention_compact() { return g_cpu_attention_compact; }
 
 AttentionState attention_state_of(DeviceType dev, bool matmuls_16bit, bool cpu_compact) {
-  if (dev == DeviceType::cuda) return matmuls_16bit ? AttentionState::fused_cuda : AttentionState::full;
-  return cpu_compact ? AttentionState::compact_cpu : AttentionState::full;
+  if (dev == DeviceType::cuda) return matmuls_16bit ? AttentionState::fused_cuda : AttentionState::full_cuda;
+  return cpu_compact ? AttentionState::compact_cpu : AttentionState::full_cpu;
 }
 
 AttentionState attention_state_on(Device dev) {
@@ -167,9 +184,7 @@ void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const
   check_same("attention_backward", {&dqkv, &scratch, &dout, &qkv, &att});
   bool compact = false;
   cpu::AttentionDims ad = attention_dims("attention_backward", dout, att, qkv, n_head, d, head_offset, &compact);
-  LATTICE_CHECK(dqkv.numel() == qkv.numel() && scratch.numel() == att.numel(),
-                "ops::attention_backward: dqkv {} scratch {} for qkv {} att {}", shape_str(dqkv.shape()),
-                shape_str(scratch.shape()), shape_str(qkv.shape()), shape_str(att.shape()));
+  check_backward_buffers("attention_backward", dqkv, scratch, qkv, att);
   check_attention_matmuls("attention_backward", dqkv);
   if (cuda_f32(dqkv))
     return cuda_backend().attention_backward(dqkv.device().index, fp(dqkv), fp(scratch), fp(dout), fp(qkv), fp(att),
@@ -439,9 +454,7 @@ void attention_masked_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout
     LATTICE_CHECK(key_mask->numel() == ad.B * ad.T, "ops::attention_masked_backward: key_mask {} for (B, T) = ({}, {})",
                   shape_str(key_mask->shape()), ad.B, ad.T);
   }
-  LATTICE_CHECK(dqkv.numel() == qkv.numel() && scratch.numel() == att.numel(),
-                "ops::attention_masked_backward: dqkv {} scratch {} for qkv {} att {}", shape_str(dqkv.shape()),
-                shape_str(scratch.shape()), shape_str(qkv.shape()), shape_str(att.shape()));
+  check_backward_buffers("attention_masked_backward", dqkv, scratch, qkv, att);
   check_attention_matmuls("attention_masked_backward", dqkv);
   if (cuda_f32(dqkv))  // backward reads the mask from P (zero where masked)
     return cuda_backend().attention_backward(dqkv.device().index, fp(dqkv), fp(scratch), fp(dout), fp(qkv), fp(att),

@@ -68,7 +68,7 @@ struct ParamSpec {
   Placement placement = Placement::replicated;
   int n_fused = 1;  // logical matrices fused along the split dim (QKV = 3, gate-up = 2)
   int layer = kEmbeddingLayer;
-  std::string tie_group;     // non-empty: one logical parameter with a replica per owning stage
+  std::string tie_group{};   // non-empty: one logical parameter with a replica per owning stage
   int tie_layer = kNoLayer;  // a tied parameter also lives with this layer (GPT-2's LM head uses wte)
   bool tie_replica = false;  // set by stage selection: held here only as the replica for tie_layer
   bool weight_decay = false;

@@ -75,11 +75,13 @@ struct LayerNormHeadTensors : LmHeadTensors {
 // parameters' dtype. make.master(shape) is a tensor that stays in the master
 // dtype beside 16-bit activations (core/dtype.h master_dtype): saved
 // statistics (norm mean/rstd), losses and lse, parameter-gradient scratch.
-// make.attention(calls) is one layer's attention state (att, or backward's
-// scratch) in the activation dtype: (B, NH, T, T), or compact, as the
-// device's `attention` state gives (ops::attention_state_shape: the CPU
-// kernels' row statistics; on CUDA with 16-bit matmuls, where the fused path
-// takes the calls, its Stats and O). A MakeTensor made by
+// make.attention(calls) is one layer's attention state (att) in the
+// activation dtype: (B, NH, T, T), or compact, as the device's `attention`
+// state gives (ops::attention_state_shape: the CPU kernels' row statistics;
+// on CUDA with 16-bit matmuls, where the fused path takes the calls, its
+// Stats and O). make.attention_scratch(calls) is backward's scratch for
+// those calls: att's shape on CUDA, empty on the CPU, whose kernels never
+// read it (ops::attention_scratch_shape). A MakeTensor made by
 // sharing_attention(t) hands out `t` for every full (B, NH, T, T) state
 // instead of making one (the chunk's shared probabilities under
 // parallel.recompute_attention; t undefined when only counting).
@@ -97,6 +99,9 @@ class MakeTensor {
   }
   Shape attention_shape(const ops::AttentionCalls& calls) const {
     return ops::attention_state_shape(calls, act_, attention_);
+  }
+  Tensor attention_scratch(const ops::AttentionCalls& calls) const {
+    return fn_(ops::attention_scratch_shape(calls, act_, attention_), act_);
   }
   // (B, NH, T, T) probabilities, as opposed to a compact state.
   static bool full_attention_state(const Shape& s) { return s.size() == 4; }

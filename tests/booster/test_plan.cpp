@@ -205,7 +205,7 @@ TEST(Plan, AttentionStateIsCompactOnCudaWith16BitMatmuls) {
     SCOPED_TRACE(testing::Message() << "span [" << span.first_layer << ", " << span.end_layer << ") recompute "
                                     << span.recompute);
     const ActivationBytes plain =
-        model_activation_bytes(cfg.model, span, shard, DType::bf16, B, T, ops::AttentionState::full);
+        model_activation_bytes(cfg.model, span, shard, DType::bf16, B, T, ops::AttentionState::full_cuda);
     const ActivationBytes fused =
         model_activation_bytes(cfg.model, span, shard, DType::bf16, B, T, ops::AttentionState::fused_cuda);
     const int64_t layers = (span.end_layer < 0 ? cfg.model.n_layer : span.end_layer) - span.first_layer;
@@ -215,15 +215,20 @@ TEST(Plan, AttentionStateIsCompactOnCudaWith16BitMatmuls) {
   }
   const Config bert = tiny({"model.arch=bert"});
   EXPECT_EQ(model_activation_bytes(bert.model, {}, shard, DType::bf16, B, T, ops::AttentionState::fused_cuda).context,
-            model_activation_bytes(bert.model, {}, shard, DType::bf16, B, T, ops::AttentionState::full).context);
+            model_activation_bytes(bert.model, {}, shard, DType::bf16, B, T, ops::AttentionState::full_cuda).context);
 
   const int64_t on_cpu =
       make_job_plan(tiny({"runtime.precision=bf16", "parallel.cpu_attention=full"}), 1).memory[0].activations.total();
   const int64_t on_cuda =
       make_job_plan(tiny({"runtime.precision=bf16", "runtime.device=cuda"}), 1).memory[0].activations.total();
-  EXPECT_GT(on_cpu - on_cuda, int64_t(cfg.model.n_layer) * saved);  // every layer of every context in flight, at least
-  EXPECT_EQ(make_job_plan(tiny({"runtime.device=cuda"}), 1).memory[0].activations.total(),
-            make_job_plan(tiny({"parallel.cpu_attention=full"}), 1).memory[0].activations.total());  // fp32: plain
+  // Every layer of every context in flight, at least, less the compact scratch CUDA keeps and the CPU does not.
+  EXPECT_GT(on_cpu - on_cuda, int64_t(cfg.model.n_layer) * saved - compact[0] * 2);
+  // fp32: (B, NH, T, T) on both, but the CPU allocates no backward scratch (one byte: the allocator's least).
+  const Config fp32 = tiny();
+  const int64_t full_f32 = fp32.train.micro_batch * NH * fp32.train.seq_len * fp32.train.seq_len * 4;
+  EXPECT_EQ(make_job_plan(tiny({"runtime.device=cuda"}), 1).memory[0].activations.total() -
+                make_job_plan(tiny({"parallel.cpu_attention=full"}), 1).memory[0].activations.total(),
+            full_f32 - 1);
 }
 
 // On a GPU under bf16 the model allocates what the plan counts, compact
@@ -245,7 +250,7 @@ TEST(Plan, CudaContextHoldsTheCompactAttentionStateThePlanCounts) {
   const ActivationBytes want =
       model_activation_bytes(cfg.model, {}, shard, DType::bf16, B, T, ops::AttentionState::fused_cuda);
   EXPECT_LT(want.context,
-            model_activation_bytes(cfg.model, {}, shard, DType::bf16, B, T, ops::AttentionState::full).context);
+            model_activation_bytes(cfg.model, {}, shard, DType::bf16, B, T, ops::AttentionState::full_cuda).context);
   const int64_t live = memory_stats(Device::cuda(0)).live_bytes;
   auto ctx = model->make_context(B, T);
   EXPECT_EQ(ctx->bytes(), want.context);

@@ -62,7 +62,7 @@ Tensor naive_attention(const Tensor& qkv, const Dims& s, const ops::Dropout& d, 
 // att's shape: (B, NH, T, T), or the CPU's compact state (row statistics).
 Shape state_shape(const Dims& s, DType dt, bool compact) {
   return ops::attention_state_shape({.B = s.B, .T = s.T, .NH = s.NH, .HS = s.HS}, dt,
-                                    compact ? ops::AttentionState::compact_cpu : ops::AttentionState::full);
+                                    compact ? ops::AttentionState::compact_cpu : ops::AttentionState::full_cpu);
 }
 
 // out, att, dqkv of one forward + backward with dout = R.
@@ -257,15 +257,62 @@ TEST(OpsAttention, RejectsBadShapes) {
   EXPECT_THROW(ops::attention_forward(out, att, qkv2, 2, dropout(1.0f)), Error);
 }
 
+// The CPU kernels never read backward's scratch, so models give them an
+// empty one (ops::attention_scratch_shape): the same bits as with a scratch
+// of att's shape, full or compact state, causal or masked. Any other size is
+// still refused, with a line that says what the scratch may be.
+TEST(OpsAttention, CpuBackwardTakesAnEmptyScratch) {
+  const Dims s{2, 37, 2, 4};
+  const DType dt = DType::f32;
+  for (bool compact : {false, true})
+    for (bool masked : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} {}", compact ? "compact" : "full", masked ? "masked" : "causal"));
+      const ops::Dropout d = dropout(0.2f);
+      Tensor qkv = random_tensor({s.B, s.T, 3 * s.C()}, dt, 61, 1.5), R = random_tensor({s.B, s.T, s.C()}, dt, 62);
+      Tensor mask = Tensor::zeros({s.B, s.T}, DType::i32);
+      for (int64_t i = 0; i < s.B * s.T; ++i) mask.data<int32_t>()[i] = i % 5 != 3;
+      Tensor out = Tensor::zeros({s.B, s.T, s.C()}, dt), att = Tensor::zeros(state_shape(s, dt, compact), dt);
+      auto backward = [&](Tensor& scratch) {
+        Tensor dqkv = zeros_like(qkv);
+        if (masked)
+          ops::attention_masked_backward(dqkv, scratch, R, qkv, att, &mask, int(s.NH), d);
+        else
+          ops::attention_backward(dqkv, scratch, R, qkv, att, int(s.NH), d);
+        return dqkv;
+      };
+      if (masked)
+        ops::attention_masked_forward(out, att, qkv, &mask, int(s.NH), d);
+      else
+        ops::attention_forward(out, att, qkv, int(s.NH), d);
+      const ops::AttentionState where = compact ? ops::AttentionState::compact_cpu : ops::AttentionState::full_cpu;
+      Tensor empty = Tensor::zeros(
+          ops::attention_scratch_shape({.B = s.B, .T = s.T, .NH = s.NH, .HS = s.HS, .causal = !masked}, dt, where), dt);
+      EXPECT_EQ(empty.numel(), 0);
+      Tensor sized = zeros_like(att), odd = Tensor::zeros({att.numel() + 1}, dt);
+      EXPECT_TRUE(bitwise_equal(backward(empty), backward(sized)));
+      const std::string msg = error_text([&] { backward(odd); });
+      EXPECT_HAS(msg, "scratch");
+      EXPECT_HAS(msg, "or empty on the CPU");
+    }
+}
+
 // What a model allocates for att and backward's scratch
-// (ops::attention_state_shape): (B, NH, T, T) for the full state; the CPU's
+// (ops::attention_state_shape, attention_scratch_shape): (B, NH, T, T) for
+// the full states; the CPU's
 // compact state, two compute values per row; on CUDA, (B, NH, T, T) unless
 // cuDNN's fused attention may take the calls and its rules do, then its
 // compact state: Stats (B, NH, T) f32 and O (B, T, C) 16-bit, plus alignment.
 TEST(OpsAttention, StateShapes) {
   const ops::AttentionCalls c{.B = 2, .T = 256, .NH = 4, .HS = 64};
   const Shape full{2, 4, 256, 256};
-  EXPECT_EQ(ops::attention_state_shape(c, DType::f32, ops::AttentionState::full), full);
+  for (ops::AttentionState where : {ops::AttentionState::full_cpu, ops::AttentionState::full_cuda})
+    EXPECT_EQ(ops::attention_state_shape(c, DType::f32, where), full);
+  // Backward's scratch: nothing on the CPU (its kernels never read it), the state's shape on CUDA.
+  for (ops::AttentionState where : {ops::AttentionState::full_cpu, ops::AttentionState::compact_cpu})
+    EXPECT_EQ(ops::attention_scratch_shape(c, DType::f32, where), Shape({0}));
+  for (ops::AttentionState where : {ops::AttentionState::full_cuda, ops::AttentionState::fused_cuda})
+    for (DType act : {DType::f32, DType::bf16})
+      EXPECT_EQ(ops::attention_scratch_shape(c, act, where), ops::attention_state_shape(c, act, where));
   // The CPU's: any calls (causal or masked, dropout or not), fp32 statistics (f64 for f64).
   for (DType act : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
     const int64_t k = act == DType::bf16 || act == DType::f16 ? 2 : 1;
@@ -276,7 +323,7 @@ TEST(OpsAttention, StateShapes) {
   }
   EXPECT_EQ(ops::attention_state_on(Device::cpu()), ops::AttentionState::compact_cpu);  // the default
   ops::set_cpu_attention_compact(false);
-  EXPECT_EQ(ops::attention_state_on(Device::cpu()), ops::AttentionState::full);
+  EXPECT_EQ(ops::attention_state_on(Device::cpu()), ops::AttentionState::full_cpu);
   ops::set_cpu_attention_compact(true);
   const int64_t need = 2 * 4 * 256 * 4 + 2 * 256 * 4 * 64 * 2;  // Stats and O bytes
   for (DType act : {DType::f32, DType::bf16, DType::f16}) {

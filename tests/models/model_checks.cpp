@@ -215,7 +215,9 @@ void check_recompute_attention(const ModelUnderTest& m, int64_t B, int64_t T, in
     EXPECT_EQ(shared.predicted.context, keep.predicted.context);
     EXPECT_EQ(shared.predicted.workspace, keep.predicted.workspace);
     // One layer's statistics are 2 / T of its probabilities (two f64 per row against T).
-    if (recompute == 0) EXPECT_EQ(full.predicted.context - keep.predicted.context, m.n_layer * (one - 2 * one / T));
+    if (recompute == 0) {
+      EXPECT_EQ(full.predicted.context - keep.predicted.context, m.n_layer * (one - 2 * one / T));
+    }
   }
 }
 

@@ -166,5 +166,5 @@ TEST(Bert, RegistryBuildsItAndRejectsWhatItCannotTake) {
   const auto archs = registered_archs();
   EXPECT_NE(std::find(archs.begin(), archs.end(), "bert"), archs.end());
   m.n_head = 3;
-  EXPECT_THROW(model_activation_bytes(m, {}, TpShard{}, DType::f32, 2, 8, ops::AttentionState::full), Error);
+  EXPECT_THROW(model_activation_bytes(m, {}, TpShard{}, DType::f32, 2, 8, ops::AttentionState::full_cpu), Error);
 }

@@ -177,10 +177,10 @@ TEST(Neox, RegistryBuildsItFromYamlAndConfigErrorsAreOneLine) {
   EXPECT_EQ(model_param_specs(cfg.model).front().name, "gpt_neox.embed_in.weight");
   const auto archs = registered_archs();
   EXPECT_NE(std::find(archs.begin(), archs.end(), "neox"), archs.end());
-  EXPECT_GT(
-      model_activation_bytes(cfg.model, {}, TpShard{.rank = 0, .size = 2}, DType::f32, 2, 8, ops::AttentionState::full)
-          .context,
-      0);
+  EXPECT_GT(model_activation_bytes(cfg.model, {}, TpShard{.rank = 0, .size = 2}, DType::f32, 2, 8,
+                                   ops::AttentionState::full_cpu)
+                .context,
+            0);
   // No grouped-query attention.
   EXPECT_HAS(test::error_text([&] { parse_config(base, "neox.yaml", {"model.n_kv_head=1"}); }),
              "neox has no grouped-query attention");

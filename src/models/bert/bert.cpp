@@ -48,7 +48,7 @@ struct HeadActs : LmHeadTensors {
 };
 
 struct Scratch : SavedTensors {
-  Tensor c1, c2, c3, f1, f2, qkv_grad, att_grad, qkv_bias_grad;
+  Tensor c1, c2, c3, f1, f2, qkv_grad, att_scratch, qkv_bias_grad;
   Tensor bias_full, bias_l;  // (1, padded V), (1, V_l): the decoder bias and this rank's slice (head)
 };
 
@@ -91,7 +91,7 @@ class Activations final : public ChunkActivations {
     auto w = std::make_unique<Scratch>();
     w->c1 = make({B, T, C}), w->c2 = make({B, T, C}), w->c3 = make({B, T, C});
     w->f1 = make({B, T, F_l}), w->f2 = make({B, T, F_l});
-    w->qkv_grad = make({B, T, 3 * C_l}), w->att_grad = make.attention(attention_at(B, T));
+    w->qkv_grad = make({B, T, 3 * C_l}), w->att_scratch = make.attention_scratch(attention_at(B, T));
     w->qkv_bias_grad = make.master({3 * C_l});
     if (span.head) w->bias_full = make.master({1, V_pad}), w->bias_l = make.master({1, V_l});
     return w;
@@ -198,7 +198,7 @@ void Bert::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& do
   attn_out_.backward(&datty, &p.attn_out_w.g, &p.attn_out_b.g, c1, a.atty, p.attn_out_w.mm());
   const ops::Dropout probs = dropout_at(c, cfg_.dropout, layer, kAttnProbs);
   recompute_attention(ctx, i, a.att, a.qkv, w.qkv_grad, probs, key_mask(ctx));
-  ops::attention_masked_backward(w.qkv_grad, w.att_grad, datty, a.qkv, a.att, key_mask(ctx), int(heads_l_), probs,
+  ops::attention_masked_backward(w.qkv_grad, w.att_scratch, datty, a.qkv, a.att, key_mask(ctx), int(heads_l_), probs,
                                  head_offset());
   w.qkv_bias_grad.zero_();
   qkv_.backward(&dx, &p.qkv_w.g, &w.qkv_bias_grad, w.qkv_grad, x, p.qkv_w.mm());

@@ -34,7 +34,7 @@ struct BlockActs : SavedTensors {
 
 // Backward scratch shared by every context of a chunk.
 struct Scratch : SavedTensors {
-  Tensor c1, c2, c3, f1, f2, qkv_grad, att_grad;
+  Tensor c1, c2, c3, f1, f2, qkv_grad, att_scratch;
 };
 
 // This rank's sizes that every activation shape is made of.
@@ -65,7 +65,7 @@ class Activations final : public ChunkActivations {
     auto w = std::make_unique<Scratch>();
     w->c1 = make({B, T, C}), w->c2 = make({B, T, C}), w->c3 = make({B, T, C});
     w->f1 = make({B, T, F_l}), w->f2 = make({B, T, F_l});
-    w->qkv_grad = make({B, T, 3 * C_l}), w->att_grad = make.attention(attention_at(B, T));
+    w->qkv_grad = make({B, T, 3 * C_l}), w->att_scratch = make.attention_scratch(attention_at(B, T));
     return w;
   }
   int64_t NH_l = 0, C_l = 0, F_l = 0, V_l = 0;
@@ -145,7 +145,7 @@ void Gpt2::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& do
   attn_proj_.backward(&datty, &p.attn_proj_w.g, &p.attn_proj_b.g, c1, a.atty, p.attn_proj_w.mm());
   const ops::Dropout probs = dropout_at(c, cfg_.dropout, layer, kAttnProbs);
   recompute_attention(ctx, i, a.att, a.qkv, w.qkv_grad, probs);
-  ops::attention_backward(w.qkv_grad, w.att_grad, datty, a.qkv, a.att, int(heads_l_), probs, head_offset());
+  ops::attention_backward(w.qkv_grad, w.att_scratch, datty, a.qkv, a.att, int(heads_l_), probs, head_offset());
   qkv_.backward(&c1, &p.c_attn_w.g, &p.c_attn_b.g, w.qkv_grad, a.ln1, p.c_attn_w.mm());
   ops::layernorm_backward(dx, p.ln_1_w.g, p.ln_1_b.g, c1, x, p.ln_1_w.w, a.ln1_mean, a.ln1_rstd);
   ops::add_inplace(dx, dres1);

@@ -44,7 +44,7 @@ struct HeadActs : LmHeadTensors {
 };
 
 struct Scratch : SavedTensors {
-  Tensor c1, c2, c3, packed, f1, f2, qkv_grad, att_grad;
+  Tensor c1, c2, c3, packed, f1, f2, qkv_grad, att_scratch;
   Tensor qkv_wgrad;  // (W_l, C), only with replicated k/v heads
 };
 
@@ -87,7 +87,7 @@ class Activations final : public ChunkActivations {
     w->c1 = make({B, T, C}), w->c2 = make({B, T, C}), w->c3 = make({B, T, C});
     w->packed = make({B, T, W_l});
     w->f1 = make({B, T, F_l}), w->f2 = make({B, T, 2 * F_l});
-    w->qkv_grad = make({B, T, 3 * C_l}), w->att_grad = make.attention(attention_at(B, T));
+    w->qkv_grad = make({B, T, 3 * C_l}), w->att_scratch = make.attention_scratch(attention_at(B, T));
     if (kv_replicas > 1 && span.end_layer > span.first_layer) w->qkv_wgrad = make.master({W_l, C});
     return w;
   }
@@ -173,7 +173,7 @@ void Llama::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& d
   o_proj_.backward(&datty, &p.o.g, nullptr, dres1, a.atty, p.o.mm());
   const ops::Dropout probs = dropout_at(ctx.coords, cfg_.dropout, layer_of(i) + 1, kAttnProbs);
   recompute_attention(ctx, i, a.att, a.qkv, w.qkv_grad, probs);
-  ops::attention_backward(w.qkv_grad, w.att_grad, datty, a.qkv, a.att, int(NH_l_), probs, head_offset());
+  ops::attention_backward(w.qkv_grad, w.att_scratch, datty, a.qkv, a.att, int(NH_l_), probs, head_offset());
   ops::repeat_kv_backward(w.packed, w.qkv_grad, int(NH_l_), int(KV_l_));
   ops::rope_backward(w.packed, w.packed, rotated, HS_, cfg_.rope_theta);
   qkv_weight_backward(ctx, c1, w.packed, a.ln1, p);

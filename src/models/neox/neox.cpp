@@ -27,7 +27,7 @@ struct BlockActs : SavedTensors {
 
 // Backward scratch shared by the chunk's contexts.
 struct Scratch : SavedTensors {
-  Tensor c1, c2, c3, f1, f2, qkv_grad, att_grad;
+  Tensor c1, c2, c3, f1, f2, qkv_grad, att_scratch;
 };
 
 class Activations final : public ChunkActivations {
@@ -59,7 +59,7 @@ class Activations final : public ChunkActivations {
     auto w = std::make_unique<Scratch>();
     w->c1 = make({B, T, C}), w->c2 = make({B, T, C}), w->c3 = make({B, T, C});
     w->f1 = make({B, T, F_l}), w->f2 = make({B, T, F_l});
-    w->qkv_grad = make({B, T, 3 * C_l}), w->att_grad = make.attention(attention_at(B, T));
+    w->qkv_grad = make({B, T, 3 * C_l}), w->att_scratch = make.attention_scratch(attention_at(B, T));
     return w;
   }
   int64_t NH_l = 0, C_l = 0, F_l = 0, V_l = 0;
@@ -143,7 +143,7 @@ void Neox::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& do
   dense_.backward(&datty, &p.dense_w.g, &p.dense_b.g, dbranch, a.atty, p.dense_w.mm());
   const ops::Dropout probs = dropout_at(c, cfg_.dropout, layer, kAttnProbs);
   recompute_attention(ctx, i, a.att, a.qkv, w.qkv_grad, probs);
-  ops::attention_backward(w.qkv_grad, w.att_grad, datty, a.qkv, a.att, int(NH_l_), probs, head_offset());
+  ops::attention_backward(w.qkv_grad, w.att_scratch, datty, a.qkv, a.att, int(NH_l_), probs, head_offset());
   ops::rope_backward(w.qkv_grad, w.qkv_grad, int(2 * NH_l_), HS_, cfg_.rope_theta);
   qkv_.backward(&dln, &p.qkv_w.g, &p.qkv_b.g, w.qkv_grad, a.ln1, p.qkv_w.mm());
   ops::layernorm_backward(dnorm, p.ln_1_w.g, p.ln_1_b.g, dln, x, p.ln_1_w.w, a.ln1_mean, a.ln1_rstd);
