@@ -23,6 +23,8 @@ int plan(const Args& args);  // lattice plan CONFIG [--world N] [key=value ...]:
 int verify_layout(int* argc, char*** argv, const Args& args);
 // lattice convert --to-hf CKPT_STEP_DIR OUT_DIR | --from-hf HF_DIR OUT_CHECKPOINT_DIR (GPT-2)
 int convert(const Args& args);
+// lattice sample CHECKPOINT [--prompt TEXT] [--tokens N] ...: text from a causal model, one process, no MPI
+int sample(const Args& args);
 // Runs `body` inside an MpiRuntime (the progress thread as
 // $LATTICE_MPI_PROGRESS_US says): an exception, or a bad value of that
 // variable, becomes one line and, on a multi-rank job, the end of the whole

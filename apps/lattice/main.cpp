@@ -1,4 +1,4 @@
-// lattice: train, plan, verify-layout, data, convert. Prints one line per error and exits non-zero.
+// lattice: train, plan, verify-layout, data, convert, sample. Prints one line per error and exits non-zero.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
     if (cmd == "plan") return cli::plan(rest);
     if (cmd == "verify-layout") return cli::verify_layout(&argc, &argv, rest);
     if (cmd == "convert") return cli::convert(rest);
-    fmt::print(stderr, "lattice: unknown command '{}' (expected train, plan, verify-layout, data or convert; see lattice --help)\n", cmd);
+    if (cmd == "sample") return cli::sample(rest);
+    fmt::print(stderr, "lattice: unknown command '{}' (expected train, plan, verify-layout, data, convert or sample; see lattice --help)\n", cmd);
     return 2;
   } catch (const ConfigError& e) {
     fmt::print(stderr, "lattice: error: {}\n", e.message());

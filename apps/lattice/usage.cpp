@@ -24,6 +24,14 @@ std::string usage() {
       GPT-2 to / from Hugging Face: --to-hf writes config.json and
       model.safetensors that GPT2LMHeadModel.from_pretrained loads; --from-hf
       writes a model-only checkpoint OUT_CHECKPOINT_DIR/step_0000000.
+  lattice sample CHECKPOINT [--prompt TEXT] [--tokens N] [--samples N]
+                 [--temperature X] [--top-k K] [--seed S]
+                 [--tokenizer gpt2|bytes] [--vocab-dir DIR] [--threads N]
+      Continue the prompt with a trained gpt2, llama or neox model (one
+      process, fp32, CPU). CHECKPOINT: a step directory, a checkpoint
+      directory or a run directory (its latest checkpoint). Defaults: 64
+      tokens, 1 sample, temperature 1, top-k 0 (all ids), seed 1; temperature
+      0 takes the most likely token. The tokenizer is the run's unless given.
   lattice --version
 
 Configs: configs/*.yaml; every key is documented in docs/config.md.

@@ -30,7 +30,7 @@ namespace lattice {
 // NCCL communicators choose the same device.
 struct RankPlacement {
   Device device = Device::cpu();
-  comm::NodeLocal local;
+  comm::NodeLocal local{};
 };
 
 // Which communicator moves a rank's tensors over one of its mesh groups.

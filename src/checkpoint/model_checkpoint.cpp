@@ -5,12 +5,14 @@
 #include <filesystem>
 #include <set>
 #include <system_error>
+#include <tuple>
 
 #include "checkpoint/atomic_dir.h"
 #include "checkpoint/index.h"
 #include "checkpoint/posix_file.h"
 #include "core/error.h"
 #include "models/registry.h"
+#include "tp/sharding.h"
 
 namespace lattice::checkpoint {
 
@@ -46,14 +48,16 @@ void check_no_checkpoints(const std::string& parent) {
   }
 }
 
-ModelConfig config_of_state(const json& state, const std::string& path) {
+// The model config, and the data section where the state keeps the run's config.
+std::pair<ModelConfig, std::optional<DataConfig>> config_of_state(const json& state, const std::string& path) {
   if (state.contains("config")) {
     LATTICE_CHECK(state["config"].is_string(), "{}: `config` is not the run's YAML text", path);
-    return parse_config(state["config"].get<std::string>(), path + " (config)").model;
+    const Config c = parse_config(state["config"].get<std::string>(), path + " (config)");
+    return {c.model, c.data};
   }
   LATTICE_CHECK(state.contains("model"), "{}: neither `config` nor `model` is present: not a Lattice trainer state",
                 path);
-  return model_from_state_json(state["model"], path);
+  return {model_from_state_json(state["model"], path), std::nullopt};
 }
 
 }  // namespace
@@ -163,7 +167,7 @@ LogicalModel read_logical_model(const std::string& step_dir) {
   json state = json::parse(read_text_file(state_path, kMaxStateBytes), nullptr, false);
   LATTICE_CHECK(!state.is_discarded() && state.is_object(), "{}: not a JSON object", state_path);
   LogicalModel m;
-  m.config = config_of_state(state, state_path);
+  std::tie(m.config, m.data) = config_of_state(state, state_path);
   IndexedTensors files = IndexedTensors::open(step_dir, kModelIndex);
   std::set<std::string> expected;
   for (const ParamSpec& spec : model_param_specs(m.config)) {
@@ -177,6 +181,16 @@ LogicalModel read_logical_model(const std::string& step_dir) {
                   kModelIndex, name, kTrainerState);
   check_logical_model(m, step_dir);
   return m;
+}
+
+void load_logical_model(const LogicalModel& m, FlatParams& params) {
+  for (const auto& [name, t] : m.tensors) {
+    const ParamEntry& e = params.entry(name);
+    Tensor dst = params.value(e);
+    dst.copy_from(tp::shard_from_logical(e.spec, params.shard(), t, false));
+  }
+  params.mark_written();
+  params.mark_values_complete();
 }
 
 }  // namespace lattice::checkpoint

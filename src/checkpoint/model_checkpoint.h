@@ -19,16 +19,21 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "checkpoint/safetensors.h"
 #include "config/config.h"
+#include "core/param.h"
 
 namespace lattice::checkpoint {
 
 struct LogicalModel {
   ModelConfig config;
   NamedTensors tensors;  // parameter-table order
+  // The run's data section (tokenizer, vocab_dir) where the checkpoint keeps
+  // the run's config; model-only checkpoints have none.
+  std::optional<DataConfig> data{};
   int64_t numel() const;
 };
 
@@ -49,5 +54,10 @@ std::string write_model_checkpoint(const LogicalModel& m, const std::string& par
 // run's YAML, parsed with parse_config) or, in a model-only checkpoint, its
 // "model" object; its tensors through model.safetensors.index.json.
 LogicalModel read_logical_model(const std::string& step_dir);
+
+// Copies the tensors of `m` into `params`, which hold m.config's parameters
+// sharded as params.shard() (tp::shard_from_logical; the padded vocabulary
+// rows stay as they are).
+void load_logical_model(const LogicalModel& m, FlatParams& params);
 
 }  // namespace lattice::checkpoint

@@ -133,6 +133,7 @@ struct ArchTraits {
   // Model special tokens after the tokenizer's own (BERT: [PAD] [MASK] [CLS]
   // [SEP]); they take the ids right after the tokenizer's (data/tokenizer.h).
   std::vector<std::string_view> special_tokens;
+  bool causal = true;  // a left-to-right language model, which lattice sample can continue (BERT: masked tokens)
 };
 const ArchTraits& arch_traits(ModelArch arch);
 // The ids the tokenizer itself uses, its own specials included (bytes 257:

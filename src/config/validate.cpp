@@ -27,11 +27,11 @@ void config_fail(const Config& cfg, const std::string& key_path, const std::stri
 // One row per ModelArch, in enum order.
 const ArchTraits& arch_traits(ModelArch arch) {
   static const std::array<ArchTraits, EnumNames<ModelArch>::names.size()> table = {{
-      // rotary, grouped_query, free_d_ff, special_tokens
-      {false, false, false, {}},                                    // gpt2
-      {true, true, true, {}},                                       // llama
-      {false, false, true, {"[PAD]", "[MASK]", "[CLS]", "[SEP]"}},  // bert
-      {true, false, true, {}},                                      // neox
+      // rotary, grouped_query, free_d_ff, special_tokens, causal
+      {false, false, false, {}, true},                                     // gpt2
+      {true, true, true, {}, true},                                        // llama
+      {false, false, true, {"[PAD]", "[MASK]", "[CLS]", "[SEP]"}, false},  // bert
+      {true, false, true, {}, true},                                       // neox
   }};
   LATTICE_CHECK(size_t(arch) < table.size(), "model.arch: no traits for arch {}", int(arch));
   return table[size_t(arch)];

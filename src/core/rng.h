@@ -20,7 +20,7 @@
 
 namespace lattice {
 
-enum class RngPurpose : uint32_t { init = 1, dropout = 2, data = 3, mask_lm = 4 };
+enum class RngPurpose : uint32_t { init = 1, dropout = 2, data = 3, mask_lm = 4, sample = 5 };  // 4 bits (rng_bits)
 
 struct RngKey {
   uint64_t seed = 0;

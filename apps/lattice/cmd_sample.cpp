@@ -1,0 +1,170 @@
+// lattice sample CHECKPOINT [--prompt TEXT] [--tokens N] [--samples N]
+//                [--temperature X] [--top-k K] [--seed S]
+//                [--tokenizer gpt2|bytes] [--vocab-dir DIR] [--threads N]
+// Continues a prompt with a trained causal model (models/sampling.h), one
+// process, no MPI, fp32 on the CPU. CHECKPOINT is a step directory, a
+// checkpoint directory (its `latest`) or a run directory (its checkpoints/):
+// every layout's checkpoint holds the logical model, so any run's works. The
+// tokenizer is the run's (data.tokenizer, data.vocab_dir) unless given; a
+// model-only checkpoint (convert --from-hf) needs --tokenizer. Samples go to
+// stdout (a "--- sample k" line before each when there are several), what
+// was loaded to stderr.
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+
+#include "checkpoint/atomic_dir.h"
+#include "checkpoint/model_checkpoint.h"
+#include "cli.h"
+#include "comm/self_communicator.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "data/tokenizer.h"
+#include "models/registry.h"
+#include "models/sampling.h"
+
+namespace lattice::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SampleArgs {
+  std::string checkpoint, prompt, tokenizer, vocab_dir;
+  bool have_vocab_dir = false;
+  GenerateOptions gen;
+  int threads = 0;
+};
+
+template <typename T>
+T parse_number(const std::string& flag, const std::string& v, T lo, T hi, const char* what) {
+  T n{};
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || p != v.data() + v.size() || !(n >= lo && n <= hi))
+    LATTICE_FAIL("sample: {} expects {}, got '{}'", flag, what, v);
+  return n;
+}
+
+SampleArgs parse_sample(const Args& args) {
+  SampleArgs a;
+  a.gen.tokens = 64;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& f = args[i];
+    auto value = [&]() -> const std::string& {
+      if (i + 1 >= args.size()) LATTICE_FAIL("sample: {} needs a value", f);
+      return args[++i];
+    };
+    if (f == "--prompt") {
+      a.prompt = value();
+    } else if (f == "--tokens") {
+      a.gen.tokens = parse_number<int64_t>(f, value(), 1, 1 << 20, "an integer in [1, 1048576]");
+    } else if (f == "--samples") {
+      a.gen.samples = parse_number<int>(f, value(), 1, 256, "an integer in [1, 256]");
+    } else if (f == "--temperature") {
+      a.gen.sampling.temperature =
+          parse_number<double>(f, value(), 0.0, 1e6, "a number >= 0 (0: always the most likely token)");
+    } else if (f == "--top-k") {
+      a.gen.sampling.top_k = parse_number<int>(f, value(), 0, std::numeric_limits<int>::max(), "an integer >= 0");
+    } else if (f == "--seed") {
+      a.gen.sampling.seed =
+          parse_number<uint64_t>(f, value(), 0, std::numeric_limits<uint64_t>::max(), "a non-negative integer");
+    } else if (f == "--tokenizer") {
+      a.tokenizer = value();
+      if (a.tokenizer != "gpt2" && a.tokenizer != "bytes")
+        LATTICE_FAIL("sample: --tokenizer expects gpt2 or bytes, got '{}'", a.tokenizer);
+    } else if (f == "--vocab-dir") {
+      a.vocab_dir = value(), a.have_vocab_dir = true;
+    } else if (f == "--threads") {
+      a.threads = parse_number<int>(f, value(), 1, 1024, "an integer in [1, 1024]");
+    } else if (f.rfind("--", 0) == 0 || !a.checkpoint.empty()) {
+      LATTICE_FAIL("sample: unknown argument '{}' (see lattice --help)", f);
+    } else {
+      a.checkpoint = f;
+    }
+  }
+  if (a.checkpoint.empty())
+    LATTICE_FAIL("sample: expected a checkpoint (a step directory, a checkpoint directory or a run directory)");
+  return a;
+}
+
+// The step directory `path` names: itself (it has a manifest), its `latest`,
+// or its checkpoints/ folder's `latest`.
+std::string step_dir_of(const std::string& path) {
+  std::error_code ec;
+  LATTICE_CHECK(fs::is_directory(path, ec), "sample: checkpoint {} is not a directory", path);
+  if (fs::exists(fs::path(path) / "manifest.json", ec)) return path;
+  for (const fs::path& parent : {fs::path(path), fs::path(path) / "checkpoints"})
+    if (auto latest = checkpoint::find_latest_complete(parent.string())) return latest->dir;
+  LATTICE_FAIL(
+      "sample: {} holds no complete checkpoint: pass a step directory (with manifest.json), a checkpoint "
+      "directory or a run directory with checkpoints/",
+      path);
+}
+
+}  // namespace
+
+int sample(const Args& args) {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+    if (const char* n = std::getenv(v); n != nullptr && std::atoi(n) > 1) {
+      for (const char* r : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})  // one line for the job: rank 0's
+        if (const char* rank = std::getenv(r); rank != nullptr && std::atoi(rank) > 0) return 1;
+      LATTICE_FAIL(
+          "sample: runs as one process, but the launcher started {} ({}={}); run lattice sample without "
+          "mpirun or srun",
+          n, v, n);
+    }
+  SampleArgs a = parse_sample(args);
+  const std::string step_dir = step_dir_of(a.checkpoint);
+  checkpoint::LogicalModel m = checkpoint::read_logical_model(step_dir);
+  const ModelConfig& mc = m.config;
+  if (!arch_traits(mc.arch).causal)
+    LATTICE_FAIL(
+        "sample: the model in {} is {}, which is not a left-to-right language model; sample continues text with "
+        "gpt2, llama or neox models",
+        step_dir, enum_name(mc.arch));
+  if (a.tokenizer.empty()) {
+    if (!m.data)
+      LATTICE_FAIL("sample: {} is a model-only checkpoint with no run config: pass --tokenizer gpt2|bytes", step_dir);
+    a.tokenizer = std::string(enum_name(m.data->tokenizer));
+  }
+  if (!a.have_vocab_dir && m.data) a.vocab_dir = m.data->vocab_dir;
+  std::unique_ptr<data::Tokenizer> tok =
+      data::make_tokenizer(a.tokenizer, a.vocab_dir, arch_traits(mc.arch).special_tokens);
+  if (tok->vocab_size() > mc.vocab_size)
+    LATTICE_FAIL(
+        "sample: the {} tokenizer has {} ids but the model in {} only {} (model.vocab_size): pass the "
+        "tokenizer it was trained with (--tokenizer)",
+        a.tokenizer, tok->vocab_size(), step_dir, mc.vocab_size);
+  std::vector<int32_t> prompt = tok->encode(a.prompt);
+  const bool from_eot = prompt.empty();  // no prompt: start from <|endoftext|>, as GPT-2 does
+  if (from_eot) prompt.push_back(tok->eot_id());
+  a.gen.vocab = tok->vocab_size();
+  a.gen.max_seq_len = mc.max_seq_len;
+
+  if (a.threads > 0) set_num_threads(a.threads);
+  comm::Group tp = comm::self_group("tp");
+  const TpShard shard{.vocab_multiple = mc.vocab_multiple};
+  FlatParams params(model_param_specs(mc), DType::f32, Device::cpu(), shard);
+  checkpoint::load_logical_model(m, params);
+  auto model = build_model(mc, params, tp);
+  fmt::print(stderr,
+             "sampling {} x {} tokens from {} ({}, {} layers, d_model {}, {} parameters; tokenizer {}), "
+             "temperature {}, top_k {}, seed {}\n",
+             a.gen.samples, a.gen.tokens, step_dir, enum_name(mc.arch), mc.n_layer, mc.d_model, m.numel(), a.tokenizer,
+             a.gen.sampling.temperature, a.gen.sampling.top_k, a.gen.sampling.seed);
+  const std::vector<std::vector<int32_t>> out = generate(*model, prompt, a.gen);
+  for (size_t s = 0; s < out.size(); ++s) {
+    if (out.size() > 1) fmt::print("--- sample {}\n", s + 1);
+    const std::span<const int32_t> ids(out[s]);
+    fmt::print("{}\n", tok->decode(ids.subspan(from_eot ? 1 : 0)));
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace lattice::cli

@@ -1,0 +1,89 @@
+#include "models/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "models/chunk_model.h"
+
+namespace lattice {
+
+int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, uint64_t sample, uint64_t position) {
+  const int64_t n = int64_t(logits.size());
+  LATTICE_CHECK(n > 0, "sample_token: no ids to draw from");
+  LATTICE_CHECK(o.temperature >= 0.0 && std::isfinite(o.temperature) && o.top_k >= 0,
+                "sample_token: temperature {} must be finite and >= 0, top_k {} >= 0", o.temperature, o.top_k);
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = logits[size_t(i)];
+    LATTICE_CHECK(!std::isnan(x) && x != INFINITY, "sample: logit {} of position {} is {}: the checkpoint has diverged",
+                  i, position, std::isnan(x) ? "NaN" : "+inf");
+  }
+  // The kept ids: logits at least the k-th largest (all when top_k is 0 or covers them); -inf is never drawn.
+  float threshold = -INFINITY;
+  if (o.top_k > 0 && o.top_k < n) {
+    std::vector<float> sorted(logits.begin(), logits.end());
+    std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<float>());
+    threshold = sorted[size_t(o.top_k - 1)];
+  }
+  int64_t best = -1;  // the first largest
+  for (int64_t i = 0; i < n; ++i)
+    if (logits[size_t(i)] > -INFINITY && (best < 0 || logits[size_t(i)] > logits[size_t(best)])) best = i;
+  LATTICE_CHECK(best >= 0, "sample: every logit of position {} is -inf: no id can be drawn", position);
+  if (o.temperature == 0.0) return int32_t(best);
+  // softmax((x - max) / temperature) over the kept ids, in double; inverse CDF in id order.
+  const double mx = logits[size_t(best)];
+  std::vector<double> w(size_t(n), 0.0);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i)
+    if (logits[size_t(i)] >= threshold)
+      sum += (w[size_t(i)] = std::exp((double(logits[size_t(i)]) - mx) / o.temperature));
+  const double u = double(rng_uniform({.seed = o.seed, .purpose = RngPurpose::sample}, sample, position)) * sum;
+  double cum = 0.0;
+  int64_t last = best;
+  for (int64_t i = 0; i < n; ++i) {
+    if (w[size_t(i)] == 0.0) continue;
+    cum += w[size_t(i)];
+    last = i;
+    if (u < cum) return int32_t(i);
+  }
+  return int32_t(last);  // u within rounding of the sum
+}
+
+std::vector<std::vector<int32_t>> generate(LanguageModel& model, std::span<const int32_t> prompt,
+                                           const GenerateOptions& o,
+                                           const std::function<void(int64_t step)>& on_token) {
+  auto* chunk = dynamic_cast<ChunkModel*>(&model);
+  LATTICE_CHECK(chunk != nullptr, "generate: {} is not a ChunkModel (no logits to read)", model.arch());
+  LATTICE_CHECK(!prompt.empty(), "generate: the prompt has no tokens");
+  LATTICE_CHECK(o.tokens >= 0 && o.samples >= 1 && o.vocab >= 1 && o.max_seq_len >= 1,
+                "generate: tokens {} >= 0, samples {} >= 1, vocab {} >= 1 and max_seq_len {} >= 1 expected", o.tokens,
+                o.samples, o.vocab, o.max_seq_len);
+  const int64_t B = o.samples;
+  std::vector<std::vector<int32_t>> seqs(size_t(B), std::vector<int32_t>(prompt.begin(), prompt.end()));
+  std::unique_ptr<ModelContext> ctx;
+  Tensor ids, targets;
+  for (int64_t step = 1; step <= o.tokens; ++step) {
+    const int64_t n = int64_t(seqs[0].size()), T = std::min(n, o.max_seq_len);
+    if (!ctx || ids.dim(1) != T) {
+      ctx = model.make_context(B, T);
+      ids = Tensor::zeros({B, T}, DType::i32), targets = Tensor::zeros({B, T}, DType::i32);
+    }
+    for (int64_t b = 0; b < B; ++b)
+      std::copy(seqs[size_t(b)].end() - T, seqs[size_t(b)].end(), ids.data<int32_t>() + b * T);
+    model.forward(*ctx, ids, targets, {.seed = o.sampling.seed, .step = 1, .sample0 = 0, .train = false});
+    Tensor logits = chunk->logits(*ctx);  // (B, T, V_l): the whole vocabulary on one rank
+    if (!logits.device().is_cpu() || logits.dtype() != DType::f32) logits = logits.on_host().to(DType::f32);
+    const int64_t V = logits.dim(2);
+    LATTICE_CHECK(o.vocab <= V, "generate: vocab {} exceeds the model's {} logits", o.vocab, V);
+    for (int64_t b = 0; b < B; ++b) {
+      const float* row = logits.data<float>() + (b * T + T - 1) * V;
+      seqs[size_t(b)].push_back(sample_token({row, size_t(o.vocab)}, o.sampling, uint64_t(b), uint64_t(n)));
+    }
+    if (on_token) on_token(step);
+  }
+  return seqs;
+}
+
+}  // namespace lattice

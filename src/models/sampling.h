@@ -1,0 +1,55 @@
+// Text generation from a trained causal model on one rank (lattice sample).
+//
+// generate() continues a prompt token by token: each new token is drawn from
+// the model's logits at the last position of a full forward over the
+// sequence so far (the last max_seq_len tokens once it is longer), in
+// evaluation mode (no dropout). There is no key/value cache, so each token
+// costs one forward at the current length: fine for the models this
+// framework trains on CPUs, quadratic in the length generated.
+//
+// sample_token() is the draw itself: greedy (temperature 0: the first id of
+// the largest logit), or softmax(logits / temperature) over the `top_k`
+// largest logits (0: all; ties with the k-th largest are kept too), by
+// inverse CDF in id order with one uniform from the counter-based RNG keyed
+// by (seed, RngPurpose::sample, sample index, position). The same seed,
+// prompt and options therefore give the same text, on any thread count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "models/model.h"
+
+namespace lattice {
+
+struct SamplingOptions {
+  double temperature = 1.0;  // >= 0; 0 is greedy
+  int top_k = 0;             // >= 0; 0 keeps every id
+  uint64_t seed = 1;
+};
+
+// One id in [0, logits.size()) from a row of logits (only the ids that may be
+// drawn: callers pass the tokenizer's ids, not the padded vocabulary).
+// `sample`, `position`: the RNG coordinates. A non-finite logit among those
+// kept is one error line (a diverged checkpoint).
+int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, uint64_t sample, uint64_t position);
+
+struct GenerateOptions {
+  int64_t tokens = 64;      // new tokens per sample
+  int samples = 1;          // continuations of the prompt, generated as one batch
+  int64_t vocab = 0;        // ids drawn are below this (the tokenizer's size; <= the model's vocabulary)
+  int64_t max_seq_len = 0;  // the model's context: longer sequences keep their last max_seq_len tokens
+  SamplingOptions sampling;
+};
+
+// `samples` continuations of `prompt` (non-empty), each prompt + `tokens`
+// ids. `model` is a whole causal model (embedding and head) on one rank in
+// fp32 or its configured activation dtype. `on_token(step)` runs after each
+// generated position (step 1..tokens), e.g. for progress output.
+std::vector<std::vector<int32_t>> generate(LanguageModel& model, std::span<const int32_t> prompt,
+                                           const GenerateOptions& o,
+                                           const std::function<void(int64_t step)>& on_token = {});
+
+}  // namespace lattice

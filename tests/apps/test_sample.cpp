@@ -1,0 +1,141 @@
+// lattice sample as a user meets it: a tiny GPT-2 trained on one sentence
+// repeated continues any part of it word for word when greedy (across its
+// 32-token window), the seed decides a sampled text, a model-only checkpoint
+// samples the same once given its tokenizer, and bad input is one line.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli_runner.h"
+#include "support/test_support.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using lattice::test::CmdResult;
+
+CmdResult run(const std::string& args, const std::string& cwd, int ranks = 0) {
+  return lattice::test::run_lattice(args, cwd, ranks);
+}
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+// 45 bytes, odd, so the loader's 32-token windows start at every offset of it.
+const std::string kSentence = "the quick brown fox jumps over the lazy dog.\n";
+
+// `prompt` (a piece of the repeated sentence) and the `tokens` bytes after it.
+std::string continued(const std::string& prompt, size_t tokens) {
+  std::string text;
+  while (text.size() < prompt.size() + tokens + 2 * kSentence.size()) text += kSentence;
+  const size_t at = text.find(prompt);
+  return text.substr(at, prompt.size() + tokens);
+}
+
+class Sample : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir = lattice::test::make_temp_dir("sample");
+    std::string text;
+    for (int i = 0; i < 400; ++i) text += kSentence;
+    write(dir + "/a.txt", text);
+    CmdResult r = run("data prepare --input a.txt --tokenizer bytes --out d/t", dir);
+    ASSERT_EQ(r.status, 0) << r.out;
+    write(dir + "/tiny.yaml",
+          R"(model: { arch: gpt2, n_layer: 2, n_head: 2, d_model: 32, vocab_size: 260, max_seq_len: 32 }
+train: { steps: 150, global_batch: 8, micro_batch: 8, seq_len: 32 }
+optimizer: { name: adamw, lr: 0.01, schedule: { warmup_steps: 5 } }
+data: { train: "d/t_train_*.bin", tokenizer: bytes }
+runtime: { seed: 7, threads: 1 }
+log: { every: 50 }
+)");
+    r = run("train tiny.yaml", dir);
+    ASSERT_EQ(r.status, 0) << r.out;
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir); }
+  void expect_one_line_error(const CmdResult& r, const std::vector<std::string>& needles) {
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_EQ(lines(r.out), 1) << r.out;
+    for (const auto& n : needles) EXPECT_NE(r.out.find(n), std::string::npos) << "missing '" << n << "' in: " << r.out;
+  }
+  static std::string dir;
+};
+std::string Sample::dir;
+
+}  // namespace
+
+TEST_F(Sample, GreedyContinuesTheTrainedTextAcrossTheWindow) {
+  // A run directory, its checkpoint directory and the step directory all name the same model.
+  for (const std::string where : {"runs/tiny", "runs/tiny/checkpoints", "runs/tiny/checkpoints/step_0000150"})
+    for (const std::string prompt : {"the quick", "he quick brown fox jumps", "lazy dog.\nthe"}) {
+      CmdResult r = run("sample " + where + " --temperature 0 --tokens 90 --prompt '" + prompt + "'", dir);
+      ASSERT_EQ(r.status, 0) << r.out;
+      EXPECT_NE(r.out.find("sampling 1 x 90 tokens from runs/tiny/checkpoints/step_0000150"), std::string::npos)
+          << r.out;
+      EXPECT_NE(r.out.find(continued(prompt, 90) + "\n"), std::string::npos)
+          << "prompt '" << prompt << "' from " << where << ": " << r.out;
+    }
+}
+
+TEST_F(Sample, TheSeedDecidesTheText) {
+  const std::string args = "sample runs/tiny --samples 2 --tokens 60 --temperature 3 --prompt the";
+  CmdResult a = run(args + " --seed 4", dir), b = run(args + " --seed 4", dir), c = run(args + " --seed 5", dir);
+  ASSERT_EQ(a.status, 0) << a.out;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out);
+  EXPECT_NE(a.out.find("--- sample 1\nthe"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("--- sample 2\nthe"), std::string::npos) << a.out;
+  // No prompt: the text starts after <|endoftext|>, which is not printed.
+  CmdResult d = run("sample runs/tiny --tokens 20 --temperature 0", dir);
+  ASSERT_EQ(d.status, 0) << d.out;
+  EXPECT_EQ(d.out.find("<|endoftext|>"), std::string::npos) << d.out;
+}
+
+TEST_F(Sample, AModelOnlyCheckpointSamplesTheSameGivenItsTokenizer) {
+  ASSERT_EQ(run("convert --to-hf runs/tiny/checkpoints/step_0000150 hf", dir).status, 0);
+  ASSERT_EQ(run("convert --from-hf hf model_only", dir).status, 0);
+  expect_one_line_error(run("sample model_only", dir), {"model-only", "--tokenizer"});
+  const std::string args = " --temperature 0.8 --seed 3 --tokens 50 --prompt 'the lazy'";
+  CmdResult from_run = run("sample runs/tiny" + args, dir);
+  CmdResult from_hf = run("sample model_only --tokenizer bytes" + args, dir);
+  ASSERT_EQ(from_hf.status, 0) << from_hf.out;
+  auto text = [](const std::string& out) { return out.substr(out.find('\n') + 1); };  // past the header
+  EXPECT_EQ(text(from_hf.out), text(from_run.out));
+}
+
+TEST_F(Sample, BadInputIsOneLine) {
+  expect_one_line_error(run("sample", dir), {"expected a checkpoint"});
+  expect_one_line_error(run("sample runs/tiny --bogus 1", dir), {"--bogus"});
+  expect_one_line_error(run("sample runs/tiny other", dir), {"other"});
+  expect_one_line_error(run("sample runs/tiny --temperature -1", dir), {"--temperature", "-1"});
+  expect_one_line_error(run("sample runs/tiny --tokens 0", dir), {"--tokens", "'0'"});
+  expect_one_line_error(run("sample runs/tiny --top-k x", dir), {"--top-k", "'x'"});
+  expect_one_line_error(run("sample runs/tiny --samples", dir), {"--samples needs a value"});
+  expect_one_line_error(run("sample runs/tiny --tokenizer words", dir), {"--tokenizer", "words"});
+  expect_one_line_error(run("sample nowhere", dir), {"nowhere", "not a directory"});
+  expect_one_line_error(run("sample d", dir), {"d holds no complete checkpoint"});
+  // The gpt2 tokenizer's 50257 ids do not fit this model's 260 (or its files are missing): either way one line.
+  CmdResult wrong = run("sample runs/tiny --tokenizer gpt2 --vocab-dir .", dir);
+  expect_one_line_error(wrong, {"gpt2"});
+  // One process: under mpirun with two ranks, one line for the job.
+  expect_one_line_error(run("sample runs/tiny", dir, 2), {"one process", "mpirun"});
+  // A BERT checkpoint has no left-to-right continuation.
+  write(dir + "/bert.yaml",
+        R"(model: { arch: bert, n_layer: 1, n_head: 2, d_model: 16, vocab_size: 261, max_seq_len: 32 }
+train: { steps: 1, global_batch: 2, micro_batch: 2, seq_len: 32 }
+optimizer: { lr: 0.001 }
+data: { train: "d/t_train_*.bin", tokenizer: bytes }
+runtime: { threads: 1 }
+)");
+  ASSERT_EQ(run("train bert.yaml", dir).status, 0);
+  expect_one_line_error(run("sample runs/bert", dir), {"bert", "not a left-to-right language model"});
+}
