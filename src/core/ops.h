@@ -123,6 +123,11 @@ void dropout_backward(Tensor& dinp, const Tensor& dout, const Dropout& d);
 //       do not depend on how heads are split. On CUDA att (and backward's
 //       scratch) may instead be compact: attention_state_shape below.
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset = 0);
+// att as attention_forward leaves it, bit for bit, without the output: no
+// dropout, no P @ V (parallel.recompute_attention computes the probabilities
+// again for backward; ChunkModel::recompute_attention). att must be the full
+// (B, NH, T, T) state; a compact one is one error line.
+void attention_probs(Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset = 0);
 // dqkv (B, T, 3 * NH * HS) overwrite. On CUDA uses `scratch`, att's shape,
 // as workspace; the CPU kernels never read it, so there it may also be empty
 // (attention_scratch_shape).
@@ -307,6 +312,9 @@ void attention_masked_forward(Tensor& out, Tensor& att, const Tensor& qkv, const
 // again and needs it.
 void attention_masked_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                                const Tensor* key_mask, int n_head, const Dropout& d, int head_offset = 0);
+// attention_probs of the masked op.
+void attention_masked_probs(Tensor& att, const Tensor& qkv, const Tensor* key_mask, int n_head, const Dropout& d,
+                            int head_offset = 0);
 
 // GELU with erf: out = 0.5 x (1 + erf(x / sqrt 2)) (BERT). Any shape.
 void gelu_erf_forward(Tensor& out, const Tensor& inp);

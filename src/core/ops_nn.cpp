@@ -82,7 +82,7 @@ cpu::AttentionDims attention_dims(const char* op, const Tensor& y, const Tensor&
                            att.numel() == cpu::attention_compact_elems(att.dtype(), B, n_head, T);
   const bool cuda_compact = compact && !full && attention_state_on(att.device()) == AttentionState::fused_cuda &&
                             att.numel() == cuda::sdpa_saved_elems(sdpa_view({B, T, n_head, HS}, att.dtype()));
-  LATTICE_CHECK(y.numel() == B * T * n_head * HS && (full || cpu_compact || cuda_compact),
+  LATTICE_CHECK((!y.defined() || y.numel() == B * T * n_head * HS) && (full || cpu_compact || cuda_compact),
                 "ops::{}: qkv {} needs (B, T, C) = ({}, {}, {}) and att (B, NH, T, T) or the compact state "
                 "(ops::attention_state_shape), got {} and {}",
                 op, shape_str(qkv.shape()), B, T, n_head * HS, shape_str(y.shape()), shape_str(att.shape()));
@@ -162,21 +162,52 @@ AttentionState attention_state_on(Device dev) {
                             cpu_attention_compact());
 }
 
-void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset) {
-  check_same("attention_forward", {&out, &att, &qkv});
+namespace {
+// attention_forward and attention_masked_forward, and with out null their
+// _probs twins (att alone, the full state only). key_mask: masked only.
+void attention_forward_any(const char* op, Tensor* out, Tensor& att, const Tensor& qkv, bool causal,
+                           const Tensor* key_mask, int n_head, const Dropout& d, int head_offset) {
+  if (out)
+    check_same(op, {out, &att, &qkv});
+  else
+    check_same(op, {&att, &qkv});
   bool compact = false;
-  cpu::AttentionDims ad = attention_dims("attention_forward", out, att, qkv, n_head, d, head_offset, &compact);
-  check_attention_matmuls("attention_forward", out);
-  if (cuda_f32(out))
-    return cuda_backend().attention_forward(out.device().index, fp(out), fp(att), fp(qkv),
-                                            cuda_attention(ad, d, true, nullptr, compact));
-  if (cuda_16(out))
-    return cuda_backend().attention_forward16(out.device().index, out.dtype(), out.raw(), att.raw(), qkv.raw(),
-                                              cuda_attention(ad, d, true, nullptr, compact));
-  on_cpu_act("attention_forward", out, [&](auto t) {
+  // Only the causal ops take CUDA's compact state (attention_masked_*'s backward reads the key mask from P).
+  cpu::AttentionDims ad =
+      attention_dims(op, out ? *out : Tensor(), att, qkv, n_head, d, head_offset, causal ? &compact : nullptr);
+  LATTICE_CHECK(out || (!ad.compact_state && !compact),
+                "ops::{}: att {} must be the full (B, NH, T, T) state: a compact one holds no probabilities", op,
+                shape_str(att.shape()));
+  if (key_mask) {
+    check_ids(op, *key_mask, qkv);
+    LATTICE_CHECK(key_mask->numel() == ad.B * ad.T, "ops::{}: key_mask {} for (B, T) = ({}, {})", op,
+                  shape_str(key_mask->shape()), ad.B, ad.T);
+  }
+  check_attention_matmuls(op, att);
+  if (cuda_f32(att))
+    return cuda_backend().attention_forward(att.device().index, out ? fp(*out) : nullptr, fp(att), fp(qkv),
+                                            cuda_attention(ad, d, causal, key_mask, compact));
+  if (cuda_16(att))
+    return cuda_backend().attention_forward16(att.device().index, att.dtype(), out ? out->raw() : nullptr, att.raw(),
+                                              qkv.raw(), cuda_attention(ad, d, causal, key_mask, compact));
+  const int32_t* mask = key_mask ? key_mask->data<int32_t>() : nullptr;
+  on_cpu_act(op, att, [&](auto t) {
     using T = decltype(t);
-    cpu::attention_forward<T>(sp<T>(out), sp<T>(att), sp<T>(qkv), d.key, d.sample0, d.p, ad);
+    T* o = out ? sp<T>(*out) : nullptr;
+    if (causal)
+      cpu::attention_forward<T>(o, sp<T>(att), sp<T>(qkv), d.key, d.sample0, d.p, ad);
+    else
+      cpu::attention_masked_forward<T>(o, sp<T>(att), sp<T>(qkv), mask, d.key, d.sample0, d.p, ad);
   });
+}
+}  // namespace
+
+void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset) {
+  attention_forward_any("attention_forward", &out, att, qkv, true, nullptr, n_head, d, head_offset);
+}
+
+void attention_probs(Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset) {
+  attention_forward_any("attention_probs", nullptr, att, qkv, true, nullptr, n_head, d, head_offset);
 }
 
 void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,
@@ -424,25 +455,12 @@ void shard_cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const T
 
 void attention_masked_forward(Tensor& out, Tensor& att, const Tensor& qkv, const Tensor* key_mask, int n_head,
                               const Dropout& d, int head_offset) {
-  check_same("attention_masked_forward", {&out, &att, &qkv});
-  cpu::AttentionDims ad = attention_dims("attention_masked_forward", out, att, qkv, n_head, d, head_offset);
-  if (key_mask) {
-    check_ids("attention_masked_forward", *key_mask, qkv);
-    LATTICE_CHECK(key_mask->numel() == ad.B * ad.T, "ops::attention_masked_forward: key_mask {} for (B, T) = ({}, {})",
-                  shape_str(key_mask->shape()), ad.B, ad.T);
-  }
-  check_attention_matmuls("attention_masked_forward", out);
-  if (cuda_f32(out))
-    return cuda_backend().attention_forward(out.device().index, fp(out), fp(att), fp(qkv),
-                                            cuda_attention(ad, d, false, key_mask));
-  if (cuda_16(out))
-    return cuda_backend().attention_forward16(out.device().index, out.dtype(), out.raw(), att.raw(), qkv.raw(),
-                                              cuda_attention(ad, d, false, key_mask));
-  const int32_t* mask = key_mask ? key_mask->data<int32_t>() : nullptr;
-  on_cpu_act("attention_masked_forward", out, [&](auto t) {
-    using T = decltype(t);
-    cpu::attention_masked_forward<T>(sp<T>(out), sp<T>(att), sp<T>(qkv), mask, d.key, d.sample0, d.p, ad);
-  });
+  attention_forward_any("attention_masked_forward", &out, att, qkv, false, key_mask, n_head, d, head_offset);
+}
+
+void attention_masked_probs(Tensor& att, const Tensor& qkv, const Tensor* key_mask, int n_head, const Dropout& d,
+                            int head_offset) {
+  attention_forward_any("attention_masked_probs", nullptr, att, qkv, false, key_mask, n_head, d, head_offset);
 }
 
 void attention_masked_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,

@@ -130,16 +130,15 @@ Tensor ChunkModel::shared_attention(const MakeTensor& make, int64_t B, int64_t T
   return shared_att_;
 }
 
-void ChunkModel::recompute_attention(const Context& ctx, int i, Tensor& att, const Tensor& qkv, const Tensor& free,
-                                     const ops::Dropout& d, const Tensor* key_mask) const {
+void ChunkModel::recompute_attention(const Context& ctx, int i, Tensor& att, const Tensor& qkv, const ops::Dropout& d,
+                                     const Tensor* key_mask) const {
   if (!ctx.attention_shared || i < span_.recompute) return;
   const ops::AttentionCalls& a = acts_->attention;
   const int head_offset = int(a.NH) * tp_.rank();
-  Tensor out = free.view(0, {ctx.B, ctx.T, a.NH * a.HS});
   if (a.causal)
-    ops::attention_forward(out, att, qkv, int(a.NH), d, head_offset);
+    ops::attention_probs(att, qkv, int(a.NH), d, head_offset);
   else
-    ops::attention_masked_forward(out, att, qkv, key_mask, int(a.NH), d, head_offset);
+    ops::attention_masked_probs(att, qkv, key_mask, int(a.NH), d, head_offset);
 }
 
 std::unique_ptr<ModelContext> ChunkModel::make_context(int64_t B, int64_t T) const {

@@ -262,14 +262,13 @@ class ChunkModel : public LanguageModel {
   // ChunkActivations::attention.causal false). Under
   // parallel.recompute_attention (span.recompute_attention) the blocks' full
   // (B, NH, T, T) att is one buffer per chunk, which every later block and
-  // microbatch overwrites (a compact state is kept as usual); this calls the
-  // attention forward again into it, which gives the forward's P bit for bit
-  // (the kernels are deterministic). `free`: the qkv gradient, which the
-  // attention backward overwrites next, takes the output it does not need.
-  // Otherwise (and for a block recomputed whole, whose forward just wrote
-  // att) it does nothing.
-  void recompute_attention(const Context& ctx, int i, Tensor& att, const Tensor& qkv, const Tensor& free,
-                           const ops::Dropout& d, const Tensor* key_mask = nullptr) const;
+  // microbatch overwrites (a compact state is kept as usual); this computes
+  // the probabilities again into it (ops::attention_probs: the forward's P
+  // bit for bit, without the output and its P @ V product). Otherwise (and
+  // for a block recomputed whole, whose forward just wrote att) it does
+  // nothing.
+  void recompute_attention(const Context& ctx, int i, Tensor& att, const Tensor& qkv, const ops::Dropout& d,
+                           const Tensor* key_mask = nullptr) const;
 
   StageSpan span_;
   comm::Group& tp_;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "core/kernels/cpu/matmul.h"
 #include "core/ops.h"
 #include "ops_test_helpers.h"
 #include "support/attention_case.h"
@@ -293,6 +294,42 @@ TEST(OpsAttention, CpuBackwardTakesAnEmptyScratch) {
       const std::string msg = error_text([&] { backward(odd); });
       EXPECT_HAS(msg, "scratch");
       EXPECT_HAS(msg, "or empty on the CPU");
+    }
+}
+
+// attention_probs: att as the forward leaves it, bit for bit, with no output
+// (parallel.recompute_attention), causal and masked, with dropout, in every
+// storage type the CPU takes (bf16 and f16 with matmuls in that type); a
+// compact state has no probabilities to give, one line.
+TEST(OpsAttention, ProbsAloneAreTheForwardsState) {
+  const Dims s{2, 150, 2, 4};  // two row blocks
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
+    for (bool masked : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(dt), masked ? "masked" : "causal"));
+      if (is_16bit(dt)) cpu::set_matmul_dtype(dt);
+      const ops::Dropout d = dropout(0.2f);
+      Tensor qkv = random_tensor({s.B, s.T, 3 * s.C()}, dt, 71, 1.5);
+      Tensor mask = Tensor::zeros({s.B, s.T}, DType::i32);
+      for (int64_t i = 0; i < s.B * s.T; ++i) mask.data<int32_t>()[i] = i % 7 != 2;
+      Tensor out = Tensor::zeros({s.B, s.T, s.C()}, dt), att = Tensor::zeros(state_shape(s, dt, false), dt);
+      Tensor again = random_tensor(att.shape(), dt, 72);  // dirty: every element is written
+      if (masked) {
+        ops::attention_masked_forward(out, att, qkv, &mask, int(s.NH), d, 1);
+        ops::attention_masked_probs(again, qkv, &mask, int(s.NH), d, 1);
+      } else {
+        ops::attention_forward(out, att, qkv, int(s.NH), d, 1);
+        ops::attention_probs(again, qkv, int(s.NH), d, 1);
+      }
+      EXPECT_TRUE(bitwise_equal(again, att));
+      Tensor compact = Tensor::zeros(state_shape(s, dt, true), dt);
+      const std::string msg = error_text([&] {
+        if (masked)
+          ops::attention_masked_probs(compact, qkv, &mask, int(s.NH), d);
+        else
+          ops::attention_probs(compact, qkv, int(s.NH), d);
+      });
+      EXPECT_HAS(msg, "full (B, NH, T, T) state");
+      cpu::set_matmul_dtype(DType::f32);
     }
 }
 

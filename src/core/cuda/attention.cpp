@@ -115,6 +115,7 @@ void attention_forward(cublasHandle_t blas, cudaStream_t stream, S* out, S* att,
       s = P;
     gemm_rm(blas, false, true, T, T, HS, scale, q, 3 * C, HS, q + C, 3 * C, HS, s, T, TT, NH);  // S = scale q k^T
     launch_masked_softmax_rows(stream, s, P, a, b * rows, rows);
+    if (!out) continue;  // P alone
     const S* probs = P;
     if (a.p > 0.0f) {
       S* dropped = at<S>(work, w.dropped);

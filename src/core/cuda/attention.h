@@ -65,7 +65,9 @@ void check_attention(const AttentionArgs& a);
 // Bytes of `work` a call on storage S needs (0: none).
 template <typename S>
 size_t attention_work_bytes(const AttentionArgs& a);
-// out (B, T, C); att (B, NH, T, T) saved; qkv (B, T, 3C).
+// out (B, T, C), or null: att alone (no dropout, no P @ V: the
+// probabilities computed again for backward); att (B, NH, T, T) saved;
+// qkv (B, T, 3C).
 template <typename S>
 void attention_forward(cublasHandle_t blas, cudaStream_t stream, S* out, S* att, void* work, const S* qkv,
                        const AttentionArgs& a);

@@ -100,10 +100,16 @@ bool Backend::forward_was_fused(const void* att) {
 void Backend::attention_forward_on(int dev, DType act, void* out, void* att, const void* qkv,
                                    const CudaAttentionArgs& a) {
   check_attention(a);
+  // out null: att alone (ops::attention_probs), in the full (B, NH, T, T) buffer.
+  LATTICE_CHECK(out != nullptr || !a.compact_state, "cuda attention: att alone needs the full state");
   const SdpaShape s = sdpa_shape(a, sdpa_dtype(), act != DType::f32);
   const SdpaStaging st = sdpa_staging(s, SdpaPass::forward, reinterpret_cast<uintptr_t>(qkv), 0, 0);
   const bool fused = ran_fused(dev, s, SdpaPass::forward, st, [&](void* scratch) {
-    return sdpa_.forward(dev, kStream, out, att, qkv, s, st, scratch);
+    // The fused path keeps O and Stats in att as a forward with an output
+    // would (so its backward stays fused, the same bits), and writes a copy
+    // of O somewhere: into the attention work buffer when no output is wanted.
+    void* o = out ? out : attention_work(dev, size_t(a.B * a.T * a.NH * a.HS) * (act == DType::f32 ? 4 : 2));
+    return sdpa_.forward(dev, kStream, o, att, qkv, s, st, scratch);
   });
   note_forward(att, fused);
   if (fused) return;
@@ -141,10 +147,9 @@ void Backend::attention_backward_on(int dev, DType act, void* dqkv, void* scratc
     void* work = attention_work(dev, attention_work_bytes<S>(a));
     if (a.compact_state) {
       // Sample by sample: P computed again into the temporary by the plain
-      // forward (its own bits: deterministic, the dropout masks from the
-      // counters; or, after a fused forward, the same P: no dropout there),
-      // its out into the sample's dqkv, which backward then overwrites; dS
-      // in the other temporary.
+      // forward (its own bits: deterministic; or, after a fused forward, the
+      // same P: no dropout there), without its output; dS in the other
+      // temporary.
       S* dS = nullptr;
       S* P = attention_temps<S>(dev, a, &dS);
       const int64_t C = a.NH * a.HS;
@@ -152,14 +157,14 @@ void Backend::attention_backward_on(int dev, DType act, void* dqkv, void* scratc
         const CudaAttentionArgs one = sample_of(a, b);
         S* dq = static_cast<S*>(dqkv) + b * a.T * 3 * C;
         const S* q = static_cast<const S*>(qkv) + b * a.T * 3 * C;
-        cuda::attention_forward<S>(h, kStream, dq, P, work, q, one);
+        cuda::attention_forward<S>(h, kStream, static_cast<S*>(nullptr), P, work, q, one);
         cuda::attention_backward<S>(h, kStream, dq, dS, work, static_cast<const S*>(dout) + b * a.T * C, q, P, one);
       }
       return;
     }
-    if (fused_forward) {  // cuDNN failed to execute the backward: the plain forward again, for P in att (no
-                          // dropout on the fused path, so the same P); its out goes to dqkv, which backward overwrites
-      cuda::attention_forward<S>(h, kStream, static_cast<S*>(dqkv), static_cast<S*>(const_cast<void*>(att)), work,
+    if (fused_forward) {  // cuDNN failed to execute the backward: the plain forward again, for P alone in att
+                          // (no dropout on the fused path, so the same P)
+      cuda::attention_forward<S>(h, kStream, static_cast<S*>(nullptr), static_cast<S*>(const_cast<void*>(att)), work,
                                  static_cast<const S*>(qkv), a);
       note_forward(att, false);  // att holds P now
     }

@@ -197,7 +197,7 @@ void Bert::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& do
   Tensor datty = c3.view(0, a.atty.shape());  // (B, T, C_l)
   attn_out_.backward(&datty, &p.attn_out_w.g, &p.attn_out_b.g, c1, a.atty, p.attn_out_w.mm());
   const ops::Dropout probs = dropout_at(c, cfg_.dropout, layer, kAttnProbs);
-  recompute_attention(ctx, i, a.att, a.qkv, w.qkv_grad, probs, key_mask(ctx));
+  recompute_attention(ctx, i, a.att, a.qkv, probs, key_mask(ctx));
   ops::attention_masked_backward(w.qkv_grad, w.att_scratch, datty, a.qkv, a.att, key_mask(ctx), int(heads_l_), probs,
                                  head_offset());
   w.qkv_bias_grad.zero_();

@@ -144,7 +144,7 @@ void Gpt2::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& do
   Tensor datty = c3.view(0, a.atty.shape());  // (B, T, C_l)
   attn_proj_.backward(&datty, &p.attn_proj_w.g, &p.attn_proj_b.g, c1, a.atty, p.attn_proj_w.mm());
   const ops::Dropout probs = dropout_at(c, cfg_.dropout, layer, kAttnProbs);
-  recompute_attention(ctx, i, a.att, a.qkv, w.qkv_grad, probs);
+  recompute_attention(ctx, i, a.att, a.qkv, probs);
   ops::attention_backward(w.qkv_grad, w.att_scratch, datty, a.qkv, a.att, int(heads_l_), probs, head_offset());
   qkv_.backward(&c1, &p.c_attn_w.g, &p.c_attn_b.g, w.qkv_grad, a.ln1, p.c_attn_w.mm());
   ops::layernorm_backward(dx, p.ln_1_w.g, p.ln_1_b.g, c1, x, p.ln_1_w.w, a.ln1_mean, a.ln1_rstd);

@@ -172,7 +172,7 @@ void Llama::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& d
   Tensor datty = w.c3.view(0, a.atty.shape());  // (B, T, C_l)
   o_proj_.backward(&datty, &p.o.g, nullptr, dres1, a.atty, p.o.mm());
   const ops::Dropout probs = dropout_at(ctx.coords, cfg_.dropout, layer_of(i) + 1, kAttnProbs);
-  recompute_attention(ctx, i, a.att, a.qkv, w.qkv_grad, probs);
+  recompute_attention(ctx, i, a.att, a.qkv, probs);
   ops::attention_backward(w.qkv_grad, w.att_scratch, datty, a.qkv, a.att, int(NH_l_), probs, head_offset());
   ops::repeat_kv_backward(w.packed, w.qkv_grad, int(NH_l_), int(KV_l_));
   ops::rope_backward(w.packed, w.packed, rotated, HS_, cfg_.rope_theta);

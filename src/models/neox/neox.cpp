@@ -142,7 +142,7 @@ void Neox::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& do
   Tensor datty = dnorm.view(0, a.atty.shape());  // (B, T, C_l)
   dense_.backward(&datty, &p.dense_w.g, &p.dense_b.g, dbranch, a.atty, p.dense_w.mm());
   const ops::Dropout probs = dropout_at(c, cfg_.dropout, layer, kAttnProbs);
-  recompute_attention(ctx, i, a.att, a.qkv, w.qkv_grad, probs);
+  recompute_attention(ctx, i, a.att, a.qkv, probs);
   ops::attention_backward(w.qkv_grad, w.att_scratch, datty, a.qkv, a.att, int(NH_l_), probs, head_offset());
   ops::rope_backward(w.qkv_grad, w.qkv_grad, int(2 * NH_l_), HS_, cfg_.rope_theta);
   qkv_.backward(&dln, &p.qkv_w.g, &p.qkv_b.g, w.qkv_grad, a.ln1, p.qkv_w.mm());

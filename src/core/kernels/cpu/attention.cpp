@@ -23,8 +23,8 @@ void attention_forward(S* out, S* att, const S* qkv, const RngKey& key, int64_t 
                        const AttentionDims& d) {
   const int64_t C = d.NH * d.HS;
   for_each_head(d, [&](int64_t b, int64_t h, int64_t bh) {
-    head_forward(CausalRows{}, out + b * d.T * C + h * d.HS, head_state(att, d, bh), qkv + b * d.T * 3 * C + h * d.HS,
-                 head_view<compute_t<S>>(d, sample0, b, h), key, p);
+    head_forward(CausalRows{}, out ? out + b * d.T * C + h * d.HS : nullptr, head_state(att, d, bh),
+                 qkv + b * d.T * 3 * C + h * d.HS, head_view<compute_t<S>>(d, sample0, b, h), key, p);
   });
 }
 

@@ -58,7 +58,7 @@ constexpr int64_t attention_compact_elems(DType act, int64_t B, int64_t NH, int6
 }
 
 template <typename S>
-void attention_forward(S* out,        // (B, T, NH * HS)
+void attention_forward(S* out,        // (B, T, NH * HS); null: att alone, no dropout or P @ V (recompute)
                        S* att,        // saved: P before dropout (B, NH, T, T), or the compact state
                        const S* qkv,  // (B, T, 3 * NH * HS)
                        const RngKey& key, int64_t sample0, float p, const AttentionDims& d);

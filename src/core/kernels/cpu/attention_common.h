@@ -267,7 +267,9 @@ void drop_rows(const Rows& rows, Real* dst, const Real* src, int64_t i0, int64_t
 
 // Rows: the mask policy, with mask (null: none), cols(i1) (the key columns
 // rows up to i1 read) and valid(i) (row i sees keys [0, valid(i)) where
-// mask allows).
+// mask allows). out null: the state alone (P or the statistics), without
+// the dropout and the product (the probabilities computed again for
+// backward).
 template <typename S, typename Rows>
 void head_forward(const Rows& rows_of, S* out, HeadState<S> st, const S* q, const HeadView<compute_t<S>>& v,
                   const RngKey& key, float p) {
@@ -285,6 +287,7 @@ void head_forward(const Rows& rows_of, S* out, HeadState<S> st, const S* q, cons
       if (st.stats) st.stats[i] = rs;
     }
     if (st.probs) P.store();
+    if (!out) continue;
     const Real* A = P.c;  // the fp32 P: a 16-bit product rounds it to the stored values
     int64_t lda = P.ldc;
     if (p > 0.0f) {

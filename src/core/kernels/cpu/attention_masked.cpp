@@ -24,9 +24,9 @@ void attention_masked_forward(S* out, S* att, const S* qkv, const int32_t* key_m
                               float p, const AttentionDims& d) {
   const int64_t C = d.NH * d.HS;
   for_each_head(d, [&](int64_t b, int64_t h, int64_t bh) {
-    head_forward(KeyMaskRows{key_mask ? key_mask + b * d.T : nullptr, d.T}, out + b * d.T * C + h * d.HS,
-                 head_state(att, d, bh), qkv + b * d.T * 3 * C + h * d.HS, head_view<compute_t<S>>(d, sample0, b, h),
-                 key, p);
+    head_forward(KeyMaskRows{key_mask ? key_mask + b * d.T : nullptr, d.T},
+                 out ? out + b * d.T * C + h * d.HS : nullptr, head_state(att, d, bh), qkv + b * d.T * 3 * C + h * d.HS,
+                 head_view<compute_t<S>>(d, sample0, b, h), key, p);
   });
 }
 

@@ -31,7 +31,7 @@ namespace lattice::cpu {
 
 // key_mask may be null: every key is valid.
 template <typename S>
-void attention_masked_forward(S* out,                   // (B, T, NH * HS)
+void attention_masked_forward(S* out,                   // (B, T, NH * HS); null: att alone (attention.h)
                               S* att,                   // saved: P before dropout (B, NH, T, T), or compact
                               const S* qkv,             // (B, T, 3 * NH * HS)
                               const int32_t* key_mask,  // (B, T) nonzero = attend to this key; or null
