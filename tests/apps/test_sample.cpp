@@ -1,6 +1,7 @@
 // lattice sample as a user meets it: a tiny GPT-2 trained on one sentence
 // repeated continues any part of it word for word when greedy (across its
-// 32-token window), the seed decides a sampled text, a model-only checkpoint
+// 32-token window), a tp = 2 x pp = 2 run's checkpoint writes the one-rank
+// run's text, the seed decides a sampled text, a model-only checkpoint
 // samples the same once given its tokenizer, and bad input is one line.
 #include <gtest/gtest.h>
 
@@ -84,6 +85,25 @@ TEST_F(Sample, GreedyContinuesTheTrainedTextAcrossTheWindow) {
       EXPECT_NE(r.out.find(continued(prompt, 90) + "\n"), std::string::npos)
           << "prompt '" << prompt << "' from " << where << ": " << r.out;
     }
+}
+
+// A checkpoint of a tp = 2, pp = 2 run (each stage's shards in its own file)
+// is the same logical model: the same text as the one-rank run's, greedy and
+// sampled (the weights agree to roundoff, layout invariance).
+TEST_F(Sample, ALayoutsCheckpointWritesTheOneRankRunsText) {
+  CmdResult r =
+      run("train tiny.yaml parallel.tp=2 parallel.pp=2 parallel.microbatches=2 train.micro_batch=4 "
+          "log.dir=runs/tp2pp2",
+          dir, 4);
+  ASSERT_EQ(r.status, 0) << r.out;
+  ASSERT_TRUE(fs::exists(dir + "/runs/tp2pp2/checkpoints/step_0000150/model-00002-of-00002.safetensors"));
+  for (const std::string args : {" --temperature 0 --tokens 90 --prompt 'e quick brown'",
+                                 " --temperature 0.8 --seed 2 --tokens 60 --prompt 'the'"}) {
+    CmdResult one = run("sample runs/tiny" + args, dir), four = run("sample runs/tp2pp2" + args, dir);
+    ASSERT_EQ(four.status, 0) << four.out;
+    auto text = [](const std::string& out) { return out.substr(out.find('\n') + 1); };  // past the header
+    EXPECT_EQ(text(four.out), text(one.out)) << args;
+  }
 }
 
 TEST_F(Sample, TheSeedDecidesTheText) {
