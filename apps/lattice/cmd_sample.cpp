@@ -82,7 +82,10 @@ SampleArgs parse_sample(const Args& args) {
     } else if (f == "--threads") {
       a.threads = parse_number<int>(f, value(), 1, 1024, "an integer in [1, 1024]");
     } else if (f.rfind("--", 0) == 0 || !a.checkpoint.empty()) {
-      LATTICE_FAIL("sample: unknown argument '{}' (see lattice --help)", f);
+      LATTICE_FAIL(
+          "sample: unknown argument '{}' (usage: lattice sample CHECKPOINT [--prompt TEXT] [--tokens N] [--samples N] "
+          "[--temperature X] [--top-k K] [--seed S] [--tokenizer gpt2|bytes] [--vocab-dir DIR] [--threads N])",
+          f);
     } else {
       a.checkpoint = f;
     }
