@@ -33,6 +33,14 @@ int run_with_mpi(int* argc, char*** argv, const std::function<int(const comm::Mp
 // Whether a launcher (mpirun/mpiexec of Open MPI, MPICH or Intel MPI, or
 // Slurm's srun) started this process as one rank of a job.
 bool under_mpi_launcher();
+// How many processes the launcher of this one started, and this one's rank
+// among them (1 and 0 without a launcher): mpirun (OMPI_COMM_WORLD_*), a
+// PMI launcher (PMI_*), srun (SLURM_STEP_NUM_TASKS, SLURM_PROCID; a batch
+// script's own shell has no step of tasks, so it counts as one process).
+struct LaunchedAs {
+  int size = 1, rank = 0;
+};
+LaunchedAs launched_as();
 std::string usage();
 
 }  // namespace lattice::cli

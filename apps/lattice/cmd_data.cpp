@@ -26,8 +26,7 @@ data::PrepareOptions parse_prepare(const Args& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)
-        LATTICE_FAIL("data prepare: {} needs a value", a);
+      if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0) LATTICE_FAIL("data prepare: {} needs a value", a);
       return args[++i];
     };
     if (a == "--input") {
@@ -62,10 +61,11 @@ int data(const Args& args) {
     LATTICE_FAIL("data: unknown subcommand '{}' (expected: lattice data prepare ...)", args.empty() ? "" : args[0]);
   data::PrepareOptions o = parse_prepare(Args(args.begin() + 1, args.end()));
   data::PrepareSummary s = data::prepare_data(o);
-  fmt::print("prepared {} documents ({} bytes) with the {} tokenizer (vocab {}): {} val tokens in {} shard(s), "
-             "{} train tokens in {} shard(s) -> {}_{{val,train}}_*.bin\n",
-             s.documents, s.input_bytes, s.tokenizer, s.vocab_size, s.val_tokens, s.val_shards.size(),
-             s.train_tokens, s.train_shards.size(), o.out_prefix);
+  fmt::print(
+      "prepared {} documents ({} bytes) with the {} tokenizer (vocab {}): {} val tokens in {} shard(s), "
+      "{} train tokens in {} shard(s) -> {}_{{val,train}}_*.bin\n",
+      s.documents, s.input_bytes, s.tokenizer, s.vocab_size, s.val_tokens, s.val_shards.size(), s.train_tokens,
+      s.train_shards.size(), o.out_prefix);
   return 0;
 }
 

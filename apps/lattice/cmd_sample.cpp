@@ -14,7 +14,6 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <limits>
 
@@ -102,7 +101,11 @@ std::string step_dir_of(const std::string& path) {
   LATTICE_CHECK(fs::is_directory(path, ec), "sample: checkpoint {} is not a directory", path);
   if (fs::exists(fs::path(path) / "manifest.json", ec)) return path;
   for (const fs::path& parent : {fs::path(path), fs::path(path) / "checkpoints"})
-    if (auto latest = checkpoint::find_latest_complete(parent.string())) return latest->dir;
+    if (auto latest = checkpoint::find_latest_complete(parent.string())) {
+      for (const std::string& s : latest->skipped)  // newer ones that failed to verify, as resume reports them
+        fmt::print(stderr, "lattice: {}: sampling from {} instead\n", s, latest->dir);
+      return latest->dir;
+    }
   LATTICE_FAIL(
       "sample: {} holds no complete checkpoint: pass a step directory (with manifest.json), a checkpoint "
       "directory or a run directory with checkpoints/",
@@ -112,15 +115,11 @@ std::string step_dir_of(const std::string& path) {
 }  // namespace
 
 int sample(const Args& args) {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
-    if (const char* n = std::getenv(v); n != nullptr && std::atoi(n) > 1) {
-      for (const char* r : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})  // one line for the job: rank 0's
-        if (const char* rank = std::getenv(r); rank != nullptr && std::atoi(rank) > 0) return 1;
-      LATTICE_FAIL(
-          "sample: runs as one process, but the launcher started {} ({}={}); run lattice sample without "
-          "mpirun or srun",
-          n, v, n);
-    }
+  if (const LaunchedAs job = launched_as(); job.size > 1) {
+    if (job.rank > 0) return 1;  // one line for the job: rank 0's
+    LATTICE_FAIL("sample: runs as one process, but the launcher started {}; run lattice sample without mpirun or srun",
+                 job.size);
+  }
   SampleArgs a = parse_sample(args);
   const std::string step_dir = step_dir_of(a.checkpoint);
   checkpoint::LogicalModel m = checkpoint::read_logical_model(step_dir);

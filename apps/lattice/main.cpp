@@ -29,7 +29,10 @@ int main(int argc, char** argv) {
     if (cmd == "verify-layout") return cli::verify_layout(&argc, &argv, rest);
     if (cmd == "convert") return cli::convert(rest);
     if (cmd == "sample") return cli::sample(rest);
-    fmt::print(stderr, "lattice: unknown command '{}' (expected train, plan, verify-layout, data, convert or sample; see lattice --help)\n", cmd);
+    fmt::print(stderr,
+               "lattice: unknown command '{}' (expected train, plan, verify-layout, data, convert or sample; see "
+               "lattice --help)\n",
+               cmd);
     return 2;
   } catch (const ConfigError& e) {
     fmt::print(stderr, "lattice: error: {}\n", e.message());

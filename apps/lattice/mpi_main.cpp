@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <utility>
 
 #include "cli.h"
 #include "config/config.h"
@@ -29,6 +30,18 @@ bool under_mpi_launcher() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_PROCID"})
     if (std::getenv(v) != nullptr) return true;
   return false;
+}
+
+LaunchedAs launched_as() {
+  const std::pair<const char*, const char*> vars[] = {{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+                                                      {"PMI_SIZE", "PMI_RANK"},
+                                                      {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID"}};
+  for (const auto& [size, rank] : vars)
+    if (const char* n = std::getenv(size); n != nullptr && std::atoi(n) > 1) {
+      const char* r = std::getenv(rank);
+      return {std::atoi(n), r ? std::atoi(r) : 0};
+    }
+  return {};
 }
 
 int run_with_mpi(int* argc, char*** argv, const std::function<int(const comm::MpiRuntime&)>& body) {

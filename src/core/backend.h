@@ -289,8 +289,11 @@ class CudaBackend {
   // leave different state in `att`, so forward and backward of one call must
   // see the same arguments and the same matmul type; callers need not know
   // which ran.
-  // out (B, T, C); att (B, NH, T, T) saved: plain, the probabilities before
-  // dropout; fused, Stats and the 16-bit output (sdpa_plan.h); qkv (B, T, 3C).
+  // out (B, T, C), or null for att alone (ops::attention_probs: the plain
+  // path skips dropout and P @ V; the fused path, which keeps O and Stats
+  // in att, writes its output into the backend's work buffer); att
+  // (B, NH, T, T) saved: plain, the probabilities before dropout; fused,
+  // Stats and the 16-bit output (sdpa_plan.h); qkv (B, T, 3C).
   // fp32 activations: the fused path works on 16-bit copies of qkv and dout.
   // With a.compact_state att and scratch have room for Stats and O only: the
   // fused path runs as ever; the plain one runs sample by sample, P in a

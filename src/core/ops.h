@@ -197,10 +197,11 @@ struct AttentionCalls {
 };
 Shape attention_state_shape(const AttentionCalls& c, DType act, AttentionState where);
 // What a model allocates for backward's scratch, per layer: on CUDA the
-// state's shape (the plain backward writes dP and dS there, the fused one
-// its row sums); on the CPU nothing, {0}: its kernels work in per-thread
-// blocks and never read the scratch (under full_cpu that saves a
-// (B, NH, T, T) buffer per chunk).
+// state's shape (the plain backward writes dP and dS there; the fused path,
+// which keeps its row sums in cuDNN's own scratch, does not use it, but a
+// shape cuDNN then refuses falls back to the plain path); on the CPU
+// nothing, {0}: its kernels work in per-thread blocks and never read the
+// scratch (under full_cpu that saves a (B, NH, T, T) buffer per chunk).
 Shape attention_scratch_shape(const AttentionCalls& c, DType act, AttentionState where);
 // The state calls on `dev` take now (the one rule the ops' shape checks and
 // the models use): CUDA with 16-bit matmuls, fused_cuda; other CUDA, full;

@@ -85,13 +85,22 @@ cpu::AttentionDims attention_dims(const char* op, const Tensor& y, const Tensor&
   LATTICE_CHECK((!y.defined() || y.numel() == B * T * n_head * HS) && (full || cpu_compact || cuda_compact),
                 "ops::{}: qkv {} needs (B, T, C) = ({}, {}, {}) and att (B, NH, T, T) or the compact state "
                 "(ops::attention_state_shape), got {} and {}",
-                op, shape_str(qkv.shape()), B, T, n_head * HS, shape_str(y.shape()), shape_str(att.shape()));
+                op, shape_str(qkv.shape()), B, T, n_head * HS, y.defined() ? shape_str(y.shape()) : "no output",
+                shape_str(att.shape()));
   LATTICE_CHECK(d.p >= 0.0f && d.p < 1.0f && head_offset >= 0, "ops::{}: p = {} must lie in [0, 1), head_offset {}", op,
                 d.p, head_offset);
   LATTICE_CHECK(std::max(T, 3 * n_head * HS) <= INT_MAX, "ops::{}: qkv {} exceeds the BLAS int range", op,
                 shape_str(qkv.shape()));
   if (compact) *compact = cuda_compact;
   return {B, T, n_head, HS, head_offset, cpu_compact};
+}
+
+// A key mask (null: none): i32, one flag per (b, t).
+void check_key_mask(const char* op, const Tensor* key_mask, const Tensor& qkv, const cpu::AttentionDims& ad) {
+  if (!key_mask) return;
+  check_ids(op, *key_mask, qkv);
+  LATTICE_CHECK(key_mask->numel() == ad.B * ad.T, "ops::{}: key_mask {} for (B, T) = ({}, {})", op,
+                shape_str(key_mask->shape()), ad.B, ad.T);
 }
 
 // dqkv as qkv; scratch as att, or on the CPU (whose kernels never read it)
@@ -178,11 +187,7 @@ void attention_forward_any(const char* op, Tensor* out, Tensor& att, const Tenso
   LATTICE_CHECK(out || (!ad.compact_state && !compact),
                 "ops::{}: att {} must be the full (B, NH, T, T) state: a compact one holds no probabilities", op,
                 shape_str(att.shape()));
-  if (key_mask) {
-    check_ids(op, *key_mask, qkv);
-    LATTICE_CHECK(key_mask->numel() == ad.B * ad.T, "ops::{}: key_mask {} for (B, T) = ({}, {})", op,
-                  shape_str(key_mask->shape()), ad.B, ad.T);
-  }
+  check_key_mask(op, key_mask, qkv, ad);
   check_attention_matmuls(op, att);
   if (cuda_f32(att))
     return cuda_backend().attention_forward(att.device().index, out ? fp(*out) : nullptr, fp(att), fp(qkv),
@@ -467,11 +472,7 @@ void attention_masked_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout
                                const Tensor* key_mask, int n_head, const Dropout& d, int head_offset) {
   check_same("attention_masked_backward", {&dqkv, &scratch, &dout, &qkv, &att});
   cpu::AttentionDims ad = attention_dims("attention_masked_backward", dout, att, qkv, n_head, d, head_offset);
-  if (key_mask) {
-    check_ids("attention_masked_backward", *key_mask, qkv);
-    LATTICE_CHECK(key_mask->numel() == ad.B * ad.T, "ops::attention_masked_backward: key_mask {} for (B, T) = ({}, {})",
-                  shape_str(key_mask->shape()), ad.B, ad.T);
-  }
+  check_key_mask("attention_masked_backward", key_mask, qkv, ad);
   check_backward_buffers("attention_masked_backward", dqkv, scratch, qkv, att);
   check_attention_matmuls("attention_masked_backward", dqkv);
   if (cuda_f32(dqkv))  // backward reads the mask from P (zero where masked)

@@ -3,12 +3,25 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 
+#include "config/config.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "models/chunk_model.h"
 
 namespace lattice {
+
+namespace {
+// A uniform in [0, 1) with 53 bits for (sample, position): two lanes of the
+// Philox block of elements 2 position and 2 position + 1.
+double uniform53(uint64_t seed, uint64_t sample, uint64_t position) {
+  const Philox4 r = rng_bits({.seed = seed, .purpose = RngPurpose::sample}, sample, 2 * position);
+  const unsigned lane = unsigned(2 * position) & 3;  // 0 or 2: both lanes in the block
+  const uint64_t bits = ((uint64_t(r.v[lane]) << 32) | r.v[lane + 1]) >> 11;
+  return double(bits) * 0x1p-53;
+}
+}  // namespace
 
 int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, uint64_t sample, uint64_t position) {
   const int64_t n = int64_t(logits.size());
@@ -39,7 +52,7 @@ int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, ui
   for (int64_t i = 0; i < n; ++i)
     if (logits[size_t(i)] >= threshold)
       sum += (w[size_t(i)] = std::exp((double(logits[size_t(i)]) - mx) / o.temperature));
-  const double u = double(rng_uniform({.seed = o.seed, .purpose = RngPurpose::sample}, sample, position)) * sum;
+  const double u = uniform53(o.seed, sample, position) * sum;
   double cum = 0.0;
   int64_t last = best;
   for (int64_t i = 0; i < n; ++i) {
@@ -56,6 +69,8 @@ std::vector<std::vector<int32_t>> generate(LanguageModel& model, std::span<const
                                            const std::function<void(int64_t step)>& on_token) {
   auto* chunk = dynamic_cast<ChunkModel*>(&model);
   LATTICE_CHECK(chunk != nullptr, "generate: {} is not a ChunkModel (no logits to read)", model.arch());
+  const std::optional<ModelArch> arch = enum_from_name<ModelArch>(model.arch());
+  LATTICE_CHECK(arch && arch_traits(*arch).causal, "generate: {} is not a left-to-right language model", model.arch());
   LATTICE_CHECK(!prompt.empty(), "generate: the prompt has no tokens");
   LATTICE_CHECK(o.tokens >= 0 && o.samples >= 1 && o.vocab >= 1 && o.max_seq_len >= 1,
                 "generate: tokens {} >= 0, samples {} >= 1, vocab {} >= 1 and max_seq_len {} >= 1 expected", o.tokens,

@@ -32,8 +32,10 @@ struct SamplingOptions {
 
 // One id in [0, logits.size()) from a row of logits (only the ids that may be
 // drawn: callers pass the tokenizer's ids, not the padded vocabulary).
-// `sample`, `position`: the RNG coordinates. A non-finite logit among those
-// kept is one error line (a diverged checkpoint).
+// `sample`, `position`: the RNG coordinates. A NaN or +inf logit anywhere
+// in the row is one error line (a diverged checkpoint); -inf is never drawn.
+// The uniform has 53 bits (two Philox lanes), so even an id of probability
+// 1e-9 among 50k is drawn at its rate.
 int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, uint64_t sample, uint64_t position);
 
 struct GenerateOptions {
@@ -41,7 +43,7 @@ struct GenerateOptions {
   int samples = 1;          // continuations of the prompt, generated as one batch
   int64_t vocab = 0;        // ids drawn are below this (the tokenizer's size; <= the model's vocabulary)
   int64_t max_seq_len = 0;  // the model's context: longer sequences keep their last max_seq_len tokens
-  SamplingOptions sampling;
+  SamplingOptions sampling{};
 };
 
 // `samples` continuations of `prompt` (non-empty), each prompt + `tokens`

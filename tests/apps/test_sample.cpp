@@ -31,6 +31,9 @@ int lines(const std::string& s) {
   return n;
 }
 
+// What sample printed after its first line (the header on stderr, which comes first).
+std::string text(const std::string& out) { return out.substr(out.find('\n') + 1); }
+
 // 45 bytes, odd, so the loader's 32-token windows start at every offset of it.
 const std::string kSentence = "the quick brown fox jumps over the lazy dog.\n";
 
@@ -101,7 +104,6 @@ TEST_F(Sample, ALayoutsCheckpointWritesTheOneRankRunsText) {
                                  " --temperature 0.8 --seed 2 --tokens 60 --prompt 'the'"}) {
     CmdResult one = run("sample runs/tiny" + args, dir), four = run("sample runs/tp2pp2" + args, dir);
     ASSERT_EQ(four.status, 0) << four.out;
-    auto text = [](const std::string& out) { return out.substr(out.find('\n') + 1); };  // past the header
     EXPECT_EQ(text(four.out), text(one.out)) << args;
   }
 }
@@ -128,7 +130,6 @@ TEST_F(Sample, AModelOnlyCheckpointSamplesTheSameGivenItsTokenizer) {
   CmdResult from_run = run("sample runs/tiny" + args, dir);
   CmdResult from_hf = run("sample model_only --tokenizer bytes" + args, dir);
   ASSERT_EQ(from_hf.status, 0) << from_hf.out;
-  auto text = [](const std::string& out) { return out.substr(out.find('\n') + 1); };  // past the header
   EXPECT_EQ(text(from_hf.out), text(from_run.out));
 }
 
@@ -148,6 +149,11 @@ TEST_F(Sample, BadInputIsOneLine) {
   expect_one_line_error(wrong, {"gpt2"});
   // One process: under mpirun with two ranks, one line for the job.
   expect_one_line_error(run("sample runs/tiny", dir, 2), {"one process", "mpirun"});
+  expect_one_line_error(lattice::test::run_lattice("sample runs/tiny", dir, 0, "SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=0"),
+                        {"one process", "srun"});
+  // A batch script's own shell (sbatch -n 4 sets SLURM_NTASKS, no step of tasks) is one process.
+  EXPECT_EQ(lattice::test::run_lattice("sample runs/tiny --tokens 4", dir, 0, "SLURM_NTASKS=4 SLURM_PROCID=0").status,
+            0);
   // A BERT checkpoint has no left-to-right continuation.
   write(dir + "/bert.yaml",
         R"(model: { arch: bert, n_layer: 1, n_head: 2, d_model: 16, vocab_size: 261, max_seq_len: 32 }

@@ -306,7 +306,10 @@ TEST(OpsAttention, ProbsAloneAreTheForwardsState) {
   for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
     for (bool masked : {false, true}) {
       SCOPED_TRACE(fmt::format("{} {}", dtype_name(dt), masked ? "masked" : "causal"));
-      if (is_16bit(dt)) cpu::set_matmul_dtype(dt);
+      struct MatmulsIn {  // the matmuls in dt for 16-bit storage, f32 again at the end of the pass
+        explicit MatmulsIn(DType t) { cpu::set_matmul_dtype(is_16bit(t) ? t : DType::f32); }
+        ~MatmulsIn() { cpu::set_matmul_dtype(DType::f32); }
+      } matmuls(dt);
       const ops::Dropout d = dropout(0.2f);
       Tensor qkv = random_tensor({s.B, s.T, 3 * s.C()}, dt, 71, 1.5);
       Tensor mask = Tensor::zeros({s.B, s.T}, DType::i32);
@@ -329,7 +332,6 @@ TEST(OpsAttention, ProbsAloneAreTheForwardsState) {
           ops::attention_probs(compact, qkv, int(s.NH), d);
       });
       EXPECT_HAS(msg, "full (B, NH, T, T) state");
-      cpu::set_matmul_dtype(DType::f32);
     }
 }
 

@@ -122,6 +122,23 @@ std::vector<int32_t> greedy_by_hand(LanguageModel& model, std::vector<int32_t> s
   return seq;
 }
 
+// Sample `b` of a sampled batch written out: the draw of sample_token for
+// (b, position) from a fresh forward of that sample's own sequence.
+std::vector<int32_t> sampled_by_hand(LanguageModel& model, std::vector<int32_t> seq, int64_t tokens, int64_t window,
+                                     int64_t vocab, const SamplingOptions& o, uint64_t b) {
+  for (int64_t k = 0; k < tokens; ++k) {
+    const int64_t T = std::min<int64_t>(window, int64_t(seq.size()));
+    Tensor ids = Tensor::zeros({1, T}, DType::i32), targets = Tensor::zeros({1, T}, DType::i32);
+    for (int64_t t = 0; t < T; ++t) ids.data<int32_t>()[t] = seq[seq.size() - size_t(T) + size_t(t)];
+    auto ctx = model.make_context(1, T);
+    model.forward(*ctx, ids, targets, {.seed = 5, .step = 1, .train = false});
+    const Tensor logits = dynamic_cast<ChunkModel&>(model).logits(*ctx);
+    const float* row = logits.data<float>() + (T - 1) * logits.dim(2);
+    seq.push_back(sample_token({row, size_t(vocab)}, o, b, seq.size()));
+  }
+  return seq;
+}
+
 void check_generate(const std::string& model_yaml) {
   Built b(model_yaml);
   const int64_t window = b.cfg.model.max_seq_len, vocab = 257;
@@ -144,6 +161,9 @@ void check_generate(const std::string& model_yaml) {
     EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), s.begin()));
     for (int32_t id : s) EXPECT_TRUE(id >= 0 && id < vocab) << id;
   }
+  // Each sample's row and RNG coordinates: samples 1 and 2 written out.
+  for (uint64_t i : {1, 2})
+    EXPECT_EQ(s1[i], sampled_by_hand(*b.model, prompt, 20, window, vocab, o.sampling, i)) << "sample " << i;
   // A batch of one draws what sample 0 of the batch drew.
   o.samples = 1;
   EXPECT_EQ(generate(*b.model, prompt, o)[0], s1[0]);
@@ -154,6 +174,12 @@ void check_generate(const std::string& model_yaml) {
 
 TEST(Sampling, Gpt2GenerateMatchesGreedyByHandAcrossTheWindow) {
   check_generate("model: { arch: gpt2, n_layer: 2, n_head: 2, d_model: 16, vocab_size: 260, max_seq_len: 8 }\n");
+}
+
+TEST(Sampling, GenerateRefusesAMaskedTokenModel) {
+  Built b("model: { arch: bert, n_layer: 1, n_head: 2, d_model: 16, vocab_size: 261, max_seq_len: 8 }\n");
+  const GenerateOptions o{.tokens = 1, .vocab = 257, .max_seq_len = 8};
+  EXPECT_HAS(error_text([&] { generate(*b.model, std::vector<int32_t>{1, 2}, o); }), "not a left-to-right");
 }
 
 TEST(Sampling, LlamaGenerateMatchesGreedyByHandAcrossTheWindow) {
