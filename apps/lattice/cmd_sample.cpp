@@ -20,7 +20,6 @@
 #include "checkpoint/atomic_dir.h"
 #include "checkpoint/model_checkpoint.h"
 #include "cli.h"
-#include "comm/self_communicator.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "data/tokenizer.h"
@@ -146,20 +145,17 @@ int sample(const Args& args) {
   const bool from_eot = prompt.empty();  // no prompt: start from <|endoftext|>, as GPT-2 does
   if (from_eot) prompt.push_back(tok->eot_id());
   a.gen.vocab = tok->vocab_size();
-  a.gen.max_seq_len = mc.max_seq_len;
 
   if (a.threads > 0) set_num_threads(a.threads);
-  comm::Group tp = comm::self_group("tp");
   const TpShard shard{.vocab_multiple = mc.vocab_multiple};
   FlatParams params(model_param_specs(mc), DType::f32, Device::cpu(), shard);
   checkpoint::load_logical_model(m, params);
-  auto model = build_model(mc, params, tp);
   fmt::print(stderr,
              "sampling {} x {} tokens from {} ({}, {} layers, d_model {}, {} parameters; tokenizer {}), "
              "temperature {}, top_k {}, seed {}\n",
              a.gen.samples, a.gen.tokens, step_dir, enum_name(mc.arch), mc.n_layer, mc.d_model, m.numel(), a.tokenizer,
              a.gen.sampling.temperature, a.gen.sampling.top_k, a.gen.sampling.seed);
-  const std::vector<std::vector<int32_t>> out = generate(*model, prompt, a.gen);
+  const std::vector<std::vector<int32_t>> out = generate(mc, params, prompt, a.gen);
   for (size_t s = 0; s < out.size(); ++s) {
     if (out.size() > 1) fmt::print("--- sample {}\n", s + 1);
     const std::span<const int32_t> ids(out[s]);

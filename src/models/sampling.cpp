@@ -5,10 +5,13 @@
 #include <memory>
 #include <optional>
 
+#include "comm/self_communicator.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "core/ops.h"
 #include "core/rng.h"
 #include "models/chunk_model.h"
+#include "models/registry.h"
 
 namespace lattice {
 
@@ -64,36 +67,45 @@ int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, ui
   return int32_t(last);  // u within rounding of the sum
 }
 
-std::vector<std::vector<int32_t>> generate(LanguageModel& model, std::span<const int32_t> prompt,
+std::vector<std::vector<int32_t>> generate(const ModelConfig& cfg, FlatParams& params, std::span<const int32_t> prompt,
                                            const GenerateOptions& o,
                                            const std::function<void(int64_t step)>& on_token) {
-  auto* chunk = dynamic_cast<ChunkModel*>(&model);
-  LATTICE_CHECK(chunk != nullptr, "generate: {} is not a ChunkModel (no logits to read)", model.arch());
-  const std::optional<ModelArch> arch = enum_from_name<ModelArch>(model.arch());
-  LATTICE_CHECK(arch && arch_traits(*arch).causal, "generate: {} is not a left-to-right language model", model.arch());
+  LATTICE_CHECK(arch_traits(cfg.arch).causal, "generate: {} is not a left-to-right language model",
+                enum_name(cfg.arch));
   LATTICE_CHECK(!prompt.empty(), "generate: the prompt has no tokens");
-  LATTICE_CHECK(o.tokens >= 0 && o.samples >= 1 && o.vocab >= 1 && o.max_seq_len >= 1,
-                "generate: tokens {} >= 0, samples {} >= 1, vocab {} >= 1 and max_seq_len {} >= 1 expected", o.tokens,
-                o.samples, o.vocab, o.max_seq_len);
-  const int64_t B = o.samples;
+  LATTICE_CHECK(o.tokens >= 0 && o.samples >= 1 && o.vocab >= 1,
+                "generate: tokens {} >= 0, samples {} >= 1 and vocab {} >= 1 expected", o.tokens, o.samples, o.vocab);
+  comm::Group tp = comm::self_group("tp");
+  // Two chunks of the one model over the same parameters: the blocks, then the head alone.
+  const std::unique_ptr<LanguageModel> body = build_model(cfg, params, tp, StageSpan{.head = false});
+  const std::unique_ptr<LanguageModel> head =
+      build_model(cfg, params, tp, StageSpan{.first_layer = cfg.n_layer, .end_layer = cfg.n_layer, .embedding = false});
+  const auto& head_chunk = dynamic_cast<const ChunkModel&>(*head);
+  const int64_t B = o.samples, C = cfg.d_model;
+  const StepCoords coords{.seed = o.sampling.seed, .step = 1, .sample0 = 0, .train = false};
   std::vector<std::vector<int32_t>> seqs(size_t(B), std::vector<int32_t>(prompt.begin(), prompt.end()));
+  const std::unique_ptr<ModelContext> head_ctx = head->make_context(B, 1);
+  Tensor last = Tensor::zeros({B, 1, C}, body->activation_dtype()), last_targets = Tensor::zeros({B, 1}, DType::i32);
   std::unique_ptr<ModelContext> ctx;
-  Tensor ids, targets;
+  Tensor ids, targets, hidden;
   for (int64_t step = 1; step <= o.tokens; ++step) {
-    const int64_t n = int64_t(seqs[0].size()), T = std::min(n, o.max_seq_len);
+    const int64_t n = int64_t(seqs[0].size()), T = std::min<int64_t>(n, cfg.max_seq_len);
     if (!ctx || ids.dim(1) != T) {
-      ctx = model.make_context(B, T);
+      ctx = body->make_context(B, T);
       ids = Tensor::zeros({B, T}, DType::i32), targets = Tensor::zeros({B, T}, DType::i32);
+      hidden = Tensor::zeros({B, T, C}, body->activation_dtype());
     }
     for (int64_t b = 0; b < B; ++b)
       std::copy(seqs[size_t(b)].end() - T, seqs[size_t(b)].end(), ids.data<int32_t>() + b * T);
-    model.forward(*ctx, ids, targets, {.seed = o.sampling.seed, .step = 1, .sample0 = 0, .train = false});
-    Tensor logits = chunk->logits(*ctx);  // (B, T, V_l): the whole vocabulary on one rank
+    body->forward(*ctx, ids, targets, coords, &hidden);
+    ops::copy_rows(last, 0, C, hidden, (T - 1) * C, T * C, B, C);  // each sample's last position
+    head->forward(*head_ctx, last, last_targets, coords);
+    Tensor logits = head_chunk.logits(*head_ctx);  // (B, 1, V_l): the whole vocabulary on one rank
     if (!logits.device().is_cpu() || logits.dtype() != DType::f32) logits = logits.on_host().to(DType::f32);
     const int64_t V = logits.dim(2);
     LATTICE_CHECK(o.vocab <= V, "generate: vocab {} exceeds the model's {} logits", o.vocab, V);
     for (int64_t b = 0; b < B; ++b) {
-      const float* row = logits.data<float>() + (b * T + T - 1) * V;
+      const float* row = logits.data<float>() + b * V;
       seqs[size_t(b)].push_back(sample_token({row, size_t(o.vocab)}, o.sampling, uint64_t(b), uint64_t(n)));
     }
     if (on_token) on_token(step);

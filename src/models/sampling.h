@@ -1,11 +1,15 @@
 // Text generation from a trained causal model on one rank (lattice sample).
 //
 // generate() continues a prompt token by token: each new token is drawn from
-// the model's logits at the last position of a full forward over the
-// sequence so far (the last max_seq_len tokens once it is longer), in
-// evaluation mode (no dropout). There is no key/value cache, so each token
-// costs one forward at the current length: fine for the models this
-// framework trains on CPUs, quadratic in the length generated.
+// the model's logits at the last position of a forward over the sequence so
+// far (the last max_seq_len tokens once it is longer), in evaluation mode
+// (no dropout). The model runs as two chunks over the same parameters, as
+// two pipeline stages would: the embedding and the blocks over the whole
+// sequence, then the head (final norm, LM head, loss) over each sample's
+// last position only, so the LM head's product covers B rows, not B x T.
+// There is no key/value cache, so each token costs one pass of the blocks
+// at the current length: fine for the models this framework trains on
+// CPUs, quadratic in the length generated.
 //
 // sample_token() is the draw itself: greedy (temperature 0: the first id of
 // the largest logit), or softmax(logits / temperature) over the `top_k`
@@ -20,7 +24,8 @@
 #include <span>
 #include <vector>
 
-#include "models/model.h"
+#include "config/config.h"
+#include "core/param.h"
 
 namespace lattice {
 
@@ -39,18 +44,18 @@ struct SamplingOptions {
 int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, uint64_t sample, uint64_t position);
 
 struct GenerateOptions {
-  int64_t tokens = 64;      // new tokens per sample
-  int samples = 1;          // continuations of the prompt, generated as one batch
-  int64_t vocab = 0;        // ids drawn are below this (the tokenizer's size; <= the model's vocabulary)
-  int64_t max_seq_len = 0;  // the model's context: longer sequences keep their last max_seq_len tokens
+  int64_t tokens = 64;  // new tokens per sample
+  int samples = 1;      // continuations of the prompt, generated as one batch
+  int64_t vocab = 0;    // ids drawn are below this (the tokenizer's size; <= the model's vocabulary)
   SamplingOptions sampling{};
 };
 
 // `samples` continuations of `prompt` (non-empty), each prompt + `tokens`
-// ids. `model` is a whole causal model (embedding and head) on one rank in
-// fp32 or its configured activation dtype. `on_token(step)` runs after each
-// generated position (step 1..tokens), e.g. for progress output.
-std::vector<std::vector<int32_t>> generate(LanguageModel& model, std::span<const int32_t> prompt,
+// ids, by the causal model of `cfg` whose whole parameters, unsharded, are
+// `params` (one rank; activations fp32). Sequences longer than
+// cfg.max_seq_len keep their last max_seq_len tokens. `on_token(step)` runs
+// after each generated position (step 1..tokens), e.g. for progress output.
+std::vector<std::vector<int32_t>> generate(const ModelConfig& cfg, FlatParams& params, std::span<const int32_t> prompt,
                                            const GenerateOptions& o,
                                            const std::function<void(int64_t step)>& on_token = {});
 

@@ -1,7 +1,8 @@
 // Text generation (models/sampling.h): the draw of one token against the
-// distribution it must follow, and generate()'s bookkeeping (the window over
-// the last max_seq_len tokens, the row of each sample, the RNG coordinates)
-// against a greedy loop written out here with fresh forwards.
+// distribution it must follow, and generate() (the model as two chunks, the
+// head over the last positions only; the window over the last max_seq_len
+// tokens; the row and RNG coordinates of each sample) against loops written
+// out here with fresh forwards of the whole model.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -143,9 +144,9 @@ void check_generate(const std::string& model_yaml) {
   Built b(model_yaml);
   const int64_t window = b.cfg.model.max_seq_len, vocab = 257;
   const std::vector<int32_t> prompt{72, 101, 108};
-  GenerateOptions o{.tokens = 20, .samples = 3, .vocab = vocab, .max_seq_len = window, .sampling = opts(0.0)};
+  GenerateOptions o{.tokens = 20, .samples = 3, .vocab = vocab, .sampling = opts(0.0)};
   int64_t calls = 0;
-  const auto greedy = generate(*b.model, prompt, o, [&](int64_t step) { EXPECT_EQ(step, ++calls); });
+  const auto greedy = generate(b.cfg.model, b.params, prompt, o, [&](int64_t step) { EXPECT_EQ(step, ++calls); });
   EXPECT_EQ(calls, 20);
   const std::vector<int32_t> want = greedy_by_hand(*b.model, prompt, 20, window, vocab);
   ASSERT_EQ(greedy.size(), 3u);
@@ -153,7 +154,7 @@ void check_generate(const std::string& model_yaml) {
 
   // Sampling: the same options give the same tokens; each sample its own.
   o.sampling = opts(1.0, 0, 9);
-  const auto s1 = generate(*b.model, prompt, o), s2 = generate(*b.model, prompt, o);
+  const auto s1 = generate(b.cfg.model, b.params, prompt, o), s2 = generate(b.cfg.model, b.params, prompt, o);
   EXPECT_EQ(s1, s2);
   EXPECT_NE(s1[0], s1[1]);
   for (const auto& s : s1) {
@@ -166,20 +167,27 @@ void check_generate(const std::string& model_yaml) {
     EXPECT_EQ(s1[i], sampled_by_hand(*b.model, prompt, 20, window, vocab, o.sampling, i)) << "sample " << i;
   // A batch of one draws what sample 0 of the batch drew.
   o.samples = 1;
-  EXPECT_EQ(generate(*b.model, prompt, o)[0], s1[0]);
-  EXPECT_HAS(error_text([&] { generate(*b.model, std::vector<int32_t>{}, o); }), "no tokens");
+  EXPECT_EQ(generate(b.cfg.model, b.params, prompt, o)[0], s1[0]);
+  EXPECT_HAS(error_text([&] { generate(b.cfg.model, b.params, std::vector<int32_t>{}, o); }), "no tokens");
   o.vocab = 100000;
-  EXPECT_HAS(error_text([&] { generate(*b.model, prompt, o); }), "exceeds the model's");
+  EXPECT_HAS(error_text([&] { generate(b.cfg.model, b.params, prompt, o); }), "exceeds the model's");
 }
 
 TEST(Sampling, Gpt2GenerateMatchesGreedyByHandAcrossTheWindow) {
   check_generate("model: { arch: gpt2, n_layer: 2, n_head: 2, d_model: 16, vocab_size: 260, max_seq_len: 8 }\n");
 }
 
+TEST(Sampling, NeoxGenerateMatchesGreedyByHandAcrossTheWindow) {
+  check_generate("model: { arch: neox, n_layer: 2, n_head: 2, d_model: 16, vocab_size: 260, max_seq_len: 8 }\n");
+}
+
 TEST(Sampling, GenerateRefusesAMaskedTokenModel) {
   Built b("model: { arch: bert, n_layer: 1, n_head: 2, d_model: 16, vocab_size: 261, max_seq_len: 8 }\n");
-  const GenerateOptions o{.tokens = 1, .vocab = 257, .max_seq_len = 8};
-  EXPECT_HAS(error_text([&] { generate(*b.model, std::vector<int32_t>{1, 2}, o); }), "not a left-to-right");
+  const GenerateOptions o{.tokens = 1, .vocab = 257};
+  EXPECT_HAS(error_text([&] {
+               generate(b.cfg.model, b.params, std::vector<int32_t>{1, 2}, o);
+             }),
+             "not a left-to-right");
 }
 
 TEST(Sampling, LlamaGenerateMatchesGreedyByHandAcrossTheWindow) {
