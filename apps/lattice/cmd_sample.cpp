@@ -7,8 +7,8 @@
 // every layout's checkpoint holds the logical model, so any run's works. The
 // tokenizer is the run's (data.tokenizer, data.vocab_dir) unless given; a
 // model-only checkpoint (convert --from-hf) needs --tokenizer. Samples go to
-// stdout (a "--- sample k" line before each when there are several), what
-// was loaded to stderr.
+// stdout (one sample token by token as it comes; several each after a
+// "--- sample k" line once all are done), what was loaded to stderr.
 #include <fmt/format.h>
 
 #include <charconv>
@@ -155,11 +155,21 @@ int sample(const Args& args) {
              "temperature {}, top_k {}, seed {}\n",
              a.gen.samples, a.gen.tokens, step_dir, enum_name(mc.arch), mc.n_layer, mc.d_model, m.numel(), a.tokenizer,
              a.gen.sampling.temperature, a.gen.sampling.top_k, a.gen.sampling.seed);
-  const std::vector<std::vector<int32_t>> out = generate(mc, params, prompt, a.gen);
-  for (size_t s = 0; s < out.size(); ++s) {
-    if (out.size() > 1) fmt::print("--- sample {}\n", s + 1);
-    const std::span<const int32_t> ids(out[s]);
-    fmt::print("{}\n", tok->decode(ids.subspan(from_eot ? 1 : 0)));
+  const std::span<const int32_t> shown = std::span<const int32_t>(prompt).subspan(from_eot ? 1 : 0);
+  if (a.gen.samples == 1) {  // one sample: each token as it comes (byte-level tokens concatenate)
+    fmt::print("{}", tok->decode(shown));
+    std::fflush(stdout);
+    generate(mc, params, prompt, a.gen, [&](int64_t, const std::vector<std::vector<int32_t>>& seqs) {
+      fmt::print("{}", tok->decode(std::span<const int32_t>(&seqs[0].back(), 1)));
+      std::fflush(stdout);
+    });
+    fmt::print("\n");
+  } else {
+    const std::vector<std::vector<int32_t>> out = generate(mc, params, prompt, a.gen);
+    for (size_t s = 0; s < out.size(); ++s) {
+      const std::span<const int32_t> ids(out[s]);
+      fmt::print("--- sample {}\n{}\n", s + 1, tok->decode(ids.subspan(from_eot ? 1 : 0)));
+    }
   }
   std::fflush(stdout);
   return 0;

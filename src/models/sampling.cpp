@@ -68,8 +68,7 @@ int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, ui
 }
 
 std::vector<std::vector<int32_t>> generate(const ModelConfig& cfg, FlatParams& params, std::span<const int32_t> prompt,
-                                           const GenerateOptions& o,
-                                           const std::function<void(int64_t step)>& on_token) {
+                                           const GenerateOptions& o, const OnToken& on_token) {
   LATTICE_CHECK(arch_traits(cfg.arch).causal, "generate: {} is not a left-to-right language model",
                 enum_name(cfg.arch));
   LATTICE_CHECK(!prompt.empty(), "generate: the prompt has no tokens");
@@ -108,7 +107,7 @@ std::vector<std::vector<int32_t>> generate(const ModelConfig& cfg, FlatParams& p
       const float* row = logits.data<float>() + b * V;
       seqs[size_t(b)].push_back(sample_token({row, size_t(o.vocab)}, o.sampling, uint64_t(b), uint64_t(n)));
     }
-    if (on_token) on_token(step);
+    if (on_token) on_token(step, seqs);
   }
   return seqs;
 }

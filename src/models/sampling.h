@@ -53,10 +53,11 @@ struct GenerateOptions {
 // `samples` continuations of `prompt` (non-empty), each prompt + `tokens`
 // ids, by the causal model of `cfg` whose whole parameters, unsharded, are
 // `params` (one rank; activations fp32). Sequences longer than
-// cfg.max_seq_len keep their last max_seq_len tokens. `on_token(step)` runs
-// after each generated position (step 1..tokens), e.g. for progress output.
+// cfg.max_seq_len keep their last max_seq_len tokens. `on_token(step,
+// seqs)` runs after each generated position (step 1..tokens) with the
+// sequences so far, e.g. to print each token as it comes.
+using OnToken = std::function<void(int64_t step, const std::vector<std::vector<int32_t>>& seqs)>;
 std::vector<std::vector<int32_t>> generate(const ModelConfig& cfg, FlatParams& params, std::span<const int32_t> prompt,
-                                           const GenerateOptions& o,
-                                           const std::function<void(int64_t step)>& on_token = {});
+                                           const GenerateOptions& o, const OnToken& on_token = {});
 
 }  // namespace lattice

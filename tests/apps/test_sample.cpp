@@ -116,6 +116,12 @@ TEST_F(Sample, TheSeedDecidesTheText) {
   EXPECT_NE(a.out, c.out);
   EXPECT_NE(a.out.find("--- sample 1\nthe"), std::string::npos) << a.out;
   EXPECT_NE(a.out.find("--- sample 2\nthe"), std::string::npos) << a.out;
+  // One sample is printed token by token as it comes: the same text as sample 1 of the batch.
+  CmdResult one = run("sample runs/tiny --tokens 60 --temperature 3 --prompt the --seed 4", dir);
+  ASSERT_EQ(one.status, 0) << one.out;
+  EXPECT_NE(a.out.find("--- sample 1\n" + text(one.out) + "--- sample 2\n"), std::string::npos)
+      << one.out << "\nagainst\n"
+      << a.out;
   // No prompt: the text starts after <|endoftext|>, which is not printed.
   CmdResult d = run("sample runs/tiny --tokens 20 --temperature 0", dir);
   ASSERT_EQ(d.status, 0) << d.out;

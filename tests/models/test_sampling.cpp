@@ -146,7 +146,10 @@ void check_generate(const std::string& model_yaml) {
   const std::vector<int32_t> prompt{72, 101, 108};
   GenerateOptions o{.tokens = 20, .samples = 3, .vocab = vocab, .sampling = opts(0.0)};
   int64_t calls = 0;
-  const auto greedy = generate(b.cfg.model, b.params, prompt, o, [&](int64_t step) { EXPECT_EQ(step, ++calls); });
+  const auto greedy = generate(b.cfg.model, b.params, prompt, o, [&](int64_t step, const auto& seqs) {
+    EXPECT_EQ(step, ++calls);
+    for (const auto& s : seqs) EXPECT_EQ(s.size(), prompt.size() + size_t(step));
+  });
   EXPECT_EQ(calls, 20);
   const std::vector<int32_t> want = greedy_by_hand(*b.model, prompt, 20, window, vocab);
   ASSERT_EQ(greedy.size(), 3u);
