@@ -88,7 +88,7 @@ class ActivationSim {
       now_.workspace += c.bytes.workspace;
       observe();
     }
-    if (!c.first) {  // the context now references this input (gpt2: ctx.emb = input)
+    if (!c.first) {  // the context references this input until its backward (ChunkModel: ctx.emb = input)
       ref(s.input);
       unref(std::exchange(pinned_[size_t(ctx)], s.input));
     }
@@ -103,6 +103,7 @@ class ActivationSim {
     if (!c.first) s.dinput = new_buffer();
     auto it = busy_.find({chunk, mb});
     LATTICE_CHECK(it != busy_.end(), "plan: backward of chunk {} microbatch {} before its forward", chunk, mb);
+    unref(std::exchange(pinned_[size_t(it->second)], -1));  // backward drops the context's reference
     pools_[size_t(chunk)].push_back(it->second);
     busy_.erase(it);
     for (int* b : {&s.input, &s.output, &s.doutput}) unref(std::exchange(*b, -1));

@@ -26,8 +26,8 @@
 //                   most it holds at once and are kept), the model's
 //                   workspace and transients (LanguageModel::activation_bytes)
 //                   and the interpreter's boundary buffers
-//                   (pipeline/interpreter.h), including an input activation
-//                   that a pooled context keeps referencing until it is reused.
+//                   (pipeline/interpreter.h), an input activation referenced
+//                   by its context from forward to backward.
 // Small allocations (scalar reductions) are left out.
 #pragma once
 

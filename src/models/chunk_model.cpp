@@ -291,6 +291,7 @@ void ChunkModel::backward(ModelContext& base, float dloss, const Tensor* doutput
   if (!span_.embedding) {
     LATTICE_CHECK(dinput != nullptr, "{}: a chunk without the embedding needs an input gradient", a);
     dinput->copy_from(*dout);
+    ctx.emb = Tensor();  // the received input: a pooled context must not keep it alive until its next forward
     return;
   }
   embed_backward(ctx, *dout, *dx);

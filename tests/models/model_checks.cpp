@@ -111,6 +111,12 @@ void check_chunks_match_whole(const ModelUnderTest& m, const std::vector<StageSp
       dinput = &dact[size_t(i - 1)];
     }
     chunks[size_t(i)]->model->backward(*ctx[size_t(i)], 0.1f, i + 1 < n ? &dact[size_t(i)] : nullptr, dinput);
+    if (i > 0) {  // backward let go of the input: dropping ours frees it, though the context lives on (pooled)
+      const int64_t live = memory_stats(Device::cpu()).live_bytes;
+      act[size_t(i - 1)] = Tensor();
+      EXPECT_EQ(live - memory_stats(Device::cpu()).live_bytes, B * T * m.hidden * int64_t(sizeof(double)))
+          << "chunk " << i << " still holds its input after backward";
+    }
   }
   for (const ParamEntry& e : whole.params.entries()) {
     Tensor sum = Tensor::zeros(e.local_shape, DType::f64);
