@@ -1,4 +1,4 @@
-// lattice sample CHECKPOINT [--prompt TEXT] [--tokens N] [--samples N]
+// lattice sample CHECKPOINT [--prompt TEXT | --prompt-file PATH] [--tokens N] [--samples N]
 //                [--temperature X] [--top-k K] [--seed S]
 //                [--tokenizer gpt2|bytes] [--vocab-dir DIR] [--threads N]
 // Continues a prompt with a trained causal model (models/sampling.h), one
@@ -19,6 +19,7 @@
 
 #include "checkpoint/atomic_dir.h"
 #include "checkpoint/model_checkpoint.h"
+#include "checkpoint/posix_file.h"
 #include "cli.h"
 #include "core/error.h"
 #include "core/threads.h"
@@ -34,10 +35,12 @@ namespace fs = std::filesystem;
 
 struct SampleArgs {
   std::string checkpoint, prompt, tokenizer, vocab_dir;
-  bool have_vocab_dir = false;
+  bool have_prompt = false, have_vocab_dir = false;
   GenerateOptions gen;
   int threads = 0;
 };
+
+constexpr size_t kMaxPromptBytes = size_t(64) << 20;
 
 template <typename T>
 T parse_number(const std::string& flag, const std::string& v, T lo, T hi, const char* what) {
@@ -57,8 +60,10 @@ SampleArgs parse_sample(const Args& args) {
       if (i + 1 >= args.size()) LATTICE_FAIL("sample: {} needs a value", f);
       return args[++i];
     };
-    if (f == "--prompt") {
-      a.prompt = value();
+    if (f == "--prompt" || f == "--prompt-file") {
+      if (a.have_prompt) LATTICE_FAIL("sample: {} after a prompt was given: pass --prompt or --prompt-file, once", f);
+      a.prompt = f == "--prompt" ? value() : checkpoint::read_text_file(value(), kMaxPromptBytes);
+      a.have_prompt = true;
     } else if (f == "--tokens") {
       a.gen.tokens = parse_number<int64_t>(f, value(), 1, 1 << 20, "an integer in [1, 1048576]");
     } else if (f == "--samples") {
@@ -81,7 +86,8 @@ SampleArgs parse_sample(const Args& args) {
       a.threads = parse_number<int>(f, value(), 1, 1024, "an integer in [1, 1024]");
     } else if (f.rfind("--", 0) == 0 || !a.checkpoint.empty()) {
       LATTICE_FAIL(
-          "sample: unknown argument '{}' (usage: lattice sample CHECKPOINT [--prompt TEXT] [--tokens N] [--samples N] "
+          "sample: unknown argument '{}' (usage: lattice sample CHECKPOINT [--prompt TEXT | --prompt-file PATH] "
+          "[--tokens N] [--samples N] "
           "[--temperature X] [--top-k K] [--seed S] [--tokenizer gpt2|bytes] [--vocab-dir DIR] [--threads N])",
           f);
     } else {

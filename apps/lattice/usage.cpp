@@ -24,8 +24,8 @@ std::string usage() {
       GPT-2 to / from Hugging Face: --to-hf writes config.json and
       model.safetensors that GPT2LMHeadModel.from_pretrained loads; --from-hf
       writes a model-only checkpoint OUT_CHECKPOINT_DIR/step_0000000.
-  lattice sample CHECKPOINT [--prompt TEXT] [--tokens N] [--samples N]
-                 [--temperature X] [--top-k K] [--seed S]
+  lattice sample CHECKPOINT [--prompt TEXT | --prompt-file PATH] [--tokens N]
+                 [--samples N] [--temperature X] [--top-k K] [--seed S]
                  [--tokenizer gpt2|bytes] [--vocab-dir DIR] [--threads N]
       Continue the prompt with a trained gpt2, llama or neox model (one
       process, fp32, CPU). CHECKPOINT: a step directory, a checkpoint

@@ -108,6 +108,15 @@ TEST_F(Sample, ALayoutsCheckpointWritesTheOneRankRunsText) {
   }
 }
 
+TEST_F(Sample, APromptFileIsTheSamePrompt) {
+  write(dir + "/prompt.txt", "lazy dog.\nthe");  // a newline, which a shell argument makes awkward
+  CmdResult from_file = run("sample runs/tiny --temperature 0 --tokens 40 --prompt-file prompt.txt", dir);
+  ASSERT_EQ(from_file.status, 0) << from_file.out;
+  EXPECT_EQ(text(from_file.out), continued("lazy dog.\nthe", 40) + "\n");
+  expect_one_line_error(run("sample runs/tiny --prompt-file missing.txt", dir), {"missing.txt"});
+  expect_one_line_error(run("sample runs/tiny --prompt x --prompt-file prompt.txt", dir), {"--prompt-file", "once"});
+}
+
 TEST_F(Sample, TheSeedDecidesTheText) {
   const std::string args = "sample runs/tiny --samples 2 --tokens 60 --temperature 3 --prompt the";
   CmdResult a = run(args + " --seed 4", dir), b = run(args + " --seed 4", dir), c = run(args + " --seed 5", dir);
