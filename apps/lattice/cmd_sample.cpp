@@ -156,10 +156,12 @@ int sample(const Args& args) {
   const TpShard shard{.vocab_multiple = mc.vocab_multiple};
   FlatParams params(model_param_specs(mc), DType::f32, Device::cpu(), shard);
   checkpoint::load_logical_model(m, params);
+  const int64_t parameters = m.numel();
+  m.tensors.clear();  // loaded: the params hold the model now, so it is not kept twice
   fmt::print(stderr,
              "sampling {} x {} tokens from {} ({}, {} layers, d_model {}, {} parameters; tokenizer {}), "
              "temperature {}, top_k {}, seed {}\n",
-             a.gen.samples, a.gen.tokens, step_dir, enum_name(mc.arch), mc.n_layer, mc.d_model, m.numel(), a.tokenizer,
+             a.gen.samples, a.gen.tokens, step_dir, enum_name(mc.arch), mc.n_layer, mc.d_model, parameters, a.tokenizer,
              a.gen.sampling.temperature, a.gen.sampling.top_k, a.gen.sampling.seed);
   const std::span<const int32_t> shown = std::span<const int32_t>(prompt).subspan(from_eot ? 1 : 0);
   if (a.gen.samples == 1) {  // one sample: each token as it comes (byte-level tokens concatenate)

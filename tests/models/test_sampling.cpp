@@ -5,6 +5,7 @@
 // out here with fresh forwards of the whole model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -103,39 +104,37 @@ struct Built {
   }
 };
 
-// The greedy continuation written out: a fresh context and forward per
-// token over the last max_seq_len ids, the argmax of the last row's first
-// `vocab` logits.
+// The whole model's logits at the last position of `seq`'s last `window`
+// ids: a fresh context and forward of one sample.
+std::vector<float> last_logits(LanguageModel& model, const std::vector<int32_t>& seq, int64_t window) {
+  const int64_t T = std::min<int64_t>(window, int64_t(seq.size()));
+  Tensor ids = Tensor::zeros({1, T}, DType::i32), targets = Tensor::zeros({1, T}, DType::i32);
+  std::copy(seq.end() - T, seq.end(), ids.data<int32_t>());
+  auto ctx = model.make_context(1, T);
+  model.forward(*ctx, ids, targets, {.seed = 5, .step = 1, .train = false});
+  const Tensor logits = dynamic_cast<ChunkModel&>(model).logits(*ctx);
+  const float* row = logits.data<float>() + (T - 1) * logits.dim(2);
+  return {row, row + logits.dim(2)};
+}
+
+// The greedy continuation written out: the argmax of the first `vocab`
+// logits, token by token.
 std::vector<int32_t> greedy_by_hand(LanguageModel& model, std::vector<int32_t> seq, int64_t tokens, int64_t window,
                                     int64_t vocab) {
   for (int64_t k = 0; k < tokens; ++k) {
-    const int64_t T = std::min<int64_t>(window, int64_t(seq.size()));
-    Tensor ids = Tensor::zeros({1, T}, DType::i32), targets = Tensor::zeros({1, T}, DType::i32);
-    for (int64_t t = 0; t < T; ++t) ids.data<int32_t>()[t] = seq[seq.size() - size_t(T) + size_t(t)];
-    auto ctx = model.make_context(1, T);
-    model.forward(*ctx, ids, targets, {.seed = 5, .step = 1, .train = false});
-    const Tensor logits = dynamic_cast<ChunkModel&>(model).logits(*ctx);
-    const float* row = logits.data<float>() + (T - 1) * logits.dim(2);
-    int64_t best = 0;
-    for (int64_t v = 1; v < vocab; ++v) best = row[v] > row[best] ? v : best;
-    seq.push_back(int32_t(best));
+    const std::vector<float> row = last_logits(model, seq, window);
+    seq.push_back(int32_t(std::max_element(row.begin(), row.begin() + vocab) - row.begin()));
   }
   return seq;
 }
 
 // Sample `b` of a sampled batch written out: the draw of sample_token for
-// (b, position) from a fresh forward of that sample's own sequence.
+// (b, position) from that sample's own sequence.
 std::vector<int32_t> sampled_by_hand(LanguageModel& model, std::vector<int32_t> seq, int64_t tokens, int64_t window,
                                      int64_t vocab, const SamplingOptions& o, uint64_t b) {
   for (int64_t k = 0; k < tokens; ++k) {
-    const int64_t T = std::min<int64_t>(window, int64_t(seq.size()));
-    Tensor ids = Tensor::zeros({1, T}, DType::i32), targets = Tensor::zeros({1, T}, DType::i32);
-    for (int64_t t = 0; t < T; ++t) ids.data<int32_t>()[t] = seq[seq.size() - size_t(T) + size_t(t)];
-    auto ctx = model.make_context(1, T);
-    model.forward(*ctx, ids, targets, {.seed = 5, .step = 1, .train = false});
-    const Tensor logits = dynamic_cast<ChunkModel&>(model).logits(*ctx);
-    const float* row = logits.data<float>() + (T - 1) * logits.dim(2);
-    seq.push_back(sample_token({row, size_t(vocab)}, o, b, seq.size()));
+    const std::vector<float> row = last_logits(model, seq, window);
+    seq.push_back(sample_token({row.data(), size_t(vocab)}, o, b, seq.size()));
   }
   return seq;
 }
