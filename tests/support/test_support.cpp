@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
+#include <vector>
 
 #include "core/rng.h"
 
@@ -14,11 +16,16 @@ namespace lattice::test {
 
 Tolerance tolerance(DType t) {
   switch (t) {
-    case DType::f64: return {1e-5, 1e-8};
-    case DType::f32: return {1e-4, 1e-5};
-    case DType::bf16: return {2e-2, 1e-2};
-    case DType::f16: return {2e-3, 1e-3};
-    default: return {0, 0};
+    case DType::f64:
+      return {1e-5, 1e-8};
+    case DType::f32:
+      return {1e-4, 1e-5};
+    case DType::bf16:
+      return {2e-2, 1e-2};
+    case DType::f16:
+      return {2e-3, 1e-3};
+    default:
+      return {0, 0};
   }
 }
 
@@ -34,12 +41,40 @@ std::string shared_dir() {
   return d;
 }
 
+namespace {
+// The directories make_temp_dir made in this process, removed when it exits
+// normally, failed tests' too (a process that aborts leaves its own behind),
+// unless LATTICE_KEEP_TEST_DIRS is set: set it to look at what a test wrote.
+class TempDirs {
+ public:
+  void add(std::filesystem::path p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    dirs_.push_back(std::move(p));
+  }
+  ~TempDirs() {
+    const char* keep = std::getenv("LATTICE_KEEP_TEST_DIRS");
+    if (keep != nullptr && *keep != '\0') return;
+    std::error_code ec;  // best effort: never throw from exit
+    for (const auto& d : dirs_) std::filesystem::remove_all(d, ec);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::filesystem::path> dirs_;
+};
+TempDirs& temp_dirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+}  // namespace
+
 std::string make_temp_dir(const std::string& tag) {
   static std::atomic<int> counter{0};
   auto base = std::filesystem::temp_directory_path() /
               ("lattice-test-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
   std::filesystem::remove_all(base);
   std::filesystem::create_directories(base);
+  temp_dirs().add(base);
   return base.string();
 }
 

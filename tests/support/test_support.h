@@ -30,7 +30,9 @@ std::string shared_dir();
       GTEST_SKIP() << "../shared/" << (rel) << " is absent";                        \
   } while (0)
 bool file_exists(const std::string& path);
-// A fresh empty directory under the system temp dir.
+// A fresh empty directory under the system temp dir, removed with what it
+// holds when the test process exits normally (LATTICE_KEEP_TEST_DIRS=1 keeps
+// it).
 std::string make_temp_dir(const std::string& tag);
 
 // Deterministic test data.
