@@ -128,6 +128,15 @@ void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, 
 // again for backward; ChunkModel::recompute_attention). att must be the full
 // (B, NH, T, T) state; a compact one is one error line.
 void attention_probs(Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset = 0);
+// Incremental decoding with a key/value cache (evaluation only: no dropout,
+// nothing saved for backward; ChunkModel::forward_cached). qkv (B, Tn, 3 C)
+// holds the new positions pos0 .. pos0 + Tn - 1, C = NH * HS; their k and v go
+// into rows [pos0, pos0 + Tn) of `cache` (B, capacity, 2 C: each position's
+// k then v), and out (B, Tn, C) is the causal attention of their queries over
+// cache rows [0, pos0 + t]: attention_forward's rows pos0 .. pos0 + Tn - 1 of
+// the whole sequence, up to rounding (core/kernels/cpu/attention_cached.h).
+// CPU, f32 or f64.
+void attention_cached(Tensor& out, Tensor& cache, const Tensor& qkv, int n_head, int64_t pos0);
 // dqkv (B, T, 3 * NH * HS) overwrite. On CUDA uses `scratch`, att's shape,
 // as workspace; the CPU kernels never read it, so there it may also be empty
 // (attention_scratch_shape).
@@ -324,9 +333,11 @@ void gelu_erf_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp);
 // ---- rotary position embeddings and grouped k/v heads (LLaMA) ---------------
 // RoPE, HF's rotate-half convention: row (b, t) of inp (B, T, W) holds heads of
 // HS columns; each of heads [0, n_rot) is x = [x1 | x2] (HS/2 each), rotated by
-// a_i = t * theta^(-2i / HS): out1 = x1 cos a - x2 sin a, out2 = x2 cos a + x1 sin a.
-// The columns after n_rot * HS are copied. out may be inp (in place).
-void rope_forward(Tensor& out, const Tensor& inp, int n_rot, int64_t head_size, double theta);
+// a_i = p * theta^(-2i / HS) at position p = pos0 + t: out1 = x1 cos a - x2 sin a,
+// out2 = x2 cos a + x1 sin a (pos0: the position of row 0, nonzero when a
+// key/value cache holds the earlier ones). The columns after n_rot * HS are
+// copied. out may be inp (in place).
+void rope_forward(Tensor& out, const Tensor& inp, int n_rot, int64_t head_size, double theta, int64_t pos0 = 0);
 // dinp (B, T, W) = the transposed rotation of dout (overwrite; may be in place).
 void rope_backward(Tensor& dinp, const Tensor& dout, int n_rot, int64_t head_size, double theta);
 

@@ -6,6 +6,7 @@
 #include "core/backend.h"
 #include "core/cuda/sdpa_plan.h"
 #include "core/kernels/cpu/attention.h"
+#include "core/kernels/cpu/attention_cached.h"
 #include "core/kernels/cpu/attention_masked.h"
 #include "core/kernels/cpu/dropout.h"
 #include "core/kernels/cpu/embedding.h"
@@ -213,6 +214,26 @@ void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int n_head, 
 
 void attention_probs(Tensor& att, const Tensor& qkv, int n_head, const Dropout& d, int head_offset) {
   attention_forward_any("attention_probs", nullptr, att, qkv, true, nullptr, n_head, d, head_offset);
+}
+
+void attention_cached(Tensor& out, Tensor& cache, const Tensor& qkv, int n_head, int64_t pos0) {
+  check_same("attention_cached", {&out, &cache, &qkv});
+  LATTICE_CHECK(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0 && n_head > 0 && qkv.dim(2) / 3 % n_head == 0,
+                "ops::attention_cached: qkv {} must be (B, Tn, 3 C) with C divisible by n_head {}",
+                shape_str(qkv.shape()), n_head);
+  const int64_t B = qkv.dim(0), Tn = qkv.dim(1), C = qkv.dim(2) / 3;
+  LATTICE_CHECK(out.shape() == (Shape{B, Tn, C}), "ops::attention_cached: out {} must be ({}, {}, {})",
+                shape_str(out.shape()), B, Tn, C);
+  LATTICE_CHECK(cache.ndim() == 3 && cache.dim(0) == B && cache.dim(2) == 2 * C,
+                "ops::attention_cached: cache {} must be ({}, capacity, {})", shape_str(cache.shape()), B, 2 * C);
+  LATTICE_CHECK(pos0 >= 0 && pos0 + Tn <= cache.dim(1),
+                "ops::attention_cached: positions [{}, {}) do not fit a cache of {} positions", pos0, pos0 + Tn,
+                cache.dim(1));
+  const cpu::CachedAttentionDims cd{B, Tn, n_head, C / n_head, cache.dim(1), pos0};
+  on_cpu("attention_cached", out, [&](auto t) {
+    using T = decltype(t);
+    cpu::attention_cached<T>(sp<T>(out), sp<T>(cache), sp<T>(qkv), cd);
+  });
 }
 
 void attention_backward(Tensor& dqkv, Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& att,
@@ -545,9 +566,11 @@ KvDims kv_dims(const char* op, const Tensor& packed, const Tensor& expanded, int
 }
 }  // namespace
 
-void rope_forward(Tensor& out, const Tensor& inp, int n_rot, int64_t head_size, double theta) {
+void rope_forward(Tensor& out, const Tensor& inp, int n_rot, int64_t head_size, double theta, int64_t pos0) {
   check_same("rope_forward", {&out, &inp});
   cpu::RopeDims d = rope_dims("rope_forward", out, inp, n_rot, head_size, theta);
+  LATTICE_CHECK(pos0 >= 0, "ops::rope_forward: position {} of row 0 must be >= 0", pos0);
+  d.pos0 = pos0;
   if (cuda_f32(out)) return cuda_backend().rope(out.device().index, fp(out), fp(inp), d, 1.0);
   if (cuda_16(out)) return cuda_backend().rope16(out.device().index, out.dtype(), out.raw(), inp.raw(), d, 1.0);
   on_cpu_act("rope_forward", out, [&](auto t) {

@@ -141,6 +141,57 @@ void ChunkModel::recompute_attention(const Context& ctx, int i, Tensor& att, con
     ops::attention_masked_probs(att, qkv, key_mask, int(a.NH), d, head_offset);
 }
 
+void ChunkModel::attend(Context& ctx, int i, Tensor& out, Tensor& att, const Tensor& qkv, const ops::Dropout& d) const {
+  const int NH = int(acts_->attention.NH);
+  if (ctx.kv == nullptr) return ops::attention_forward(out, att, qkv, NH, d, NH * tp_.rank());
+  LATTICE_CHECK(d.p == 0.0f, "{}: decoding with a key/value cache runs without dropout", acts_->arch);
+  ops::attention_cached(out, ctx.kv->layers[size_t(i)], qkv, NH, ctx.pos0);
+  ctx.kv->filled[size_t(i)] = ctx.pos0 + ctx.T;
+}
+
+ChunkModel::KvCache ChunkModel::make_kv_cache(int64_t B, int64_t capacity) const {
+  const std::string& a = acts_->arch;
+  LATTICE_CHECK(kv_cache_ready(), "{}: this model does not decode with a key/value cache", a);
+  LATTICE_CHECK(acts_->attention.causal, "{}: a key/value cache needs causal attention", a);
+  LATTICE_CHECK(device_.is_cpu() && (act_dtype_ == DType::f32 || act_dtype_ == DType::f64),
+                "{}: a key/value cache runs on the CPU with f32 or f64 activations, not {} on {}", a,
+                dtype_name(act_dtype_), device_.str());
+  LATTICE_CHECK(B >= 1 && capacity >= 1 && capacity <= acts_->max_seq_len,
+                "{}: a key/value cache of {} samples and {} positions (1 to max_seq_len {})", a, B, capacity,
+                acts_->max_seq_len);
+  KvCache c;
+  c.B = B, c.capacity = capacity;
+  const int64_t width = 2 * acts_->attention.NH * acts_->attention.HS;
+  for (int i = 0; i < n_blocks(); ++i) c.layers.push_back(Tensor::zeros({B, capacity, width}, act_dtype_, device_));
+  c.filled.assign(size_t(n_blocks()), 0);
+  return c;
+}
+
+double ChunkModel::forward_cached(ModelContext& base, KvCache& cache, const Tensor& input, const Tensor& targets,
+                                  Tensor* output) {
+  auto& ctx = static_cast<Context&>(base);
+  const std::string& a = acts_->arch;
+  LATTICE_CHECK(kv_cache_ready() && cache.layers.size() == size_t(n_blocks()) && cache.B == ctx.B,
+                "{}: the key/value cache ({} samples, {} blocks) is not this chunk's ({} samples, {} blocks)", a,
+                cache.B, cache.layers.size(), ctx.B, n_blocks());
+  LATTICE_CHECK(cache.length + ctx.T <= cache.capacity,
+                "{}: positions [{}, {}) do not fit the key/value cache of {} positions", a, cache.length,
+                cache.length + ctx.T, cache.capacity);
+  struct Reset {  // the context is an ordinary one again afterwards, whatever happens
+    Context& c;
+    ~Reset() { c.kv = nullptr, c.pos0 = 0; }
+  } reset{ctx};
+  ctx.kv = &cache, ctx.pos0 = cache.length;
+  std::fill(cache.filled.begin(), cache.filled.end(), -1);
+  const double loss = forward(ctx, input, targets, {.train = false}, output);
+  for (int i = 0; i < n_blocks(); ++i)
+    LATTICE_CHECK(cache.filled[size_t(i)] == cache.length + ctx.T,
+                  "{}: block {} did not attend through the key/value cache (its block_forward must call attend())", a,
+                  layer_of(i));
+  cache.length += ctx.T;
+  return loss;
+}
+
 std::unique_ptr<ModelContext> ChunkModel::make_context(int64_t B, int64_t T) const {
   auto ctx = std::make_unique<Context>();
   Context& c = *ctx;
@@ -246,6 +297,7 @@ double ChunkModel::forward(ModelContext& base, const Tensor& input, const Tensor
                 "{}: input {} does not match the context ({}, {})", a, shape_str(input.shape()), ctx.B, ctx.T);
   ctx.coords = coords;
   ctx.targets = targets;
+  ctx.decoded = ctx.kv != nullptr;
   ctx.scratch = workspace(ctx.B, ctx.T).scratch.get();
   if (span_.embedding) {
     ctx.inputs = input;
@@ -267,6 +319,7 @@ double ChunkModel::forward(ModelContext& base, const Tensor& input, const Tensor
 void ChunkModel::backward(ModelContext& base, float dloss, const Tensor* doutput, Tensor* dinput) {
   auto& ctx = static_cast<Context&>(base);
   const std::string& a = acts_->arch;
+  LATTICE_CHECK(!ctx.decoded, "{}: a context whose last forward was forward_cached saved nothing for backward", a);
   Workspace& w = workspace(ctx.B, ctx.T);
   ctx.scratch = w.scratch.get();
   Tensor* dout = &w.dbuf[0];

@@ -166,6 +166,35 @@ class ChunkModel : public LanguageModel {
   // which overwrites them with dlogits.
   Tensor logits(const ModelContext& ctx) const;
 
+  // Incremental decoding (lattice sample, models/sampling.h): each block's
+  // keys and values of the positions already run, so a forward runs only the
+  // new positions. `layers[i]` is block i of the chunk: (B, capacity, 2 C_l),
+  // each position's keys then values for this rank's heads (the layout
+  // ops::attention_cached takes; LLaMA's k/v heads already repeated to its
+  // query heads).
+  struct KvCache {
+    int64_t B = 0, capacity = 0;
+    int64_t length = 0;  // positions [0, length) are held
+    std::vector<Tensor> layers;
+    std::vector<int64_t> filled;  // per block: positions its last forward_cached wrote (the walk's check)
+  };
+  // Whether the model decodes with a cache: its blocks attend through
+  // attend() and place rows at position ctx.pos0 + t (position embeddings,
+  // RoPE). A model opts in by overriding this; false by default.
+  virtual bool kv_cache_ready() const { return false; }
+  // An empty cache for B samples of up to `capacity` (<= max_seq_len)
+  // positions. CPU, f32 or f64 activations (ops::attention_cached).
+  KvCache make_kv_cache(int64_t B, int64_t capacity) const;
+  // forward() of the next ctx.T positions [cache.length, cache.length + T)
+  // of each sample, in evaluation mode (no dropout; `ctx` takes no backward):
+  // input is their token ids (B, T) or, without the embedding, the previous
+  // chunk's (B, T, C) at those positions; attention reads the cache for the
+  // earlier positions and appends these. Equals the rows a forward() of the
+  // whole sequence gives for them, up to rounding. `ctx` is any make_context
+  // of (cache.B, T); pp chunks each keep their own cache.
+  double forward_cached(ModelContext& ctx, KvCache& cache, const Tensor& input, const Tensor& targets,
+                        Tensor* output = nullptr);
+
   DType activation_dtype() const final { return act_dtype_; }
   void set_activation_dtype(DType dtype) final;
 
@@ -188,6 +217,9 @@ class ChunkModel : public LanguageModel {
     bool attention_shared = false;                     // their att is the chunk's shared buffer
     std::unique_ptr<LmHeadTensors> head;               // with the head
     SavedTensors* scratch = nullptr;                   // the chunk's backward scratch
+    KvCache* kv = nullptr;                             // set by forward_cached only
+    int64_t pos0 = 0;                                  // position of row 0: nonzero only when kv is set
+    bool decoded = false;                              // the last forward was forward_cached: no backward
     int64_t bytes_ = 0;
     int64_t bytes() const override { return bytes_; }
   };
@@ -254,6 +286,12 @@ class ChunkModel : public LanguageModel {
   static S& head_of(Context& ctx) {
     return static_cast<S&>(*ctx.head);
   }
+  // Block i's causal attention over qkv (B, T, 3 C_l) into out (B, T, C_l),
+  // saving att for backward: ops::attention_forward with this rank's heads
+  // and head offset, or, in forward_cached, ops::attention_cached over the
+  // cache (att untouched). Models that opt into kv_cache_ready call this
+  // instead of ops::attention_forward.
+  void attend(Context& ctx, int i, Tensor& out, Tensor& att, const Tensor& qkv, const ops::Dropout& d) const;
   // The attention state the device takes now (ops::attention_state_on): compact on the CPU by default, and on
   // CUDA with 16-bit matmuls where the fused path takes the calls (MakeTensor).
   ops::AttentionState attention_state() const;

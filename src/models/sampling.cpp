@@ -76,28 +76,68 @@ std::vector<std::vector<int32_t>> generate(const ModelConfig& cfg, FlatParams& p
                 "generate: tokens {} >= 0, samples {} >= 1 and vocab {} >= 1 expected", o.tokens, o.samples, o.vocab);
   comm::Group tp = comm::self_group("tp");
   // Two chunks of the one model over the same parameters: the blocks, then the head alone.
-  const std::unique_ptr<LanguageModel> body = build_model(cfg, params, tp, StageSpan{.head = false});
+  const std::unique_ptr<LanguageModel> body_model = build_model(cfg, params, tp, StageSpan{.head = false});
   const std::unique_ptr<LanguageModel> head =
       build_model(cfg, params, tp, StageSpan{.first_layer = cfg.n_layer, .end_layer = cfg.n_layer, .embedding = false});
+  auto& body = dynamic_cast<ChunkModel&>(*body_model);
   const auto& head_chunk = dynamic_cast<const ChunkModel&>(*head);
-  const int64_t B = o.samples, C = cfg.d_model;
+  const int64_t B = o.samples, C = cfg.d_model, window = cfg.max_seq_len;
   const StepCoords coords{.seed = o.sampling.seed, .step = 1, .sample0 = 0, .train = false};
   std::vector<std::vector<int32_t>> seqs(size_t(B), std::vector<int32_t>(prompt.begin(), prompt.end()));
   const std::unique_ptr<ModelContext> head_ctx = head->make_context(B, 1);
-  Tensor last = Tensor::zeros({B, 1, C}, body->activation_dtype()), last_targets = Tensor::zeros({B, 1}, DType::i32);
+  Tensor last = Tensor::zeros({B, 1, C}, body.activation_dtype()), last_targets = Tensor::zeros({B, 1}, DType::i32);
+
+  // The key/value cache holds every position run so far while the sequence
+  // fits the window; past it the positions shift by one each token, so the
+  // window runs whole without it, exactly as with o.kv_cache false. The
+  // cache's attention (ops::attention_cached) is the CPU's, f32 or f64.
+  const bool cached = o.kv_cache && body.kv_cache_ready() && params.values().device().is_cpu() &&
+                      (body.activation_dtype() == DType::f32 || body.activation_dtype() == DType::f64);
+  const int64_t capacity = std::min<int64_t>(window, int64_t(prompt.size()) + std::max<int64_t>(o.tokens, 1));
+  ChunkModel::KvCache cache;
+  if (cached) cache = body.make_kv_cache(B, capacity);
+
+  // Runs the last T tokens of samples [0, rows) through the blocks (with
+  // `kv` when cached, else from scratch over the window) and leaves each
+  // sample's hidden state at its last position in row b of `last`.
   std::unique_ptr<ModelContext> ctx;
   Tensor ids, targets, hidden;
-  for (int64_t step = 1; step <= o.tokens; ++step) {
-    const int64_t n = int64_t(seqs[0].size()), T = std::min<int64_t>(n, cfg.max_seq_len);
-    if (!ctx || ids.dim(1) != T) {
-      ctx = body->make_context(B, T);
-      ids = Tensor::zeros({B, T}, DType::i32), targets = Tensor::zeros({B, T}, DType::i32);
-      hidden = Tensor::zeros({B, T, C}, body->activation_dtype());
+  auto run = [&](ChunkModel::KvCache* kv, int64_t rows, int64_t T) {
+    if (!ctx || ids.dim(0) != rows || ids.dim(1) != T) {
+      ctx = body.make_context(rows, T);
+      ids = Tensor::zeros({rows, T}, DType::i32), targets = Tensor::zeros({rows, T}, DType::i32);
+      hidden = Tensor::zeros({rows, T, C}, body.activation_dtype());
     }
-    for (int64_t b = 0; b < B; ++b)
+    for (int64_t b = 0; b < rows; ++b)
       std::copy(seqs[size_t(b)].end() - T, seqs[size_t(b)].end(), ids.data<int32_t>() + b * T);
-    body->forward(*ctx, ids, targets, coords, &hidden);
-    ops::copy_rows(last, 0, C, hidden, (T - 1) * C, T * C, B, C);  // each sample's last position
+    if (kv)
+      body.forward_cached(*ctx, *kv, ids, targets, &hidden);
+    else
+      body.forward(*ctx, ids, targets, coords, &hidden);
+    ops::copy_rows(last, 0, C, hidden, (T - 1) * C, T * C, rows, C);
+  };
+
+  for (int64_t step = 1; step <= o.tokens; ++step) {
+    const int64_t n = int64_t(seqs[0].size());
+    if (!cached || n > capacity) {
+      run(nullptr, B, std::min(n, window));
+    } else if (cache.length > 0) {
+      run(&cache, B, n - cache.length);  // the token drawn last
+    } else if (B == 1) {
+      run(&cache, 1, n);
+    } else {
+      // The prompt, the same for every sample, runs once; its keys, values
+      // and last hidden state are copied to the other samples.
+      ChunkModel::KvCache one = body.make_kv_cache(1, capacity);
+      run(&one, 1, n);
+      for (size_t l = 0; l < cache.layers.size(); ++l) {
+        const int64_t width = cache.layers[l].dim(2);
+        for (int64_t b = 0; b < B; ++b)
+          ops::copy_rows(cache.layers[l], b * capacity * width, width, one.layers[l], 0, width, n, width);
+      }
+      cache.length = n;
+      for (int64_t b = 1; b < B; ++b) ops::copy_rows(last, b * C, C, last, 0, C, 1, C);
+    }
     head->forward(*head_ctx, last, last_targets, coords);
     Tensor logits = head_chunk.logits(*head_ctx);  // (B, 1, V_l): the whole vocabulary on one rank
     if (!logits.device().is_cpu() || logits.dtype() != DType::f32) logits = logits.on_host().to(DType::f32);

@@ -7,9 +7,14 @@
 // two pipeline stages would: the embedding and the blocks over the whole
 // sequence, then the head (final norm, LM head, loss) over each sample's
 // last position only, so the LM head's product covers B rows, not B x T.
-// There is no key/value cache, so each token costs one pass of the blocks
-// at the current length: fine for the models this framework trains on
-// CPUs, quadratic in the length generated.
+// With a key/value cache (models that opt in: ChunkModel::kv_cache_ready;
+// GPT-2, LLaMA, GPT-NeoX) each token after the prompt runs the blocks over
+// that one position, attending over the cached keys and values of the
+// earlier ones; the prompt runs once (for one sample, its cache copied to
+// the others). Once the sequence outgrows max_seq_len every position moves
+// each token, so from then on the window runs whole per token, as without
+// the cache. Cached and uncached logits agree up to rounding (other matmul
+// shapes), not bit for bit.
 //
 // sample_token() is the draw itself: greedy (temperature 0: the first id of
 // the largest logit), or softmax(logits / temperature) over the `top_k`
@@ -48,6 +53,7 @@ struct GenerateOptions {
   int samples = 1;      // continuations of the prompt, generated as one batch
   int64_t vocab = 0;    // ids drawn are below this (the tokenizer's size; <= the model's vocabulary)
   SamplingOptions sampling{};
+  bool kv_cache = true;  // false: every token runs the blocks over the whole window (a check)
 };
 
 // `samples` continuations of `prompt` (non-empty), each prompt + `tokens`

@@ -403,3 +403,69 @@ TEST(OpsAttention, CpuTakesItsOwnStatesOnly) {
   EXPECT_HAS(error_text([&] { ops::attention_forward(out, flat4, qkv, int(NH), dropout(0.0f)); }),
              "ops::attention_forward");
 }
+
+// ---- attention_cached: incremental decoding over a key/value cache ----------
+
+namespace {
+
+// Rows [t0, t0 + n) of every sample of x (B, T, W), as a (B, n, W) tensor.
+Tensor rows_of(const Tensor& x, int64_t t0, int64_t n) {
+  const int64_t B = x.dim(0), T = x.dim(1), W = x.dim(2);
+  Tensor r = Tensor::zeros({B, n, W}, x.dtype());
+  for (int64_t b = 0; b < B; ++b) ops::copy_rows(r, b * n * W, W, x, (b * T + t0) * W, W, n, W);
+  return r;
+}
+
+// The sequence of kernel `s` run through the cache in pieces of `pieces`
+// positions (their sum is s.T), each piece's output against the rows of one
+// attention_forward of the whole sequence, and the cache against qkv's k, v.
+void check_cached(const Dims& s, DType dt, const std::vector<int64_t>& pieces, Tolerance tol) {
+  const int64_t C = s.C(), capacity = s.T + 3;
+  Tensor qkv = random_tensor({s.B, s.T, 3 * C}, dt, 41, 1.5);
+  Tensor whole = Tensor::zeros({s.B, s.T, C}, dt), att = Tensor::zeros(state_shape(s, dt, true), dt);
+  ops::attention_forward(whole, att, qkv, int(s.NH), ops::Dropout{});
+  Tensor cache = random_tensor({s.B, capacity, 2 * C}, dt, 9);  // dirty: rows are written before they are read
+  int64_t pos0 = 0;
+  for (int64_t n : pieces) {
+    Tensor out = random_tensor({s.B, n, C}, dt, 10);  // dirty: overwritten
+    ops::attention_cached(out, cache, rows_of(qkv, pos0, n), int(s.NH), pos0);
+    EXPECT_TENSOR_NEAR(out, rows_of(whole, pos0, n), tol) << "T " << s.T << " positions " << pos0 << " + " << n;
+    pos0 += n;
+  }
+  ASSERT_EQ(pos0, s.T);
+  // Each position's k then v, exactly as qkv holds them.
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t t = 0; t < s.T; ++t) {
+      Tensor kv = Tensor::zeros({1, 1, 2 * C}, dt), want = Tensor::zeros({1, 1, 2 * C}, dt);
+      ops::copy_rows(kv, 0, 2 * C, cache, (b * capacity + t) * 2 * C, 2 * C, 1, 2 * C);
+      ops::copy_rows(want, 0, 2 * C, qkv, (b * s.T + t) * 3 * C + C, 3 * C, 1, 2 * C);
+      EXPECT_TRUE(bitwise_equal(kv, want)) << "sample " << b << " position " << t;
+    }
+}
+
+}  // namespace
+
+TEST(OpsAttention, CachedRowsMatchTheWholeSequence) {
+  for (DType dt : {DType::f64, DType::f32}) {
+    const Tolerance tol = dt == DType::f64 ? Tolerance{1e-12, 1e-12} : Tolerance{2e-6, 2e-6};
+    SCOPED_TRACE(dtype_name(dt));
+    check_cached(kSmall, dt, {5}, tol);              // the prompt at once
+    check_cached(kSmall, dt, {1, 1, 1, 1, 1}, tol);  // one position at a time from the start
+    check_cached(kSmall, dt, {3, 1, 1}, tol);        // a prompt, then single tokens
+    check_cached(kLong, dt, {100, 1, 30, 2}, tol);   // rows past the kernel's 64-row block
+    check_cached(kMedium, dt, {40, 1, 23}, tol);     // several samples and heads, over threads
+  }
+}
+
+TEST(OpsAttention, CachedBadArgumentsAreOneLine) {
+  const int64_t C = 4;
+  Tensor qkv = Tensor::zeros({2, 3, 3 * C}, DType::f32), out = Tensor::zeros({2, 3, C}, DType::f32);
+  Tensor cache = Tensor::zeros({2, 5, 2 * C}, DType::f32);
+  EXPECT_HAS(error_text([&] { ops::attention_cached(out, cache, qkv, 2, 3); }), "positions [3, 6) do not fit");
+  EXPECT_HAS(error_text([&] { ops::attention_cached(out, cache, qkv, 3, 0); }), "divisible by n_head 3");
+  Tensor small = Tensor::zeros({2, 5, C}, DType::f32);
+  EXPECT_HAS(error_text([&] { ops::attention_cached(out, small, qkv, 2, 0); }),
+             "cache (2, 5, 4) must be (2, capacity, 8)");
+  Tensor q16 = qkv.to(DType::bf16), o16 = out.to(DType::bf16), c16 = cache.to(DType::bf16);
+  EXPECT_HAS(error_text([&] { ops::attention_cached(o16, c16, q16, 2, 0); }), "attention_cached");
+}

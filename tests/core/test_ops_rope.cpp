@@ -67,3 +67,21 @@ TEST(OpsRope, Act16MixedDtypesThrow) {
 }
 
 }  // namespace
+
+// Rows rotated at a position offset (a key/value cache holds the earlier
+// ones) are the same rows of the whole sequence's rotation, bit for bit: the
+// angles depend on the position only. f32 and bf16.
+TEST(OpsRope, PositionOffsetRotatesAsTheWholeSequence) {
+  for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+    Tensor whole_in = random_tensor({1, kT, kW}, DType::f32, 7).to(dt), whole = zeros_like(whole_in);
+    ops::rope_forward(whole, whole_in, int(kRot), kHS, kTheta);
+    for (int64_t pos0 : {int64_t(0), int64_t(5), kT - 1}) {
+      const int64_t n = kT - pos0;
+      Tensor part_in = whole_in.view(pos0 * kW, {1, n, kW}).to(dt), part = zeros_like(part_in);  // a copy
+      ops::rope_forward(part, part_in, int(kRot), kHS, kTheta, pos0);
+      EXPECT_TRUE(bitwise_equal(part, whole.view(pos0 * kW, {1, n, kW}).to(dt))) << dtype_name(dt) << " pos0 " << pos0;
+    }
+    Tensor x = zeros_like(whole_in);
+    EXPECT_THROW(ops::rope_forward(x, whole_in, int(kRot), kHS, kTheta, -1), Error);
+  }
+}

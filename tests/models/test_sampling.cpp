@@ -7,14 +7,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "comm/self_communicator.h"
 #include "config/config.h"
+#include "core/ops.h"
 #include "models/chunk_model.h"
 #include "models/registry.h"
 #include "models/sampling.h"
 #include "support/error_text.h"
+#include "support/test_support.h"
 
 namespace lattice {
 namespace {
@@ -139,11 +142,15 @@ std::vector<int32_t> sampled_by_hand(LanguageModel& model, std::vector<int32_t> 
   return seq;
 }
 
-void check_generate(const std::string& model_yaml) {
+// With the key/value cache (`kv_cache`) or without: against loops of fresh
+// whole-model forwards (bitwise without the cache; with it, the logits agree
+// up to rounding, which these draws do not straddle).
+void check_generate(const std::string& model_yaml, bool kv_cache) {
+  SCOPED_TRACE(kv_cache ? "with the key/value cache" : "without the key/value cache");
   Built b(model_yaml);
   const int64_t window = b.cfg.model.max_seq_len, vocab = 257;
   const std::vector<int32_t> prompt{72, 101, 108};
-  GenerateOptions o{.tokens = 20, .samples = 3, .vocab = vocab, .sampling = opts(0.0)};
+  GenerateOptions o{.tokens = 20, .samples = 3, .vocab = vocab, .sampling = opts(0.0), .kv_cache = kv_cache};
   int64_t calls = 0;
   const auto greedy = generate(b.cfg.model, b.params, prompt, o, [&](int64_t step, const auto& seqs) {
     EXPECT_EQ(step, ++calls);
@@ -170,21 +177,39 @@ void check_generate(const std::string& model_yaml) {
   // A batch of one draws what sample 0 of the batch drew.
   o.samples = 1;
   EXPECT_EQ(generate(b.cfg.model, b.params, prompt, o)[0], s1[0]);
+  // A prompt longer than the window; a cache smaller than it (prompt + tokens < max_seq_len).
+  GenerateOptions g{.tokens = 3, .samples = 2, .vocab = vocab, .sampling = opts(0.0), .kv_cache = kv_cache};
+  const std::vector<int32_t> long_prompt{5, 80, 33, 61, 200, 7, 150, 99, 31, 64};
+  for (const auto& s : generate(b.cfg.model, b.params, long_prompt, g))
+    EXPECT_EQ(s, greedy_by_hand(*b.model, long_prompt, 3, window, vocab));
+  g.tokens = 2;
+  for (const auto& s : generate(b.cfg.model, b.params, prompt, g))
+    EXPECT_EQ(s, greedy_by_hand(*b.model, prompt, 2, window, vocab));
   EXPECT_HAS(error_text([&] { generate(b.cfg.model, b.params, std::vector<int32_t>{}, o); }), "no tokens");
   o.vocab = 100000;
   EXPECT_HAS(error_text([&] { generate(b.cfg.model, b.params, prompt, o); }), "exceeds the model's");
 }
 
+const std::string kGpt2 =
+    "model: { arch: gpt2, n_layer: 2, n_head: 2, d_model: 16, vocab_size: 260, max_seq_len: 8 }\n";
+const std::string kNeox =
+    "model: { arch: neox, n_layer: 2, n_head: 2, d_model: 16, vocab_size: 260, max_seq_len: 8 }\n";
+const std::string kLlama =
+    "model: { arch: llama, n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 16, d_ff: 32, vocab_size: 260, "
+    "max_seq_len: 8 }\n";
+const std::string kBert =
+    "model: { arch: bert, n_layer: 1, n_head: 2, d_model: 16, vocab_size: 261, max_seq_len: 8 }\n";
+
 TEST(Sampling, Gpt2GenerateMatchesGreedyByHandAcrossTheWindow) {
-  check_generate("model: { arch: gpt2, n_layer: 2, n_head: 2, d_model: 16, vocab_size: 260, max_seq_len: 8 }\n");
+  for (bool kv_cache : {false, true}) check_generate(kGpt2, kv_cache);
 }
 
 TEST(Sampling, NeoxGenerateMatchesGreedyByHandAcrossTheWindow) {
-  check_generate("model: { arch: neox, n_layer: 2, n_head: 2, d_model: 16, vocab_size: 260, max_seq_len: 8 }\n");
+  for (bool kv_cache : {false, true}) check_generate(kNeox, kv_cache);
 }
 
 TEST(Sampling, GenerateRefusesAMaskedTokenModel) {
-  Built b("model: { arch: bert, n_layer: 1, n_head: 2, d_model: 16, vocab_size: 261, max_seq_len: 8 }\n");
+  Built b(kBert);
   const GenerateOptions o{.tokens = 1, .vocab = 257};
   EXPECT_HAS(error_text([&] {
                generate(b.cfg.model, b.params, std::vector<int32_t>{1, 2}, o);
@@ -193,9 +218,93 @@ TEST(Sampling, GenerateRefusesAMaskedTokenModel) {
 }
 
 TEST(Sampling, LlamaGenerateMatchesGreedyByHandAcrossTheWindow) {
-  check_generate(
-      "model: { arch: llama, n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 16, d_ff: 32, vocab_size: 260, "
-      "max_seq_len: 8 }\n");
+  for (bool kv_cache : {false, true}) check_generate(kLlama, kv_cache);
+}
+
+// ---- ChunkModel::forward_cached ----------------------------------------------
+
+// The blocks' output at every position, of one forward of the whole
+// sequence, against forward_cached over pieces of it, for the whole body and
+// for the body split into two pipeline chunks (each with its own cache).
+void check_forward_cached(const std::string& model_yaml) {
+  Built b(model_yaml);
+  const ModelConfig& m = b.cfg.model;
+  const int64_t B = 2, T = m.max_seq_len, C = m.d_model;
+  Tensor ids = Tensor::zeros({B, T}, DType::i32), targets = Tensor::zeros({B, T}, DType::i32);
+  for (int64_t k = 0; k < B * T; ++k) ids.data<int32_t>()[k] = int32_t((k * 37 + 11) % 257);
+  auto body = build_model(m, b.params, b.tp, StageSpan{.head = false});
+  Tensor whole = Tensor::zeros({B, T, C}, DType::f32);
+  auto ctx = body->make_context(B, T);
+  body->forward(*ctx, ids, targets, {.seed = 5, .step = 1, .train = false}, &whole);
+
+  // Positions [t0, t0 + n) of x (B, T) or (B, T, W).
+  auto rows = [&](const Tensor& x, int64_t t0, int64_t n) {
+    const int64_t W = x.ndim() == 3 ? x.dim(2) : 1;
+    Tensor r = Tensor::zeros(x.ndim() == 3 ? Shape{B, n, W} : Shape{B, n}, x.dtype());
+    for (int64_t s = 0; s < B; ++s) ops::copy_rows(r, s * n * W, W, x, (s * T + t0) * W, W, n, W);
+    return r;
+  };
+  auto& one = dynamic_cast<ChunkModel&>(*body);
+  auto first = build_model(m, b.params, b.tp, StageSpan{.end_layer = 1, .head = false});
+  auto second = build_model(m, b.params, b.tp, StageSpan{.first_layer = 1, .embedding = false, .head = false});
+  auto& c1 = dynamic_cast<ChunkModel&>(*first);
+  auto& c2 = dynamic_cast<ChunkModel&>(*second);
+  ChunkModel::KvCache cache = one.make_kv_cache(B, T), k1 = c1.make_kv_cache(B, T), k2 = c2.make_kv_cache(B, T);
+  int64_t t0 = 0;
+  for (int64_t n : {3, 1, 1, int(T) - 5}) {
+    Tensor piece = rows(ids, t0, n), out = Tensor::zeros({B, n, C}, DType::f32), mid = out.clone(), out2 = out.clone();
+    auto cx = one.make_context(B, n), cx1 = c1.make_context(B, n), cx2 = c2.make_context(B, n);
+    one.forward_cached(*cx, cache, piece, rows(targets, t0, n), &out);
+    c1.forward_cached(*cx1, k1, piece, rows(targets, t0, n), &mid);
+    c2.forward_cached(*cx2, k2, mid, rows(targets, t0, n), &out2);
+    EXPECT_TENSOR_NEAR(out, rows(whole, t0, n), (test::Tolerance{1e-5, 1e-5})) << "positions " << t0 << " + " << n;
+    EXPECT_TENSOR_NEAR(out2, out, (test::Tolerance{1e-5, 1e-5})) << "two chunks, positions " << t0 << " + " << n;
+    t0 += n;
+    EXPECT_EQ(cache.length, t0);
+    EXPECT_EQ(k2.length, t0);
+  }
+  // A cache is full at its capacity; its size is bounded by max_seq_len.
+  auto cx = one.make_context(B, 1);
+  Tensor out = Tensor::zeros({B, 1, C}, DType::f32);
+  EXPECT_HAS(error_text([&] { one.forward_cached(*cx, cache, rows(ids, 0, 1), rows(targets, 0, 1), &out); }),
+             "do not fit the key/value cache");
+  EXPECT_HAS(error_text([&] { one.make_kv_cache(B, T + 1); }), "1 to max_seq_len");
+  ChunkModel::KvCache other = one.make_kv_cache(B + 1, T);
+  EXPECT_HAS(error_text([&] { one.forward_cached(*cx, other, rows(ids, 0, 1), rows(targets, 0, 1), &out); }),
+             "is not this chunk's");
+  // A cached context takes no backward; after a forward_cached that threw
+  // inside a block (a cache of the wrong dtype), the same context runs an
+  // ordinary forward again: the first position's rows of a fresh context.
+  ChunkModel::KvCache fresh = one.make_kv_cache(B, T);
+  one.forward_cached(*cx, fresh, rows(ids, 0, 1), rows(targets, 0, 1), &out);
+  EXPECT_HAS(error_text([&] { one.backward(*cx, 1.0f, &out); }), "saved nothing for backward");
+  ChunkModel::KvCache bad = one.make_kv_cache(B, T);
+  for (Tensor& l : bad.layers) l = l.to(DType::f64);
+  EXPECT_THROW(one.forward_cached(*cx, bad, rows(ids, 0, 1), rows(targets, 0, 1), &out), Error);
+  Tensor plain = Tensor::zeros({B, 1, C}, DType::f32), want = plain.clone();
+  body->forward(*cx, rows(ids, 0, 1), rows(targets, 0, 1), {.seed = 5, .step = 1, .train = false}, &plain);
+  auto again = body->make_context(B, 1);
+  body->forward(*again, rows(ids, 0, 1), rows(targets, 0, 1), {.seed = 5, .step = 1, .train = false}, &want);
+  EXPECT_EQ(std::memcmp(plain.raw(), want.raw(), want.nbytes()), 0);
+  EXPECT_NO_THROW(one.backward(*cx, 1.0f, &out));
+}
+
+TEST(KvCache, Gpt2ForwardCachedMatchesTheWholeSequence) { check_forward_cached(kGpt2); }
+TEST(KvCache, NeoxForwardCachedMatchesTheWholeSequence) { check_forward_cached(kNeox); }
+TEST(KvCache, LlamaForwardCachedMatchesTheWholeSequence) { check_forward_cached(kLlama); }
+
+TEST(KvCache, AModelWithoutItSaysSo) {
+  Built b(kBert);
+  auto& bert = dynamic_cast<ChunkModel&>(*b.model);
+  EXPECT_FALSE(bert.kv_cache_ready());
+  EXPECT_HAS(error_text([&] { bert.make_kv_cache(1, 4); }), "bert: this model does not decode with a key/value cache");
+}
+
+TEST(KvCache, SixteenBitActivationsAreOneLine) {
+  Built b(kGpt2);
+  b.model->set_activation_dtype(DType::bf16);
+  EXPECT_HAS(error_text([&] { dynamic_cast<ChunkModel&>(*b.model).make_kv_cache(1, 4); }),
+             "a key/value cache runs on the CPU with f32 or f64 activations, not bf16 on cpu");
 }
 
 }  // namespace

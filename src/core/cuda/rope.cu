@@ -28,7 +28,7 @@ __global__ void rope_kernel(S* out, const S* inp, cpu::RopeDims d, double sign) 
   const int64_t H = d.HS / 2;
   for (int64_t k = first_index(); k < d.B * d.T * H; k += grid_stride()) {
     const int64_t row = k / H, i = k % H, t = row % d.T;
-    const double a = math::rope_angle(t, i, d.HS, d.theta);
+    const double a = math::rope_angle(d.pos0 + t, i, d.HS, d.theta);
     const double cs = cos(a), sn = sign * sin(a);
     const S* x = inp + row * d.W;
     S* y = out + row * d.W;

@@ -115,8 +115,7 @@ void Gpt2::block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, Save
   Tensor& tmp = scratch_of<Scratch>(ctx).c1;  // (B, T, C)
   ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln_1_w.w, p.ln_1_b.w, cfg_.norm_eps);
   qkv_.forward(a.qkv, a.ln1, p.c_attn_w.mm(), &p.c_attn_b.w);
-  ops::attention_forward(a.atty, a.att, a.qkv, int(heads_l_), dropout_at(c, cfg_.dropout, layer, kAttnProbs),
-                         head_offset());
+  attend(ctx, i, a.atty, a.att, a.qkv, dropout_at(c, cfg_.dropout, layer, kAttnProbs));
   attn_proj_.forward(tmp, a.atty, p.attn_proj_w.mm(), &p.attn_proj_b.w);
   ops::dropout_forward(tmp, tmp, dropout_at(c, cfg_.dropout, layer, kAttnResid));
   ops::add(a.res1, x, tmp);
@@ -153,9 +152,9 @@ void Gpt2::block_backward(Context& ctx, int i, const Tensor& x, const Tensor& do
 
 void Gpt2::embed_forward(Context& ctx, const Tensor& ids) {
   const int64_t B = ctx.B, T = ctx.T, C = cfg_.d_model;
-  // Token plus position embedding; positions 0..T-1 are the first T rows of wpe.
+  // Token plus position embedding; positions pos0 .. pos0 + T - 1 are those rows of wpe.
   embed_.forward(ctx.emb, ids, wte_.w);
-  Tensor pos = wpe_.w.view(0, {T, C});
+  Tensor pos = wpe_.w.view(ctx.pos0 * C, {T, C});
   for (int64_t b = 0; b < B; ++b) {
     Tensor row = ctx.emb.view(b * T * C, {T, C});
     ops::add_inplace(row, pos);

@@ -71,6 +71,7 @@ class Gpt2 final : public ChunkModel {
   static ActivationBytes activation_bytes_of(const Gpt2Config& cfg, StageSpan span, const TpShard& shard, DType dtype,
                                              int64_t B, int64_t T, ops::AttentionState attention);
   double flops_per_token(int64_t T) const override;
+  bool kv_cache_ready() const override { return true; }  // attend() and ctx.pos0
   const Gpt2Config& config() const { return cfg_; }
 
  private:

@@ -145,10 +145,9 @@ void Llama::block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, Sav
   const int rotated = int(NH_l_ + KV_l_);  // q and k heads lead each packed row
   ops::rmsnorm_forward(a.ln1, a.ln1_rstd, x, p.input_norm.w, cfg_.norm_eps);
   qkv_.forward(w.packed, a.ln1, p.qkv.mm(), nullptr);
-  ops::rope_forward(w.packed, w.packed, rotated, HS_, cfg_.rope_theta);
+  ops::rope_forward(w.packed, w.packed, rotated, HS_, cfg_.rope_theta, ctx.pos0);
   ops::repeat_kv_forward(a.qkv, w.packed, int(NH_l_), int(KV_l_));
-  ops::attention_forward(a.atty, a.att, a.qkv, int(NH_l_),
-                         dropout_at(ctx.coords, cfg_.dropout, layer_of(i) + 1, kAttnProbs), head_offset());
+  attend(ctx, i, a.atty, a.att, a.qkv, dropout_at(ctx.coords, cfg_.dropout, layer_of(i) + 1, kAttnProbs));
   o_proj_.forward(tmp, a.atty, p.o.mm(), nullptr);
   ops::add(a.res1, x, tmp);
   ops::rmsnorm_forward(a.ln2, a.ln2_rstd, a.res1, p.post_norm.w, cfg_.norm_eps);

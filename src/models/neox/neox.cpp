@@ -109,9 +109,8 @@ void Neox::block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, Save
   // Attention branch: out = x + dropout(dense(attention(rope(qkv(ln_1(x)))))).
   ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln_1_w.w, p.ln_1_b.w, cfg_.norm_eps);
   qkv_.forward(a.qkv, a.ln1, p.qkv_w.mm(), &p.qkv_b.w);
-  ops::rope_forward(a.qkv, a.qkv, int(2 * NH_l_), HS_, cfg_.rope_theta);  // q and k heads lead each row
-  ops::attention_forward(a.atty, a.att, a.qkv, int(NH_l_), dropout_at(c, cfg_.dropout, layer, kAttnProbs),
-                         head_offset());
+  ops::rope_forward(a.qkv, a.qkv, int(2 * NH_l_), HS_, cfg_.rope_theta, ctx.pos0);  // q and k heads lead each row
+  attend(ctx, i, a.atty, a.att, a.qkv, dropout_at(c, cfg_.dropout, layer, kAttnProbs));
   dense_.forward(branch, a.atty, p.dense_w.mm(), &p.dense_b.w);
   ops::dropout_forward(branch, branch, dropout_at(c, cfg_.dropout, layer, kAttnResid));
   ops::add(out, x, branch);

@@ -72,6 +72,7 @@ class Neox final : public ChunkModel {
   static ActivationBytes activation_bytes_of(const NeoxConfig& cfg, StageSpan span, const TpShard& shard, DType dtype,
                                              int64_t B, int64_t T, ops::AttentionState attention);
   double flops_per_token(int64_t T) const override;
+  bool kv_cache_ready() const override { return true; }  // attend() and ctx.pos0
 
  private:
   struct LayerView {

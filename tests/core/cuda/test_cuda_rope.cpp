@@ -39,6 +39,18 @@ TEST_F(CudaOps, RopeInPlaceMatchesCpu) {
   EXPECT_TENSOR_NEAR(host(x_g), random_tensor({kB, kT, kW}, DType::f32, 3), tolerance(DType::f32));
 }
 
+// Rows at a position offset (ops::rope_forward's pos0, a key/value cache's
+// new positions) rotate by the angles of their positions, as on the CPU.
+TEST_F(CudaOps, RopeAtAPositionOffsetMatchesCpu) {
+  Tensor inp = random_tensor({kB, kT, kW}, DType::f32, 4);
+  for (int64_t pos0 : {int64_t(5), int64_t(1000)}) {
+    Tensor out = Tensor::empty(inp.shape(), DType::f32), out_g = empty_gpu(inp.shape());
+    ops::rope_forward(out, inp, kRot, kHS, kTheta, pos0);
+    ops::rope_forward(out_g, gpu(inp), kRot, kHS, kTheta, pos0);
+    EXPECT_TENSOR_NEAR(host(out_g), out, tolerance(DType::f32)) << "pos0 " << pos0;
+  }
+}
+
 // Grouped (NH / KV = 4, 3), multi-query (KV = 1) and plain (KV = NH) heads.
 TEST_F(CudaOps, RepeatKvForwardBackwardMatchCpuBitwise) {
   const int64_t B = 2, T = 7, HS = 12;

@@ -11,15 +11,15 @@ namespace lattice::cpu {
 
 namespace {
 
-// cos and sin of a_i = t * theta^(-2i / HS) for t < T, i < HS/2, computed in
-// double: (T, HS/2) each.
+// cos and sin of a_i = (pos0 + t) * theta^(-2i / HS) for t < T, i < HS/2,
+// computed in double: (T, HS/2) each.
 void rope_tables(std::vector<double>& cs, std::vector<double>& sn, const RopeDims& d) {
   const int64_t H = d.HS / 2;
   cs.resize(size_t(d.T * H));
   sn.resize(size_t(d.T * H));
   for (int64_t i = 0; i < H; ++i) {
     for (int64_t t = 0; t < d.T; ++t) {
-      const double a = math::rope_angle(t, i, d.HS, d.theta);
+      const double a = math::rope_angle(d.pos0 + t, i, d.HS, d.theta);
       cs[size_t(t * H + i)] = std::cos(a);
       sn[size_t(t * H + i)] = std::sin(a);
     }

@@ -3,7 +3,7 @@
 //
 // RoPE: row (b, t) of a (B, T, W) tensor holds heads of HS columns; head h of
 // heads [0, n_rot) is x = [x1 | x2] (HS/2 each), rotated by the angles
-// a_i = t * theta^(-2i / HS), i < HS/2:
+// a_i = p * theta^(-2i / HS), i < HS/2, at position p = pos0 + t:
 //   out1 = x1 cos a - x2 sin a,   out2 = x2 cos a + x1 sin a.
 // Columns after n_rot * HS (v) are copied. Backward rotates by -a (the
 // rotation's transpose). In place (out == inp) is allowed; gradients OVERWRITE.
@@ -26,6 +26,7 @@ struct RopeDims {
   int64_t n_rot;    // heads rotated from column 0
   int64_t HS;       // head size (even)
   double theta;
+  int64_t pos0 = 0;  // position of row t = 0 (a key/value cache holds the earlier ones)
 };
 
 template <typename T>
