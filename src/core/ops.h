@@ -131,12 +131,14 @@ void attention_probs(Tensor& att, const Tensor& qkv, int n_head, const Dropout& 
 // Incremental decoding with a key/value cache (evaluation only: no dropout,
 // nothing saved for backward; ChunkModel::forward_cached). qkv (B, Tn, 3 C)
 // holds the new positions pos0 .. pos0 + Tn - 1, C = NH * HS; their k and v go
-// into rows [pos0, pos0 + Tn) of `cache` (B, capacity, 2 C: each position's
-// k then v), and out (B, Tn, C) is the causal attention of their queries over
-// cache rows [0, pos0 + t]: attention_forward's rows pos0 .. pos0 + Tn - 1 of
-// the whole sequence, up to rounding (core/kernels/cpu/attention_cached.h).
+// into rows [pos0, pos0 + Tn) of `cache` (B, capacity, 2 KV HS: each
+// position's k then v), and out (B, Tn, C) is the causal attention of their
+// queries over cache rows [0, pos0 + t]: attention_forward's rows pos0 ..
+// pos0 + Tn - 1 of the whole sequence, up to rounding. n_kv_head KV (0: NH)
+// < NH: qkv's k and v are repeat_kv's, each group's heads copies of one, and
+// the cache keeps one head per group (core/kernels/cpu/attention_cached.h).
 // CPU, f32 or f64.
-void attention_cached(Tensor& out, Tensor& cache, const Tensor& qkv, int n_head, int64_t pos0);
+void attention_cached(Tensor& out, Tensor& cache, const Tensor& qkv, int n_head, int64_t pos0, int n_kv_head = 0);
 // dqkv (B, T, 3 * NH * HS) overwrite. On CUDA uses `scratch`, att's shape,
 // as workspace; the CPU kernels never read it, so there it may also be empty
 // (attention_scratch_shape).

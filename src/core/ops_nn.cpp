@@ -216,20 +216,24 @@ void attention_probs(Tensor& att, const Tensor& qkv, int n_head, const Dropout& 
   attention_forward_any("attention_probs", nullptr, att, qkv, true, nullptr, n_head, d, head_offset);
 }
 
-void attention_cached(Tensor& out, Tensor& cache, const Tensor& qkv, int n_head, int64_t pos0) {
+void attention_cached(Tensor& out, Tensor& cache, const Tensor& qkv, int n_head, int64_t pos0, int n_kv_head) {
   check_same("attention_cached", {&out, &cache, &qkv});
   LATTICE_CHECK(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0 && n_head > 0 && qkv.dim(2) / 3 % n_head == 0,
                 "ops::attention_cached: qkv {} must be (B, Tn, 3 C) with C divisible by n_head {}",
                 shape_str(qkv.shape()), n_head);
   const int64_t B = qkv.dim(0), Tn = qkv.dim(1), C = qkv.dim(2) / 3;
+  const int KV = n_kv_head == 0 ? n_head : n_kv_head;
+  LATTICE_CHECK(KV > 0 && n_head % KV == 0, "ops::attention_cached: n_head {} is not a multiple of n_kv_head {}",
+                n_head, KV);
+  const int64_t KVW = 2 * KV * (C / n_head);  // a cache row
   LATTICE_CHECK(out.shape() == (Shape{B, Tn, C}), "ops::attention_cached: out {} must be ({}, {}, {})",
                 shape_str(out.shape()), B, Tn, C);
-  LATTICE_CHECK(cache.ndim() == 3 && cache.dim(0) == B && cache.dim(2) == 2 * C,
-                "ops::attention_cached: cache {} must be ({}, capacity, {})", shape_str(cache.shape()), B, 2 * C);
+  LATTICE_CHECK(cache.ndim() == 3 && cache.dim(0) == B && cache.dim(2) == KVW,
+                "ops::attention_cached: cache {} must be ({}, capacity, {})", shape_str(cache.shape()), B, KVW);
   LATTICE_CHECK(pos0 >= 0 && pos0 + Tn <= cache.dim(1),
                 "ops::attention_cached: positions [{}, {}) do not fit a cache of {} positions", pos0, pos0 + Tn,
                 cache.dim(1));
-  const cpu::CachedAttentionDims cd{B, Tn, n_head, C / n_head, cache.dim(1), pos0};
+  const cpu::CachedAttentionDims cd{B, Tn, n_head, C / n_head, KV, cache.dim(1), pos0};
   on_cpu("attention_cached", out, [&](auto t) {
     using T = decltype(t);
     cpu::attention_cached<T>(sp<T>(out), sp<T>(cache), sp<T>(qkv), cd);

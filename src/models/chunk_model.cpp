@@ -145,7 +145,7 @@ void ChunkModel::attend(Context& ctx, int i, Tensor& out, Tensor& att, const Ten
   const int NH = int(acts_->attention.NH);
   if (ctx.kv == nullptr) return ops::attention_forward(out, att, qkv, NH, d, NH * tp_.rank());
   LATTICE_CHECK(d.p == 0.0f, "{}: decoding with a key/value cache runs without dropout", acts_->arch);
-  ops::attention_cached(out, ctx.kv->layers[size_t(i)], qkv, NH, ctx.pos0);
+  ops::attention_cached(out, ctx.kv->layers[size_t(i)], qkv, NH, ctx.pos0, int(acts_->kv_heads));
   ctx.kv->filled[size_t(i)] = ctx.pos0 + ctx.T;
 }
 
@@ -161,7 +161,7 @@ ChunkModel::KvCache ChunkModel::make_kv_cache(int64_t B, int64_t capacity) const
                 acts_->max_seq_len);
   KvCache c;
   c.B = B, c.capacity = capacity;
-  const int64_t width = 2 * acts_->attention.NH * acts_->attention.HS;
+  const int64_t width = 2 * (acts_->kv_heads > 0 ? acts_->kv_heads : acts_->attention.NH) * acts_->attention.HS;
   for (int i = 0; i < n_blocks(); ++i) c.layers.push_back(Tensor::zeros({B, capacity, width}, act_dtype_, device_));
   c.filled.assign(size_t(n_blocks()), 0);
   return c;

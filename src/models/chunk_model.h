@@ -150,6 +150,10 @@ class ChunkActivations {
   int64_t C = 0;     // width of the activation between blocks and chunks
   int n_layer = 0, max_seq_len = 0;
   ops::AttentionCalls attention;
+  // This rank's key/value heads when fewer than attention.NH (grouped
+  // queries, their k/v repeated to the query heads before attention); 0:
+  // attention.NH. The key/value cache keeps one head per group.
+  int64_t kv_heads = 0;
 };
 
 class ChunkModel : public LanguageModel {
@@ -168,10 +172,10 @@ class ChunkModel : public LanguageModel {
 
   // Incremental decoding (lattice sample, models/sampling.h): each block's
   // keys and values of the positions already run, so a forward runs only the
-  // new positions. `layers[i]` is block i of the chunk: (B, capacity, 2 C_l),
-  // each position's keys then values for this rank's heads (the layout
-  // ops::attention_cached takes; LLaMA's k/v heads already repeated to its
-  // query heads).
+  // new positions. `layers[i]` is block i of the chunk: (B, capacity,
+  // 2 KV_l HS), each position's keys then values for this rank's key/value
+  // heads (ChunkActivations::kv_heads; the layout ops::attention_cached
+  // takes).
   struct KvCache {
     int64_t B = 0, capacity = 0;
     int64_t length = 0;  // positions [0, length) are held

@@ -419,28 +419,42 @@ Tensor rows_of(const Tensor& x, int64_t t0, int64_t n) {
 // The sequence of kernel `s` run through the cache in pieces of `pieces`
 // positions (their sum is s.T), each piece's output against the rows of one
 // attention_forward of the whole sequence, and the cache against qkv's k, v.
-void check_cached(const Dims& s, DType dt, const std::vector<int64_t>& pieces, Tolerance tol) {
-  const int64_t C = s.C(), capacity = s.T + 3;
+// KV < s.NH: grouped queries, qkv's k and v heads repeated as repeat_kv
+// leaves them (each head a copy of its group's first), one head per group
+// cached.
+void check_cached(const Dims& s, DType dt, const std::vector<int64_t>& pieces, Tolerance tol, int64_t KV = 0) {
+  if (KV == 0) KV = s.NH;
+  const int64_t C = s.C(), capacity = s.T + 3, group = s.NH / KV, KVC = KV * s.HS;
   Tensor qkv = random_tensor({s.B, s.T, 3 * C}, dt, 41, 1.5);
+  for (int64_t r = 0; r < s.B * s.T; ++r)  // every head of a group a copy of its first
+    for (int64_t part = 1; part <= 2; ++part)
+      for (int64_t h = 0; h < s.NH; ++h)
+        if (h % group != 0)
+          ops::copy_rows(qkv, r * 3 * C + part * C + h * s.HS, 0, qkv, r * 3 * C + part * C + (h - h % group) * s.HS, 0,
+                         1, s.HS);
   Tensor whole = Tensor::zeros({s.B, s.T, C}, dt), att = Tensor::zeros(state_shape(s, dt, true), dt);
   ops::attention_forward(whole, att, qkv, int(s.NH), ops::Dropout{});
-  Tensor cache = random_tensor({s.B, capacity, 2 * C}, dt, 9);  // dirty: rows are written before they are read
+  Tensor cache = random_tensor({s.B, capacity, 2 * KVC}, dt, 9);  // dirty: rows are written before they are read
   int64_t pos0 = 0;
   for (int64_t n : pieces) {
     Tensor out = random_tensor({s.B, n, C}, dt, 10);  // dirty: overwritten
-    ops::attention_cached(out, cache, rows_of(qkv, pos0, n), int(s.NH), pos0);
-    EXPECT_TENSOR_NEAR(out, rows_of(whole, pos0, n), tol) << "T " << s.T << " positions " << pos0 << " + " << n;
+    ops::attention_cached(out, cache, rows_of(qkv, pos0, n), int(s.NH), pos0, int(KV));
+    EXPECT_TENSOR_NEAR(out, rows_of(whole, pos0, n), tol)
+        << "T " << s.T << " KV " << KV << " positions " << pos0 << " + " << n;
     pos0 += n;
   }
   ASSERT_EQ(pos0, s.T);
-  // Each position's k then v, exactly as qkv holds them.
+  // Each position's k then v heads, one per group, exactly as qkv holds them.
   for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t t = 0; t < s.T; ++t) {
-      Tensor kv = Tensor::zeros({1, 1, 2 * C}, dt), want = Tensor::zeros({1, 1, 2 * C}, dt);
-      ops::copy_rows(kv, 0, 2 * C, cache, (b * capacity + t) * 2 * C, 2 * C, 1, 2 * C);
-      ops::copy_rows(want, 0, 2 * C, qkv, (b * s.T + t) * 3 * C + C, 3 * C, 1, 2 * C);
-      EXPECT_TRUE(bitwise_equal(kv, want)) << "sample " << b << " position " << t;
-    }
+    for (int64_t t = 0; t < s.T; ++t)
+      for (int64_t part = 0; part < 2; ++part)
+        for (int64_t g = 0; g < KV; ++g) {
+          Tensor kv = Tensor::zeros({s.HS}, dt), want = Tensor::zeros({s.HS}, dt);
+          ops::copy_rows(kv, 0, 0, cache, (b * capacity + t) * 2 * KVC + part * KVC + g * s.HS, 0, 1, s.HS);
+          ops::copy_rows(want, 0, 0, qkv, (b * s.T + t) * 3 * C + (1 + part) * C + g * group * s.HS, 0, 1, s.HS);
+          EXPECT_TRUE(bitwise_equal(kv, want))
+              << "sample " << b << " position " << t << " part " << part << " head " << g;
+        }
 }
 
 }  // namespace
@@ -454,6 +468,8 @@ TEST(OpsAttention, CachedRowsMatchTheWholeSequence) {
     check_cached(kSmall, dt, {3, 1, 1}, tol);        // a prompt, then single tokens
     check_cached(kLong, dt, {100, 1, 30, 2}, tol);   // rows past the kernel's 64-row block
     check_cached(kMedium, dt, {40, 1, 23}, tol);     // several samples and heads, over threads
+    check_cached(kMedium, dt, {40, 1, 23}, tol, 2);  // grouped queries: 4 heads over 2 k/v heads
+    check_cached(kMedium, dt, {7, 1, 56}, tol, 1);   // one k/v head
   }
 }
 
@@ -466,6 +482,8 @@ TEST(OpsAttention, CachedBadArgumentsAreOneLine) {
   Tensor small = Tensor::zeros({2, 5, C}, DType::f32);
   EXPECT_HAS(error_text([&] { ops::attention_cached(out, small, qkv, 2, 0); }),
              "cache (2, 5, 4) must be (2, capacity, 8)");
+  EXPECT_HAS(error_text([&] { ops::attention_cached(out, cache, qkv, 2, 0, 3); }),
+             "n_head 2 is not a multiple of n_kv_head 3");
   Tensor q16 = qkv.to(DType::bf16), o16 = out.to(DType::bf16), c16 = cache.to(DType::bf16);
   EXPECT_HAS(error_text([&] { ops::attention_cached(o16, c16, q16, 2, 0); }), "attention_cached");
 }

@@ -250,6 +250,8 @@ void check_forward_cached(const std::string& model_yaml) {
   auto& c1 = dynamic_cast<ChunkModel&>(*first);
   auto& c2 = dynamic_cast<ChunkModel&>(*second);
   ChunkModel::KvCache cache = one.make_kv_cache(B, T), k1 = c1.make_kv_cache(B, T), k2 = c2.make_kv_cache(B, T);
+  // One key and one value head per k/v head (LLaMA's grouped heads cached once per group).
+  EXPECT_EQ(cache.layers.at(0).dim(2), 2 * m.n_kv_head * (C / m.n_head));
   int64_t t0 = 0;
   for (int64_t n : {3, 1, 1, int(T) - 5}) {
     Tensor piece = rows(ids, t0, n), out = Tensor::zeros({B, n, C}, DType::f32), mid = out.clone(), out2 = out.clone();

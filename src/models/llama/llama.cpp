@@ -64,6 +64,7 @@ class Activations final : public ChunkActivations {
     V_l = padded_vocab(cfg.vocab_size, shard) / tp;
     kv_groups = tp / kv_replicas;
     attention = {.NH = NH_l, .HS = HS, .p = cfg.dropout};
+    kv_heads = KV_l;
   }
   std::unique_ptr<SavedTensors> block(const MakeTensor& make, int64_t B, int64_t T) const override {
     auto a = std::make_unique<BlockActs>();

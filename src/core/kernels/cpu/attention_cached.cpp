@@ -15,11 +15,16 @@ constexpr int64_t kRowBlock = 64;
 
 template <typename T>
 void attention_cached(T* out, T* cache, const T* qkv, const CachedAttentionDims& d) {
-  const int64_t C = d.NH * d.HS, C2 = 2 * C, C3 = 3 * C;
-  // The new positions' keys and values into the cache.
+  const int64_t C = d.NH * d.HS, C3 = 3 * C, KVC = d.KV * d.HS, C2 = 2 * KVC, group = d.NH / d.KV;
+  // The new positions' keys and values into the cache: the first head of each group.
   for (int64_t b = 0; b < d.B; ++b)
-    for (int64_t t = 0; t < d.Tn; ++t)
-      std::copy_n(qkv + (b * d.Tn + t) * C3 + C, C2, cache + (b * d.capacity + d.pos0 + t) * C2);
+    for (int64_t t = 0; t < d.Tn; ++t) {
+      const T* src = qkv + (b * d.Tn + t) * C3 + C;
+      T* dst = cache + (b * d.capacity + d.pos0 + t) * C2;
+      for (int64_t part = 0; part < 2; ++part)  // k, then v
+        for (int64_t g = 0; g < d.KV; ++g)
+          std::copy_n(src + part * C + g * group * d.HS, d.HS, dst + part * KVC + g * d.HS);
+    }
   const T scale = T(1) / std::sqrt(T(d.HS));
   const int64_t keys = d.pos0 + d.Tn;
   const bool threads = d.B * d.NH > 1 && d.B * d.NH * d.Tn * keys * d.HS > (1 << 16);
@@ -27,8 +32,8 @@ void attention_cached(T* out, T* cache, const T* qkv, const CachedAttentionDims&
   for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
     const int64_t b = bh / d.NH, h = bh % d.NH;
     thread_local std::vector<T> scores;
-    const T* k = cache + b * d.capacity * C2 + h * d.HS;  // row stride C2
-    const T* v = k + C;
+    const T* k = cache + b * d.capacity * C2 + h / group * d.HS;  // row stride C2
+    const T* v = k + KVC;
     for (int64_t r0 = 0; r0 < d.Tn; r0 += kRowBlock) {
       const int64_t rows = std::min(kRowBlock, d.Tn - r0), n = d.pos0 + r0 + rows;  // keys the block's last row sees
       if (scores.size() < size_t(rows * n)) scores.resize(size_t(rows * n));
