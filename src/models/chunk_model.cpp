@@ -1,6 +1,8 @@
 // The chunk walk and memory bookkeeping shared by every model (see chunk_model.h).
 #include "models/chunk_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -134,28 +136,34 @@ void ChunkModel::recompute_attention(const Context& ctx, int i, Tensor& att, con
                                      const Tensor* key_mask) const {
   if (!ctx.attention_shared || i < span_.recompute) return;
   const ops::AttentionCalls& a = acts_->attention;
-  const int head_offset = int(a.NH) * tp_.rank();
   if (a.causal)
-    ops::attention_probs(att, qkv, int(a.NH), d, head_offset);
+    ops::attention_probs(att, qkv, int(a.NH), d, head_offset());
   else
-    ops::attention_masked_probs(att, qkv, key_mask, int(a.NH), d, head_offset);
+    ops::attention_masked_probs(att, qkv, key_mask, int(a.NH), d, head_offset());
 }
 
 void ChunkModel::attend(Context& ctx, int i, Tensor& out, Tensor& att, const Tensor& qkv, const ops::Dropout& d) const {
   const int NH = int(acts_->attention.NH);
-  if (ctx.kv == nullptr) return ops::attention_forward(out, att, qkv, NH, d, NH * tp_.rank());
+  if (ctx.kv == nullptr) return ops::attention_forward(out, att, qkv, NH, d, head_offset());
   LATTICE_CHECK(d.p == 0.0f, "{}: decoding with a key/value cache runs without dropout", acts_->arch);
   ops::attention_cached(out, ctx.kv->layers[size_t(i)], qkv, NH, ctx.pos0, int(acts_->kv_heads));
   ctx.kv->filled[size_t(i)] = ctx.pos0 + ctx.T;
 }
 
+std::string ChunkModel::kv_cache_refusal() const {
+  const std::string& a = acts_->arch;
+  if (!kv_cache_ready()) return a + ": this model does not decode with a key/value cache";
+  if (!acts_->attention.causal) return a + ": a key/value cache needs causal attention";
+  if (!device_.is_cpu() || (act_dtype_ != DType::f32 && act_dtype_ != DType::f64))
+    return fmt::format("{}: a key/value cache runs on the CPU with f32 or f64 activations, not {} on {}", a,
+                       dtype_name(act_dtype_), device_.str());
+  return "";
+}
+
 ChunkModel::KvCache ChunkModel::make_kv_cache(int64_t B, int64_t capacity) const {
   const std::string& a = acts_->arch;
-  LATTICE_CHECK(kv_cache_ready(), "{}: this model does not decode with a key/value cache", a);
-  LATTICE_CHECK(acts_->attention.causal, "{}: a key/value cache needs causal attention", a);
-  LATTICE_CHECK(device_.is_cpu() && (act_dtype_ == DType::f32 || act_dtype_ == DType::f64),
-                "{}: a key/value cache runs on the CPU with f32 or f64 activations, not {} on {}", a,
-                dtype_name(act_dtype_), device_.str());
+  const std::string refusal = kv_cache_refusal();
+  LATTICE_CHECK(refusal.empty(), "{}", refusal);
   LATTICE_CHECK(B >= 1 && capacity >= 1 && capacity <= acts_->max_seq_len,
                 "{}: a key/value cache of {} samples and {} positions (1 to max_seq_len {})", a, B, capacity,
                 acts_->max_seq_len);
@@ -171,7 +179,7 @@ double ChunkModel::forward_cached(ModelContext& base, KvCache& cache, const Tens
                                   Tensor* output) {
   auto& ctx = static_cast<Context&>(base);
   const std::string& a = acts_->arch;
-  LATTICE_CHECK(kv_cache_ready() && cache.layers.size() == size_t(n_blocks()) && cache.B == ctx.B,
+  LATTICE_CHECK(cache.layers.size() == size_t(n_blocks()) && cache.B == ctx.B,
                 "{}: the key/value cache ({} samples, {} blocks) is not this chunk's ({} samples, {} blocks)", a,
                 cache.B, cache.layers.size(), ctx.B, n_blocks());
   LATTICE_CHECK(cache.length + ctx.T <= cache.capacity,

@@ -186,8 +186,12 @@ class ChunkModel : public LanguageModel {
   // attend() and place rows at position ctx.pos0 + t (position embeddings,
   // RoPE). A model opts in by overriding this; false by default.
   virtual bool kv_cache_ready() const { return false; }
+  // Why this chunk cannot decode with a cache now, or "" when it can: the
+  // model opted in, its attention is causal, and it runs on the CPU with f32
+  // or f64 activations (ops::attention_cached).
+  std::string kv_cache_refusal() const;
   // An empty cache for B samples of up to `capacity` (<= max_seq_len)
-  // positions. CPU, f32 or f64 activations (ops::attention_cached).
+  // positions; kv_cache_refusal() is the error when there is one.
   KvCache make_kv_cache(int64_t B, int64_t capacity) const;
   // forward() of the next ctx.T positions [cache.length, cache.length + T)
   // of each sample, in evaluation mode (no dropout; `ctx` takes no backward):
@@ -250,6 +254,9 @@ class ChunkModel : public LanguageModel {
 
   // Helpers for the hooks.
   int layer_of(int i) const { return span_.first_layer + i; }
+  // The global index of this rank's first attention head (its heads are
+  // attention.NH consecutive ones): the dropout masks of attention key on it.
+  int head_offset() const { return int(acts_->attention.NH) * tp_.rank(); }
   // Binds a parameter's views (with its 16-bit view when `params` has a shadow,
   // which must be enabled before the model is built).
   ParamView bind(FlatParams& params, const std::string& name) const;

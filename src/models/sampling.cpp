@@ -89,10 +89,9 @@ std::vector<std::vector<int32_t>> generate(const ModelConfig& cfg, FlatParams& p
 
   // The key/value cache holds every position run so far while the sequence
   // fits the window; past it the positions shift by one each token, so the
-  // window runs whole without it, exactly as with o.kv_cache false. The
-  // cache's attention (ops::attention_cached) is the CPU's, f32 or f64.
-  const bool cached = o.kv_cache && body.kv_cache_ready() && params.values().device().is_cpu() &&
-                      (body.activation_dtype() == DType::f32 || body.activation_dtype() == DType::f64);
+  // window runs whole without it, exactly as with o.kv_cache false. A model
+  // that cannot take one (kv_cache_refusal) runs without it throughout.
+  const bool cached = o.kv_cache && body.kv_cache_refusal().empty();
   const int64_t capacity = std::min<int64_t>(window, int64_t(prompt.size()) + std::max<int64_t>(o.tokens, 1));
   ChunkModel::KvCache cache;
   if (cached) cache = body.make_kv_cache(B, capacity);

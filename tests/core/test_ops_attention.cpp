@@ -408,14 +408,6 @@ TEST(OpsAttention, CpuTakesItsOwnStatesOnly) {
 
 namespace {
 
-// Rows [t0, t0 + n) of every sample of x (B, T, W), as a (B, n, W) tensor.
-Tensor rows_of(const Tensor& x, int64_t t0, int64_t n) {
-  const int64_t B = x.dim(0), T = x.dim(1), W = x.dim(2);
-  Tensor r = Tensor::zeros({B, n, W}, x.dtype());
-  for (int64_t b = 0; b < B; ++b) ops::copy_rows(r, b * n * W, W, x, (b * T + t0) * W, W, n, W);
-  return r;
-}
-
 // The sequence of kernel `s` run through the cache in pieces of `pieces`
 // positions (their sum is s.T), each piece's output against the rows of one
 // attention_forward of the whole sequence, and the cache against qkv's k, v.
@@ -438,8 +430,8 @@ void check_cached(const Dims& s, DType dt, const std::vector<int64_t>& pieces, T
   int64_t pos0 = 0;
   for (int64_t n : pieces) {
     Tensor out = random_tensor({s.B, n, C}, dt, 10);  // dirty: overwritten
-    ops::attention_cached(out, cache, rows_of(qkv, pos0, n), int(s.NH), pos0, int(KV));
-    EXPECT_TENSOR_NEAR(out, rows_of(whole, pos0, n), tol)
+    ops::attention_cached(out, cache, positions_of(qkv, pos0, n), int(s.NH), pos0, int(KV));
+    EXPECT_TENSOR_NEAR(out, positions_of(whole, pos0, n), tol)
         << "T " << s.T << " KV " << KV << " positions " << pos0 << " + " << n;
     pos0 += n;
   }

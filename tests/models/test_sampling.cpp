@@ -237,13 +237,6 @@ void check_forward_cached(const std::string& model_yaml) {
   auto ctx = body->make_context(B, T);
   body->forward(*ctx, ids, targets, {.seed = 5, .step = 1, .train = false}, &whole);
 
-  // Positions [t0, t0 + n) of x (B, T) or (B, T, W).
-  auto rows = [&](const Tensor& x, int64_t t0, int64_t n) {
-    const int64_t W = x.ndim() == 3 ? x.dim(2) : 1;
-    Tensor r = Tensor::zeros(x.ndim() == 3 ? Shape{B, n, W} : Shape{B, n}, x.dtype());
-    for (int64_t s = 0; s < B; ++s) ops::copy_rows(r, s * n * W, W, x, (s * T + t0) * W, W, n, W);
-    return r;
-  };
   auto& one = dynamic_cast<ChunkModel&>(*body);
   auto first = build_model(m, b.params, b.tp, StageSpan{.end_layer = 1, .head = false});
   auto second = build_model(m, b.params, b.tp, StageSpan{.first_layer = 1, .embedding = false, .head = false});
@@ -254,12 +247,14 @@ void check_forward_cached(const std::string& model_yaml) {
   EXPECT_EQ(cache.layers.at(0).dim(2), 2 * m.n_kv_head * (C / m.n_head));
   int64_t t0 = 0;
   for (int64_t n : {3, 1, 1, int(T) - 5}) {
-    Tensor piece = rows(ids, t0, n), out = Tensor::zeros({B, n, C}, DType::f32), mid = out.clone(), out2 = out.clone();
+    Tensor piece = test::positions_of(ids, t0, n), out = Tensor::zeros({B, n, C}, DType::f32), mid = out.clone(),
+           out2 = out.clone();
     auto cx = one.make_context(B, n), cx1 = c1.make_context(B, n), cx2 = c2.make_context(B, n);
-    one.forward_cached(*cx, cache, piece, rows(targets, t0, n), &out);
-    c1.forward_cached(*cx1, k1, piece, rows(targets, t0, n), &mid);
-    c2.forward_cached(*cx2, k2, mid, rows(targets, t0, n), &out2);
-    EXPECT_TENSOR_NEAR(out, rows(whole, t0, n), (test::Tolerance{1e-5, 1e-5})) << "positions " << t0 << " + " << n;
+    one.forward_cached(*cx, cache, piece, test::positions_of(targets, t0, n), &out);
+    c1.forward_cached(*cx1, k1, piece, test::positions_of(targets, t0, n), &mid);
+    c2.forward_cached(*cx2, k2, mid, test::positions_of(targets, t0, n), &out2);
+    EXPECT_TENSOR_NEAR(out, test::positions_of(whole, t0, n), (test::Tolerance{1e-5, 1e-5}))
+        << "positions " << t0 << " + " << n;
     EXPECT_TENSOR_NEAR(out2, out, (test::Tolerance{1e-5, 1e-5})) << "two chunks, positions " << t0 << " + " << n;
     t0 += n;
     EXPECT_EQ(cache.length, t0);
@@ -268,25 +263,32 @@ void check_forward_cached(const std::string& model_yaml) {
   // A cache is full at its capacity; its size is bounded by max_seq_len.
   auto cx = one.make_context(B, 1);
   Tensor out = Tensor::zeros({B, 1, C}, DType::f32);
-  EXPECT_HAS(error_text([&] { one.forward_cached(*cx, cache, rows(ids, 0, 1), rows(targets, 0, 1), &out); }),
+  EXPECT_HAS(error_text([&] {
+               one.forward_cached(*cx, cache, test::positions_of(ids, 0, 1), test::positions_of(targets, 0, 1), &out);
+             }),
              "do not fit the key/value cache");
   EXPECT_HAS(error_text([&] { one.make_kv_cache(B, T + 1); }), "1 to max_seq_len");
   ChunkModel::KvCache other = one.make_kv_cache(B + 1, T);
-  EXPECT_HAS(error_text([&] { one.forward_cached(*cx, other, rows(ids, 0, 1), rows(targets, 0, 1), &out); }),
+  EXPECT_HAS(error_text([&] {
+               one.forward_cached(*cx, other, test::positions_of(ids, 0, 1), test::positions_of(targets, 0, 1), &out);
+             }),
              "is not this chunk's");
   // A cached context takes no backward; after a forward_cached that threw
   // inside a block (a cache of the wrong dtype), the same context runs an
   // ordinary forward again: the first position's rows of a fresh context.
   ChunkModel::KvCache fresh = one.make_kv_cache(B, T);
-  one.forward_cached(*cx, fresh, rows(ids, 0, 1), rows(targets, 0, 1), &out);
+  one.forward_cached(*cx, fresh, test::positions_of(ids, 0, 1), test::positions_of(targets, 0, 1), &out);
   EXPECT_HAS(error_text([&] { one.backward(*cx, 1.0f, &out); }), "saved nothing for backward");
   ChunkModel::KvCache bad = one.make_kv_cache(B, T);
   for (Tensor& l : bad.layers) l = l.to(DType::f64);
-  EXPECT_THROW(one.forward_cached(*cx, bad, rows(ids, 0, 1), rows(targets, 0, 1), &out), Error);
+  EXPECT_THROW(one.forward_cached(*cx, bad, test::positions_of(ids, 0, 1), test::positions_of(targets, 0, 1), &out),
+               Error);
   Tensor plain = Tensor::zeros({B, 1, C}, DType::f32), want = plain.clone();
-  body->forward(*cx, rows(ids, 0, 1), rows(targets, 0, 1), {.seed = 5, .step = 1, .train = false}, &plain);
+  body->forward(*cx, test::positions_of(ids, 0, 1), test::positions_of(targets, 0, 1),
+                {.seed = 5, .step = 1, .train = false}, &plain);
   auto again = body->make_context(B, 1);
-  body->forward(*again, rows(ids, 0, 1), rows(targets, 0, 1), {.seed = 5, .step = 1, .train = false}, &want);
+  body->forward(*again, test::positions_of(ids, 0, 1), test::positions_of(targets, 0, 1),
+                {.seed = 5, .step = 1, .train = false}, &want);
   EXPECT_EQ(std::memcmp(plain.raw(), want.raw(), want.nbytes()), 0);
   EXPECT_NO_THROW(one.backward(*cx, 1.0f, &out));
 }

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/ops.h"
 #include "core/rng.h"
 
 namespace lattice::test {
@@ -76,6 +77,13 @@ std::string make_temp_dir(const std::string& tag) {
   std::filesystem::create_directories(base);
   temp_dirs().add(base);
   return base.string();
+}
+
+Tensor positions_of(const Tensor& x, int64_t t0, int64_t n) {
+  const int64_t B = x.dim(0), T = x.dim(1), W = x.ndim() == 3 ? x.dim(2) : 1;
+  Tensor r = Tensor::zeros(x.ndim() == 3 ? Shape{B, n, W} : Shape{B, n}, x.dtype());
+  for (int64_t b = 0; b < B; ++b) ops::copy_rows(r, b * n * W, W, x, (b * T + t0) * W, W, n, W);
+  return r;
 }
 
 Tensor random_tensor(Shape shape, DType dtype, uint64_t seed, double scale) {

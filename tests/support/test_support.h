@@ -35,6 +35,10 @@ bool file_exists(const std::string& path);
 // it).
 std::string make_temp_dir(const std::string& tag);
 
+// Positions [t0, t0 + n) of every sample of x (B, T) or (B, T, W), as a
+// (B, n) or (B, n, W) copy.
+Tensor positions_of(const Tensor& x, int64_t t0, int64_t n);
+
 // Deterministic test data.
 Tensor random_tensor(Shape shape, DType dtype, uint64_t seed, double scale = 1.0);
 Tensor to_f64(const Tensor& t);  // CPU copy as f64

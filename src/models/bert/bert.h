@@ -127,7 +127,6 @@ class Bert final : public ChunkModel {
   void head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx) override;
   void qkv_bias_backward(Tensor& dbias, const Tensor& dbias_qkv);
   const Tensor* key_mask(const Context& ctx) const;
-  int head_offset() const { return int(heads_l_) * tp_.rank(); }
   bool whole_model() const;
 
   BertConfig cfg_;

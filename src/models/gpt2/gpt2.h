@@ -88,7 +88,6 @@ class Gpt2 final : public ChunkModel {
                       SavedTensors& saved) override;
   double head_forward(Context& ctx, const Tensor& x) override;
   void head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx) override;
-  int head_offset() const { return int(heads_l_) * tp_.rank(); }
 
   Gpt2Config cfg_;
   int64_t heads_l_ = 0;  // this rank's heads

@@ -89,7 +89,6 @@ class Llama final : public ChunkModel {
   double head_forward(Context& ctx, const Tensor& x) override;
   void head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx) override;
   void qkv_weight_backward(Context& ctx, Tensor& dx, const Tensor& dpacked, const Tensor& x, LayerView& p);
-  int head_offset() const { return int(NH_l_) * tp_.rank(); }
 
   LlamaConfig cfg_;
   int64_t HS_ = 0, NH_l_ = 0, KV_l_ = 0;  // head size, this rank's q and k/v heads

@@ -87,7 +87,6 @@ class Neox final : public ChunkModel {
                       SavedTensors& saved) override;
   double head_forward(Context& ctx, const Tensor& x) override;
   void head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx) override;
-  int head_offset() const { return int(NH_l_) * tp_.rank(); }
 
   NeoxConfig cfg_;
   int64_t NH_l_ = 0, HS_ = 0;
