@@ -9,11 +9,18 @@
 // dinput once it has been sent. In a forward-only plan the input is freed
 // after the forward and the output once sent. All of shape activation_shape.
 //
-// Waits: each P2P batch is started, then waited; the wait time is wait_s
-// (the bubble metric's numerator). A wait that passes its deadline
-// (opts.timeout_s, or the communicator's default when 0) throws
-// lattice::Error naming the plan action(s) it is blocked on: the hang
-// watchdog.
+// Waits: each P2P batch is started, then waited on the device
+// (comm::Work::wait_on_device): on the CPU that is the host's wait, so the
+// next action starts after the transfer; on a GPU (NCCL) the compute stream
+// waits for the transfer and the host goes on issuing the next action's
+// kernels instead of idling the GPU at every boundary. The host runs at most
+// one batch ahead: it waits for a batch (Work::wait, with the deadline) after
+// starting the next one, and for the last one before returning, so every
+// transfer has completed when run_schedule returns. The time in P2P calls is
+// wait_s (the bubble metric's numerator; on a GPU the host's view, not the
+// device's idle time). A wait that passes its deadline (opts.timeout_s, or
+// the communicator's default when 0) throws lattice::Error naming the plan
+// action(s) of the batch it is blocked on: the hang watchdog.
 #pragma once
 
 #include <functional>
@@ -47,7 +54,7 @@ struct RunOptions {
 
 struct RunStats {
   double compute_s = 0;  // in forward/backward callbacks
-  double wait_s = 0;     // blocked in P2P (start + wait)
+  double wait_s = 0;     // in P2P calls (start and waits)
   std::vector<TraceSpan> trace;
 };
 
