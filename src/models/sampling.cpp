@@ -68,7 +68,7 @@ int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, ui
 }
 
 std::vector<std::vector<int32_t>> generate(const ModelConfig& cfg, FlatParams& params, std::span<const int32_t> prompt,
-                                           const GenerateOptions& o, const OnToken& on_token) {
+                                           const GenerateOptions& o, const OnToken& on_token, GenerateStats* stats) {
   LATTICE_CHECK(arch_traits(cfg.arch).causal, "generate: {} is not a left-to-right language model",
                 enum_name(cfg.arch));
   LATTICE_CHECK(!prompt.empty(), "generate: the prompt has no tokens");
@@ -95,6 +95,7 @@ std::vector<std::vector<int32_t>> generate(const ModelConfig& cfg, FlatParams& p
   const int64_t capacity = std::min<int64_t>(window, int64_t(prompt.size()) + std::max<int64_t>(o.tokens, 1));
   ChunkModel::KvCache cache;
   if (cached) cache = body.make_kv_cache(B, capacity);
+  if (stats) *stats = GenerateStats{.kv_cache = cached};
 
   // Runs the last T tokens of samples [0, rows) through the blocks (with
   // `kv` when cached, else from scratch over the window) and leaves each
@@ -113,6 +114,7 @@ std::vector<std::vector<int32_t>> generate(const ModelConfig& cfg, FlatParams& p
       body.forward_cached(*ctx, *kv, ids, targets, &hidden);
     else
       body.forward(*ctx, ids, targets, coords, &hidden);
+    if (stats) stats->rows += rows * T, stats->cached_rows += kv ? rows * T : 0;
     ops::copy_rows(last, 0, C, hidden, (T - 1) * C, T * C, rows, C);
   };
 

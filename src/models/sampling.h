@@ -62,8 +62,15 @@ struct GenerateOptions {
 // cfg.max_seq_len keep their last max_seq_len tokens. `on_token(step,
 // seqs)` runs after each generated position (step 1..tokens) with the
 // sequences so far, e.g. to print each token as it comes.
+// `stats` (if given) says how the blocks ran.
 using OnToken = std::function<void(int64_t step, const std::vector<std::vector<int32_t>>& seqs)>;
+struct GenerateStats {
+  bool kv_cache = false;    // the key/value cache was used (o.kv_cache and the model takes one)
+  int64_t rows = 0;         // (sample, position) rows run through the blocks
+  int64_t cached_rows = 0;  // of them, rows run with the cache (forward_cached)
+};
 std::vector<std::vector<int32_t>> generate(const ModelConfig& cfg, FlatParams& params, std::span<const int32_t> prompt,
-                                           const GenerateOptions& o, const OnToken& on_token = {});
+                                           const GenerateOptions& o, const OnToken& on_token = {},
+                                           GenerateStats* stats = nullptr);
 
 }  // namespace lattice

@@ -208,6 +208,33 @@ TEST(Sampling, NeoxGenerateMatchesGreedyByHandAcrossTheWindow) {
   for (bool kv_cache : {false, true}) check_generate(kNeox, kv_cache);
 }
 
+// How the blocks ran: with the cache the prompt runs once, for one sample,
+// and each later token one position per sample, until the sequence passes
+// the window, which then runs whole each token; without it every token runs
+// the whole sequence so far (up to the window) for every sample.
+TEST(Sampling, TheCacheRunsThePromptOnceAndEachTokenOnce) {
+  for (const std::string& yaml : {kGpt2, kLlama}) {
+    Built b(yaml);
+    const std::vector<int32_t> prompt{72, 101, 108};  // window 8, 3 samples below
+    GenerateOptions o{.tokens = 4, .samples = 3, .vocab = 257, .sampling = opts(0.0)};
+    GenerateStats st;
+    const auto cached = generate(b.cfg.model, b.params, prompt, o, {}, &st);
+    EXPECT_TRUE(st.kv_cache);
+    EXPECT_EQ(st.rows, 3 + 3 * 3);  // the prompt once; tokens 2-4 one row per sample
+    EXPECT_EQ(st.cached_rows, st.rows);
+    o.kv_cache = false;
+    EXPECT_EQ(generate(b.cfg.model, b.params, prompt, o, {}, &st), cached);
+    EXPECT_FALSE(st.kv_cache);
+    EXPECT_EQ(st.rows, 3 * (3 + 4 + 5 + 6));
+    EXPECT_EQ(st.cached_rows, 0);
+    // Past the window (8): positions 3..7 cached, then two whole windows.
+    o = {.tokens = 8, .samples = 3, .vocab = 257, .sampling = opts(0.0)};
+    generate(b.cfg.model, b.params, prompt, o, {}, &st);
+    EXPECT_EQ(st.cached_rows, 3 + 3 * 5);
+    EXPECT_EQ(st.rows, st.cached_rows + 3 * 8 * 2);
+  }
+}
+
 TEST(Sampling, GenerateRefusesAMaskedTokenModel) {
   Built b(kBert);
   const GenerateOptions o{.tokens = 1, .vocab = 257};
