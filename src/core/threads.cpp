@@ -6,7 +6,13 @@
 namespace lattice {
 
 void set_num_threads(int n) {
-  if (n <= 0) n = omp_get_num_procs();
+  // The OpenMP default: OMP_NUM_THREADS if set, else every processor the
+  // runtime sees. Read once, before this sets the pool, so a later call with
+  // n <= 0 restores it. (It used to be every processor, whatever
+  // OMP_NUM_THREADS said: two ranks launched with OMP_NUM_THREADS=1 on two
+  // cores then ran four BLAS threads, several times slower.)
+  static const int openmp_default = omp_get_max_threads();
+  if (n <= 0) n = openmp_default;
   omp_set_num_threads(n);
   openblas_set_num_threads(n);
 }

@@ -6,7 +6,7 @@
 
 namespace lattice {
 
-void set_num_threads(int n);  // n <= 0: the OpenMP default
+void set_num_threads(int n);  // n <= 0: the OpenMP default (OMP_NUM_THREADS, else every processor)
 int num_threads();
 const char* blas_config();  // OpenBLAS build string (for run_info.json)
 // The kernel set OpenBLAS chose at load time (e.g. "SkylakeX", or "Prescott"

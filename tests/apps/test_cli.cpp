@@ -157,6 +157,20 @@ TEST_F(Cli, TrainsAndWritesTheRunDirectory) {
   EXPECT_EQ(fs::file_size(run_dir + "/metrics.jsonl"), size);
 }
 
+// runtime.threads 0 is the OpenMP default: OMP_NUM_THREADS when it is set
+// (as `mpirun -x OMP_NUM_THREADS=1` sets it for every rank), not every core.
+TEST_F(Cli, ThreadsZeroTakesOmpNumThreads) {
+  const std::string one_step = "train tiny.yaml train.steps=1 optimizer.schedule.warmup_steps=0 train.eval_every=0 ";
+  for (const std::string n : {"1", "2"}) {
+    CmdResult r = lattice::test::run_lattice(one_step + "runtime.threads=0 log.dir=t" + n, dir, 0, "OMP_NUM_THREADS=" + n);
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("1 rank(s) x " + n + " thread(s)"), std::string::npos) << r.out;
+  }
+  CmdResult r = lattice::test::run_lattice(one_step + "runtime.threads=2 log.dir=t3", dir, 0, "OMP_NUM_THREADS=1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("1 rank(s) x 2 thread(s)"), std::string::npos) << r.out;  // the key wins
+}
+
 TEST_F(Cli, SameConfigIsBitwiseReproducible) {
   CmdResult a = run("train tiny.yaml train.steps=5 log.dir=ra", dir);
   CmdResult b = run("train tiny.yaml train.steps=5 log.dir=rb", dir);
