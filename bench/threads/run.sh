@@ -14,27 +14,38 @@
 # /usr/share/common-licenses (as scripts/quickstart.sh). Medians of step_ms
 # over steps SKIP+1..STEPS of metrics.jsonl.
 #
-# Usage: bench/threads/run.sh  Environment: LATTICE (build/bin/lattice), STEPS (20), SKIP (4)
+# Usage: bench/threads/run.sh [--dir DIR]  (DIR: where the runs go; default a temp dir, removed after)
+# Environment: LATTICE (build/bin/lattice), STEPS (20), SKIP (4)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
+BENCH_NAME=bench/threads/run.sh
+# shellcheck source=bench/common.sh
+source "$here/../common.sh"
+bench_parse_args "${BASH_SOURCE[0]}" 2,18 --dir "" "$@"
 lattice="${LATTICE:-$repo/build/bin/lattice}"
 steps="${STEPS:-20}"
 skip="${SKIP:-4}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-work="$(mktemp -d /tmp/lattice-bench-threads.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+bench_need_exe "$lattice" "build it: cmake --build build"
+bench_check_steps "$steps" "$skip"
+bench_allow_mpirun_as_root
+work="$BENCH_ARG"
+if [[ -z "$work" ]]; then
+  work="$(mktemp -d /tmp/lattice-bench-threads.XXXXXX)"
+  trap 'rm -rf "$work"' EXIT
+fi
+mkdir -p "$work" && cd "$work"
 "$lattice" data prepare --input /usr/share/common-licenses/* --tokenizer bytes --out data/lic --val-tokens 4096 >/dev/null
 echo "# bench/threads/run.sh $(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $("$lattice" --version | head -1)"
-echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# 1-minute load before: $(bench_load1)"
 printf '%-6s %-14s %-22s %10s\n' ranks layout threads "step_ms"
-run() {  # ranks layout threads_key label
-  local dir="runs/$1_$2_$3"
+run() {  # RANKS LAYOUT(one|tp|pp|dp) RUNTIME_THREADS LABEL OMP_NUM_THREADS
+  local dir="runs/$1_$2_$3" layout=()
+  [[ "$2" == one ]] || layout=("parallel.$2=2")
   mpirun -np "$1" --oversubscribe --bind-to none -x OMP_NUM_THREADS="$5" "$lattice" train "$repo/configs/llama-tiny.yaml" \
     'data.train=data/lic_train_*.bin' 'data.val=data/lic_val_*.bin' train.steps="$steps" train.eval_every=0 \
     train.micro_batch=4 optimizer.schedule.warmup_steps=0 log.dir="$dir" checkpoint.resume=never log.every=1 \
-    runtime.threads="$3" $([ "$2" = one ] || echo "parallel.$2=2") >/dev/null
+    runtime.threads="$3" "${layout[@]}" >/dev/null
   python3 - "$dir/metrics.jsonl" "$skip" <<'PY' | xargs printf '%-6s %-14s %-22s %10s\n' "$1" "$2" "$4"
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"step_ms"' in l]

@@ -7,10 +7,9 @@ namespace lattice {
 
 void set_num_threads(int n) {
   // The OpenMP default: OMP_NUM_THREADS if set, else every processor the
-  // runtime sees. Read once, before this sets the pool, so a later call with
-  // n <= 0 restores it. (It used to be every processor, whatever
-  // OMP_NUM_THREADS said: two ranks launched with OMP_NUM_THREADS=1 on two
-  // cores then ran four BLAS threads, several times slower.)
+  // runtime sees (not omp_get_num_procs, which ignores OMP_NUM_THREADS and
+  // oversubscribes ranks launched with one thread each). Read once, before
+  // this sets the pool, so a later call with n <= 0 restores it.
   static const int openmp_default = omp_get_max_threads();
   if (n <= 0) n = openmp_default;
   omp_set_num_threads(n);

@@ -114,7 +114,10 @@ std::vector<std::vector<int32_t>> generate(const ModelConfig& cfg, FlatParams& p
       body.forward_cached(*ctx, *kv, ids, targets, &hidden);
     else
       body.forward(*ctx, ids, targets, coords, &hidden);
-    if (stats) stats->rows += rows * T, stats->cached_rows += kv ? rows * T : 0;
+    if (stats) {
+      stats->rows += rows * T;
+      if (kv) stats->cached_rows += rows * T;
+    }
     ops::copy_rows(last, 0, C, hidden, (T - 1) * C, T * C, rows, C);
   };
 

@@ -67,8 +67,8 @@ RunStats run_schedule(const Plan& plan, P2P& p2p, StageCallbacks& cb, const RunO
   auto record = [&](const Action& a, double t0) {
     if (opts.trace) stats.trace.push_back({a.kind, a.microbatch, a.chunk, t0, now_seconds()});
   };
-  // A P2P batch that was started and waited on the device: the host waits for
-  // it (with its deadline) only before the next batch is waited, or at the end.
+  // A P2P batch started and waited on the device: the host waits for it
+  // itself (with its deadline) once the next batch has started, or at the end.
   struct Started {
     comm::WorkPtr work;
     size_t begin = 0, end = 0;  // its plan actions
@@ -109,8 +109,7 @@ RunStats run_schedule(const Plan& plan, P2P& p2p, StageCallbacks& cb, const RunO
       continue;
     }
     // A P2P batch: this action and the fused ones after it, started together.
-    Started batch_started{nullptr, i, i + 1};
-    size_t& end = batch_started.end;
+    size_t end = i + 1;
     while (end < plan.size() && is_p2p(plan[end].kind) && plan[end].fused) ++end;
     std::vector<Transfer> batch;
     for (size_t j = i; j < end; ++j) {
@@ -119,19 +118,20 @@ RunStats run_schedule(const Plan& plan, P2P& p2p, StageCallbacks& cb, const RunO
       if (b.kind == ActionKind::recv_forward || b.kind == ActionKind::recv_backward) t = buffer();
       batch.push_back({p2p_kind(b.kind), t, b.chunk, b.microbatch});
     }
-    blocked(batch_started, [&] { batch_started.work = p2p.start(batch, opts.timeout_s); });
+    Started started{nullptr, i, end};
+    blocked(started, [&] { started.work = p2p.start(batch, opts.timeout_s); });
     finish_previous();
-    blocked(batch_started, [&] { batch_started.work->wait_on_device(); });
-    previous = std::move(batch_started);
+    blocked(started, [&] { started.work->wait_on_device(); });
+    previous = std::move(started);
     stats.wait_s += now_seconds() - t0;
-    for (size_t j = i; j < previous.end; ++j) {
+    for (size_t j = i; j < end; ++j) {
       const Action& b = plan[j];
       record(b, t0);
       const bool sent_last_use =
           b.kind == ActionKind::send_backward || (!training && b.kind == ActionKind::send_forward);
       if (sent_last_use) live.erase({b.chunk, b.microbatch});
     }
-    i = previous.end;
+    i = end;
   }
   const double t_end = now_seconds();
   finish_previous();
