@@ -15,6 +15,13 @@
 #       MAX_WAIT_S budget is shared by every call of one script (BENCH_WAITED); once it is
 #       spent it says so and returns, and the bench runs anyway (its log shows the load)
 #   bench_allow_mpirun_as_root   exports Open MPI's two root variables
+#   bench_lattice_run_setup REPO STEPS SKIP
+#       for a script that runs `lattice train` under mpirun: sets `lattice` ($LATTICE, else
+#       REPO/build/bin/lattice; must be executable), `steps` and `skip` ($STEPS and $SKIP,
+#       else the defaults STEPS and SKIP; checked), and exports the root variables
+#   bench_enter_work_dir DIR TEMPLATE
+#       cd into DIR (made if missing), or, DIR empty, into a new /tmp/TEMPLATE.XXXXXX
+#       that is removed when the script exits
 # shellcheck shell=bash
 
 bench_die() {
@@ -79,4 +86,25 @@ bench_wait_for_quiet() {
 
 bench_allow_mpirun_as_root() {
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+}
+
+# shellcheck disable=SC2034  # lattice, steps and skip are the sourcing script's
+bench_lattice_run_setup() {
+  lattice="${LATTICE:-$1/build/bin/lattice}"
+  steps="${STEPS:-$2}"
+  skip="${SKIP:-$3}"
+  bench_need_exe "$lattice" "build it: cmake --build build"
+  bench_check_steps "$steps" "$skip"
+  bench_allow_mpirun_as_root
+}
+
+bench_enter_work_dir() {
+  local dir="$1"
+  if [[ -z "$dir" ]]; then
+    dir="$(mktemp -d "/tmp/$2.XXXXXX")"
+    # shellcheck disable=SC2064  # the directory is expanded now, on purpose
+    trap "rm -rf '$dir'" EXIT
+  fi
+  mkdir -p "$dir" || bench_die "cannot make the work directory $dir"
+  cd "$dir" || bench_die "cannot enter the work directory $dir"
 }

@@ -65,6 +65,7 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
   ref_cfg.parallel.layers_per_stage = {};
   ref_cfg.parallel.recompute_layers_per_stage = {};
   ref_cfg.parallel.recompute_attention = false;
+  ref_cfg.parallel.head_chunk_tokens = 0;
   ref_cfg.parallel.zero = 0;
   auto ref_mesh = create_job_mesh(ref_cfg, comm::self_group("world"));
   Trace ref = run_steps(ref_cfg, ref_mesh, placement);  // on this rank's own device

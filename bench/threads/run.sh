@@ -23,18 +23,8 @@ BENCH_NAME=bench/threads/run.sh
 # shellcheck source=bench/common.sh
 source "$here/../common.sh"
 bench_parse_args "${BASH_SOURCE[0]}" 2,18 --dir "" "$@"
-lattice="${LATTICE:-$repo/build/bin/lattice}"
-steps="${STEPS:-20}"
-skip="${SKIP:-4}"
-bench_need_exe "$lattice" "build it: cmake --build build"
-bench_check_steps "$steps" "$skip"
-bench_allow_mpirun_as_root
-work="$BENCH_ARG"
-if [[ -z "$work" ]]; then
-  work="$(mktemp -d /tmp/lattice-bench-threads.XXXXXX)"
-  trap 'rm -rf "$work"' EXIT
-fi
-mkdir -p "$work" && cd "$work"
+bench_lattice_run_setup "$repo" 20 4
+bench_enter_work_dir "$BENCH_ARG" lattice-bench-threads
 "$lattice" data prepare --input /usr/share/common-licenses/* --tokenizer bytes --out data/lic --val-tokens 4096 >/dev/null
 echo "# bench/threads/run.sh $(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $("$lattice" --version | head -1)"
 echo "# 1-minute load before: $(bench_load1)"

@@ -53,7 +53,7 @@ std::vector<StageSpan> stage_spans(const Config& cfg, const pipeline::StageLayou
     const pipeline::LayerRange& r = stages.layers(stage, v);
     spans.push_back(StageSpan{r.begin, r.end, chunk == 0, chunk == stages.num_chunks() - 1,
                               recompute.empty() ? 0 : std::min(recompute[size_t(stage)], r.size()),
-                              cfg.parallel.recompute_attention});
+                              cfg.parallel.recompute_attention, cfg.parallel.head_chunk_tokens});
   }
   return spans;
 }
@@ -444,6 +444,9 @@ std::string memory_section(const JobPlan& p) {
     recompute += "; attention kept as row statistics, its probabilities recomputed in backward";
   else if (par.recompute_attention)
     recompute += "; attention probabilities recomputed, one buffer per chunk";
+  if (par.head_chunk_tokens > 0)
+    recompute +=
+        fmt::format("; LM head over {} tokens at a time, its logits recomputed in backward", par.head_chunk_tokens);
   out += "activations at the peak, per stage (contexts kept per chunk; workspace; boundary buffers" + recompute + ")\n";
   std::set<int> done;
   for (const RankMemory& m : p.memory) {

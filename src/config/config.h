@@ -192,6 +192,9 @@ struct ParallelConfig {
   // Selective recomputation: blocks keep no (B, NH, T, T) attention
   // probabilities; backward computes them again from the saved q, k, v.
   bool recompute_attention = false;
+  // The LM head and loss over at most this many tokens of a microbatch at a
+  // time, keeping no logits (backward computes them again); 0 = all at once.
+  int head_chunk_tokens = 0;
   // What the CPU attention kernels keep for backward (CpuAttention above).
   CpuAttention cpu_attention = CpuAttention::compact;
   bool operator==(const ParallelConfig&) const = default;

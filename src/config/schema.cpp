@@ -316,6 +316,7 @@ std::vector<Field> build_fields() {
       LATTICE_KEY(parallel, dp_bucket_mb, optional),
       LATTICE_KEY(parallel, recompute_layers_per_stage, optional),
       LATTICE_KEY(parallel, recompute_attention, optional),
+      LATTICE_KEY(parallel, head_chunk_tokens, optional),
       LATTICE_KEY(parallel, cpu_attention, optional),
       LATTICE_KEY(train, steps, required),
       LATTICE_KEY(train, stop_at_step, optional),

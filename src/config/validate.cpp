@@ -164,6 +164,8 @@ void validate_parallel(const Config& c) {
   require_non_negative(c, "parallel.microbatches", p.microbatches, "omit it for global_batch / (micro_batch * dp)");
   require_positive(c, "parallel.virtual_stages", p.virtual_stages, "1 unless the schedule is interleaved");
   require(p.zero == 0 || p.zero == 1, c, "parallel.zero", "must be 0 or 1 (got {})", p.zero);
+  require_non_negative(c, "parallel.head_chunk_tokens", p.head_chunk_tokens,
+                       "0 runs the head over the whole microbatch at once");
   require(p.dp_bucket_mb >= 0 && p.dp_bucket_mb <= 1e6, c, "parallel.dp_bucket_mb",
           "must be between 0 (one all-reduce after backward) and 1e6 MiB (got {})", p.dp_bucket_mb);
   validate_order(c);

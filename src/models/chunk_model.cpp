@@ -25,7 +25,7 @@ ops::Dropout dropout_at(const StepCoords& c, float p, int layer_id, uint32_t sit
 std::unique_ptr<SavedTensors> ChunkActivations::embedding(const MakeTensor&, int64_t, int64_t) const { return nullptr; }
 
 int64_t ChunkActivations::transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType activation) const {
-  return span.head ? 3 * B * T * int64_t(dtype_size(master_dtype(activation))) : 0;
+  return span.head ? 3 * head_rows(span, B * T) * int64_t(dtype_size(master_dtype(activation))) : 0;
 }
 
 ChunkModel::ChunkModel(std::unique_ptr<ChunkActivations> acts, FlatParams& params, comm::Group& tp, StageSpan span)
@@ -101,7 +101,11 @@ void ChunkModel::fill_context(Context& ctx, const ChunkActivations& acts, const 
     const bool recomputed = i - span.first_layer < span.recompute;
     ctx.saved.push_back(recomputed ? nullptr : acts.block(block_make, B, T));
   }
-  if (span.head) ctx.head = acts.head(make, B, T);
+  if (span.head) {
+    ctx.head = acts.head(make, B, T);
+    if (span.head_chunk == 0) ctx.head->logits = make({B, T, acts.V_l});  // else one chunk's, in the workspace
+    ctx.head->losses = make.master({B, T}), ctx.head->lse = make.master({B, T});
+  }
 }
 
 void ChunkModel::fill_workspace(Workspace& ws, const ChunkActivations& acts, const StageSpan& span,
@@ -112,6 +116,7 @@ void ChunkModel::fill_workspace(Workspace& ws, const ChunkActivations& acts, con
   // sharing_attention hands out shared_att only for a full state (shares_attention).
   const MakeTensor block_make = span.recompute_attention ? make.sharing_attention(shared_att) : make;
   ws.recomputed = span.recompute > 0 ? acts.block(block_make, B, T) : nullptr;
+  if (span.head && span.head_chunk > 0) ws.head_logits = make({ChunkActivations::head_rows(span, B * T), acts.V_l});
 }
 
 ChunkModel::Workspace& ChunkModel::workspace(int64_t B, int64_t T) {
@@ -250,15 +255,14 @@ SavedTensors& ChunkModel::saved_for(Context& ctx, int i) {
 
 Tensor ChunkModel::logits(const ModelContext& base) const {
   LATTICE_CHECK(span_.head, "{}: logits come from the chunk with the head", acts_->arch);
+  LATTICE_CHECK(span_.head_chunk == 0, "{}: a head run in chunks of {} rows keeps no logits", acts_->arch,
+                span_.head_chunk);
   return static_cast<const Context&>(base).head->logits;
 }
 
-std::unique_ptr<LmHeadTensors> ChunkActivations::layernorm_head(const MakeTensor& make, int64_t B, int64_t T,
-                                                                int64_t V_l) const {
+std::unique_ptr<LmHeadTensors> ChunkActivations::layernorm_head(const MakeTensor& make, int64_t B, int64_t T) const {
   auto h = std::make_unique<LayerNormHeadTensors>();
   h->lnf = make({B, T, C}), h->lnf_mean = make.master({B, T}), h->lnf_rstd = make.master({B, T});
-  h->logits = make({B, T, V_l});
-  h->losses = make.master({B, T}), h->lse = make.master({B, T});
   return h;
 }
 
@@ -266,23 +270,53 @@ double ChunkModel::layernorm_head_forward(Context& ctx, const Tensor& x, const L
                                           tp::ColumnParallelLinear& head) {
   auto& h = head_of<LayerNormHeadTensors>(ctx);
   ops::layernorm_forward(h.lnf, h.lnf_mean, h.lnf_rstd, x, p.norm_w.w, p.norm_b.w, p.eps);
-  head.forward(h.logits, h.lnf, p.head_w.mm(), nullptr);
-  return lm_loss_forward(ctx, p.vocab_size);
+  return lm_head_forward(ctx, h.lnf, head, p.head_w.mm(), nullptr, p.vocab_size);
 }
 
 void ChunkModel::layernorm_head_backward(Context& ctx, const Tensor& x, float dloss, LayerNormHead& p,
                                          tp::ColumnParallelLinear& head, Tensor& scratch, Tensor& dx) {
   auto& h = head_of<LayerNormHeadTensors>(ctx);
-  lm_loss_backward(ctx, dloss, p.vocab_size);
-  head.backward(&scratch, &p.head_w.g, nullptr, h.logits, h.lnf, p.head_w.mm());
+  lm_head_backward(ctx, h.lnf, dloss, head, p.head_w, nullptr, nullptr, p.vocab_size, scratch);
   ops::layernorm_backward(dx, p.norm_w.g, p.norm_b.g, scratch, x, p.norm_w.w, h.lnf_mean, h.lnf_rstd);
 }
 
-double ChunkModel::lm_loss_forward(Context& ctx, int vocab_size) {
+namespace {
+
+// Rows [r0, r1) of t viewed as (n, numel / n): a whole (B, T, ...) tensor when
+// they are all n rows, so the unchunked head passes the tensors as they are.
+Tensor row_range(const Tensor& t, int64_t n, int64_t r0, int64_t r1) {
+  if (r0 == 0 && r1 == n) return t;
+  return t.reshape({n, t.numel() / n}).slice_rows(r0, r1);
+}
+
+// logits = feat @ weight^T (+ bias): one chunk's forward, and backward's recompute of it.
+void head_logits_forward(Tensor& logits, const Tensor& feat, tp::ColumnParallelLinear& head, const Tensor& weight,
+                         const Tensor* bias) {
+  head.forward(logits, feat, weight, nullptr);
+  if (bias) ops::add_bias_forward(logits, *bias);
+}
+
+}  // namespace
+
+Tensor ChunkModel::head_logits(Context& ctx, int64_t r0, int64_t r1) {
+  const int64_t n = ctx.B * ctx.T;
+  if (span_.head_chunk == 0) return row_range(ctx.head->logits, n, r0, r1);
+  return workspace(ctx.B, ctx.T).head_logits.slice_rows(0, r1 - r0);
+}
+
+double ChunkModel::lm_head_forward(Context& ctx, const Tensor& feat, tp::ColumnParallelLinear& head,
+                                   const Tensor& weight, const Tensor* bias, int vocab_size) {
   LmHeadTensors& h = *ctx.head;
-  const int64_t vocab_start = int64_t(tp_.rank()) * h.logits.dim(2);
-  tp::vocab_parallel_cross_entropy_forward(h.losses, h.lse, h.logits, ctx.targets, vocab_start, vocab_size,
-                                           kIgnoreIndex, tp_);
+  const int64_t n = ctx.B * ctx.T, rows = ChunkActivations::head_rows(span_, n);
+  const int64_t vocab_start = int64_t(tp_.rank()) * acts_->V_l;
+  for (int64_t r0 = 0; r0 < n; r0 += rows) {
+    const int64_t r1 = std::min(n, r0 + rows);
+    Tensor logits = head_logits(ctx, r0, r1), losses = row_range(h.losses, n, r0, r1);
+    Tensor lse = row_range(h.lse, n, r0, r1);
+    head_logits_forward(logits, row_range(feat, n, r0, r1), head, weight, bias);
+    tp::vocab_parallel_cross_entropy_forward(losses, lse, logits, row_range(ctx.targets, n, r0, r1), vocab_start,
+                                             vocab_size, kIgnoreIndex, tp_);
+  }
   const Tensor host = h.losses.on_host();
   double sum = 0;
   for (int64_t i = 0; i < host.numel(); ++i)
@@ -290,11 +324,22 @@ double ChunkModel::lm_loss_forward(Context& ctx, int vocab_size) {
   return sum;
 }
 
-void ChunkModel::lm_loss_backward(Context& ctx, float dloss, int vocab_size) {
+void ChunkModel::lm_head_backward(Context& ctx, const Tensor& feat, float dloss, tp::ColumnParallelLinear& head,
+                                  ParamView& weight, const Tensor* bias, Tensor* dbias, int vocab_size, Tensor& dfeat) {
   LmHeadTensors& h = *ctx.head;
-  const int64_t vocab_start = int64_t(tp_.rank()) * h.logits.dim(2);
-  tp::vocab_parallel_cross_entropy_backward(h.logits, h.logits, h.lse, ctx.targets, dloss, vocab_start, vocab_size,
-                                            kIgnoreIndex);
+  const int64_t n = ctx.B * ctx.T, rows = ChunkActivations::head_rows(span_, n);
+  const int64_t vocab_start = int64_t(tp_.rank()) * acts_->V_l;
+  for (int64_t r0 = 0; r0 < n; r0 += rows) {
+    const int64_t r1 = std::min(n, r0 + rows);
+    Tensor logits = head_logits(ctx, r0, r1), dfeat_rows = row_range(dfeat, n, r0, r1);
+    const Tensor feat_rows = row_range(feat, n, r0, r1);
+    if (span_.head_chunk > 0) head_logits_forward(logits, feat_rows, head, weight.mm(), bias);
+    tp::vocab_parallel_cross_entropy_backward(logits, logits, row_range(h.lse, n, r0, r1),
+                                              row_range(ctx.targets, n, r0, r1), dloss, vocab_start, vocab_size,
+                                              kIgnoreIndex);
+    if (dbias) ops::add_bias_backward(*dbias, logits);
+    head.backward(&dfeat_rows, &weight.g, nullptr, logits, feat_rows, weight.mm());
+  }
 }
 
 double ChunkModel::forward(ModelContext& base, const Tensor& input, const Tensor& targets, const StepCoords& coords,

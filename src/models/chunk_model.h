@@ -26,6 +26,7 @@
 // past the call. Shapes: B, T, C as in core/shapes.h.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -57,9 +58,11 @@ struct SavedTensors {
 };
 
 // The head's tensors every model shares: this rank's vocabulary slice of the
-// logits and the per-token loss (tp/cross_entropy.h).
+// logits and the per-token loss (tp/cross_entropy.h). A model's head() makes
+// the rest of its head's tensors; ChunkModel makes these.
 struct LmHeadTensors : SavedTensors {
-  Tensor logits;       // (B, T, V_l); backward overwrites it with dlogits
+  Tensor logits;       // (B, T, V_l), backward overwrites it with dlogits; undefined
+                       // with StageSpan::head_chunk (the workspace holds one chunk's)
   Tensor losses, lse;  // (B, T)
 };
 
@@ -127,15 +130,21 @@ class ChunkActivations {
   virtual std::unique_ptr<SavedTensors> embedding(const MakeTensor& make, int64_t B, int64_t T) const;
   // One block's saved tensors besides its output (which the context holds).
   virtual std::unique_ptr<SavedTensors> block(const MakeTensor& make, int64_t B, int64_t T) const = 0;
+  // The head's tensors besides logits, losses and lse (LmHeadTensors).
   virtual std::unique_ptr<LmHeadTensors> head(const MakeTensor& make, int64_t B, int64_t T) const = 0;
-  // LayerNormHeadTensors of width C and V_l logit columns (for head()).
-  std::unique_ptr<LmHeadTensors> layernorm_head(const MakeTensor& make, int64_t B, int64_t T, int64_t V_l) const;
+  // LayerNormHeadTensors of width C (for head()).
+  std::unique_ptr<LmHeadTensors> layernorm_head(const MakeTensor& make, int64_t B, int64_t T) const;
   // Backward scratch shared by the chunk's contexts (not saved state).
   virtual std::unique_ptr<SavedTensors> scratch(const MakeTensor& make, const StageSpan& span, int64_t B,
                                                 int64_t T) const = 0;
   // Bytes allocated and freed again inside one forward; by default the loss's
-  // row max and [sum exp; target logit] (tp/cross_entropy.cpp) with the head.
+  // row max and [sum exp; target logit] (tp/cross_entropy.cpp) with the head,
+  // for one head chunk's rows.
   virtual int64_t transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType activation) const;
+  // Rows of the B * T = n the head runs at once (StageSpan::head_chunk).
+  static int64_t head_rows(const StageSpan& span, int64_t n) {
+    return span.head_chunk > 0 ? std::min(span.head_chunk, n) : n;
+  }
 
   // One layer's attention calls at (B, T): this rank's heads, their size,
   // the mask and the training dropout (set in the constructor, B and T 0),
@@ -149,6 +158,7 @@ class ChunkActivations {
   std::string arch;  // for messages
   int64_t C = 0;     // width of the activation between blocks and chunks
   int n_layer = 0, max_seq_len = 0;
+  int64_t V_l = 0;  // this rank's columns of the padded vocabulary: the head's logits
   ops::AttentionCalls attention;
   // This rank's key/value heads when fewer than attention.NH (grouped
   // queries, their k/v repeated to the query heads before attention); 0:
@@ -166,8 +176,8 @@ class ChunkModel : public LanguageModel {
                  Tensor* output = nullptr) final;
   void backward(ModelContext& ctx, float dloss, const Tensor* doutput = nullptr, Tensor* dinput = nullptr) final;
   // The logits (B, T, V_l) of the last forward on `ctx` (a chunk with the
-  // head): this rank's padded vocabulary rows. Read them before backward,
-  // which overwrites them with dlogits.
+  // head, whose span has no head_chunk): this rank's padded vocabulary rows.
+  // Read them before backward, which overwrites them with dlogits.
   Tensor logits(const ModelContext& ctx) const;
 
   // Incremental decoding (lattice sample, models/sampling.h): each block's
@@ -264,11 +274,20 @@ class ChunkModel : public LanguageModel {
   // lengths): the parameter table keeps e.g. q, k, v next to each other, so
   // their local shards read as one fused weight.
   ParamView bind_rows(FlatParams& params, const std::vector<std::string>& names) const;
-  // The loss on this rank's slice of h.logits against ctx.targets: fills
-  // h.losses and h.lse and returns the loss sum (vocab-parallel over tp).
-  double lm_loss_forward(Context& ctx, int vocab_size);
-  // dlogits in place of h.logits, each valid token weighted by dloss.
-  void lm_loss_backward(Context& ctx, float dloss, int vocab_size);
+  // The LM head and its loss, which every model's head ends in: this rank's
+  // logits = feat (B, T, C) @ weight (V_l, C)^T through `head` (+ bias, this
+  // rank's (V_l) slice of a vocabulary bias, when given), then the
+  // vocab-parallel cross-entropy against ctx.targets into h.losses and h.lse.
+  // Returns the loss sum. With StageSpan::head_chunk it runs chunk by chunk
+  // of rows through one chunk's logits in the workspace and keeps none.
+  double lm_head_forward(Context& ctx, const Tensor& feat, tp::ColumnParallelLinear& head, const Tensor& weight,
+                         const Tensor* bias, int vocab_size);
+  // From the loss (each valid token weighted by dloss) to dfeat (B, T, C,
+  // overwritten); accumulates weight.g and, when given, dbias (V_l). With
+  // head_chunk it computes each chunk's logits again first (the same weight
+  // and bias as forward's).
+  void lm_head_backward(Context& ctx, const Tensor& feat, float dloss, tp::ColumnParallelLinear& head,
+                        ParamView& weight, const Tensor* bias, Tensor* dbias, int vocab_size, Tensor& dfeat);
   // The whole head of a LayerNorm model (ctx.head a LayerNormHeadTensors):
   // LayerNorm of x with (norm_w, norm_b), logits through `head` with weight
   // head_w, and the loss; backward from the loss to dx, with `scratch` a free
@@ -333,7 +352,10 @@ class ChunkModel : public LanguageModel {
     Tensor dbuf[2];                            // (B, T, C) gradient ping-pong
     std::unique_ptr<SavedTensors> scratch;     // the model's
     std::unique_ptr<SavedTensors> recomputed;  // tensors of the block being recomputed
+    Tensor head_logits;                        // (head rows, V_l): one head chunk's, with head_chunk
   };
+  // Rows [r0, r1) of the logits: the context's, or the workspace's chunk.
+  Tensor head_logits(Context& ctx, int64_t r0, int64_t r1);
   // `shared_att`: the chunk's shared attention probabilities where
   // shares_attention (undefined when only counting).
   static void fill_context(Context& ctx, const ChunkActivations& acts, const StageSpan& span, const MakeTensor& make,

@@ -43,6 +43,11 @@ struct StageSpan {
   // per chunk and compute them again in backward (parallel.recompute_attention;
   // ChunkModel::recompute_attention).
   bool recompute_attention = false;
+  // With the head: the LM head and loss run over at most this many of the
+  // microbatch's B * T rows at a time and keep no logits; backward computes
+  // each chunk's logits again (parallel.head_chunk_tokens). 0: all rows at
+  // once, the logits kept in the context until backward.
+  int64_t head_chunk = 0;
 };
 
 // The parameter entries a rank needs for its chunks: each spec whose owning

@@ -83,7 +83,8 @@ Config config(const std::string& glob, const LayoutCase& l, const ModelCase& mod
       "parallel.dp_bucket_mb=" + std::to_string(l.bucket_mb),
       std::string("parallel.recompute_attention=") + (l.recompute_attention ? "true" : "false"),
       // The shared buffer is for full (B, NH, T, T) states, which the CPU keeps only under cpu_attention: full.
-      std::string("parallel.cpu_attention=") + (l.recompute_attention ? "full" : "compact")};
+      std::string("parallel.cpu_attention=") + (l.recompute_attention ? "full" : "compact"),
+      "parallel.head_chunk_tokens=" + std::to_string(l.head_chunk)};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   return parse_config(R"(
 model: )" + model.yaml + R"(

@@ -27,6 +27,7 @@ struct LayoutCase {
   int zero = 0;
   double bucket_mb = 0.01;  // small buckets: several per layer start during backward
   bool recompute_attention = false;
+  int head_chunk = 0;  // parallel.head_chunk_tokens
 };
 
 // The models under test: GPT-2 runs every layout; each other registered

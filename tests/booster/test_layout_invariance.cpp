@@ -15,7 +15,9 @@
 // probabilities it shares) runs interleaved, with blocks recomputed whole
 // beside it, and in every other model's tp x pp layout; every other case
 // runs the CPU's compact attention state (the default), against a one-rank
-// run that does too.
+// run that does too. The LM head in chunks of rows (parallel.head_chunk_tokens)
+// runs at tp = W, in GPipe and, for every other model, at (2, 2, 1); the
+// one-rank run keeps its head whole.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -39,7 +41,11 @@ namespace {
 // The layouts every other model runs (1F1B, no ZeRO).
 std::vector<LayoutCase> model_layouts(int world) {
   if (world == 2) return {{2, 1, 1}, {1, 2, 1}};
-  if (world == 4) return {{2, 2, 1}, {4, 1, 1}, {.tp = 2, .pp = 2, .dp = 1, .recompute_attention = true}};
+  if (world == 4)
+    return {{2, 2, 1},
+            {4, 1, 1},
+            {.tp = 2, .pp = 2, .dp = 1, .recompute_attention = true},
+            {.tp = 2, .pp = 2, .dp = 1, .head_chunk = 12}};
   if (world == 8) return {{2, 2, 2}};
   return {};
 }
@@ -64,6 +70,7 @@ std::vector<LayoutCase> layouts(int world) {
                    .virtual_stages = 2,
                    .recompute = "[1,1]",
                    .recompute_attention = true});
+    out.push_back({.tp = 2, .pp = 2, .dp = 2, .head_chunk = 12});
     return out;
   }
   for (int tp = 1; tp <= world; ++tp)
@@ -87,6 +94,11 @@ std::vector<LayoutCase> layouts(int world) {
                        .recompute_attention = true});
       if (pp == 4) out.push_back({tp, pp, dp, "1f1b", "[1,3,3,1]"});
     }
+  // The LM head and loss in chunks of 12 of a microbatch's 32 rows (12, 12,
+  // 8): vocab-parallel over all of tp, and on the last stage of GPipe, whose
+  // microbatches all wait for backward with one chunk's logits between them.
+  out.push_back({.tp = world, .pp = 1, .dp = 1, .head_chunk = 12});
+  out.push_back({.tp = 1, .pp = 2, .dp = world / 2, .schedule = "gpipe", .head_chunk = 12});
   const size_t plain = out.size();
   for (size_t i = 0; i < plain; ++i) {
     if (out[i].dp == 1) continue;
@@ -112,7 +124,7 @@ void check_layouts(const std::string& glob, const ModelCase& model, const std::v
     SCOPED_TRACE(testing::Message() << "tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp << " " << l.schedule
                                     << " layers " << l.layers << " virtual_stages " << l.virtual_stages << " recompute "
                                     << l.recompute << " recompute_attention " << l.recompute_attention << " zero "
-                                    << l.zero << " dp_bucket_mb " << l.bucket_mb);
+                                    << l.zero << " dp_bucket_mb " << l.bucket_mb << " head_chunk " << l.head_chunk);
     auto m = mesh::ProcessGroupMesh::create(comm::Group(comm::make_world_communicator(60)), {l.tp, l.pp, l.dp});
     Trace got = train(config(glob, l, model), m);
     EXPECT_NEAR(got.loss[0], ref.loss[0], 1e-6 * ref.loss[0]);

@@ -3,7 +3,9 @@
 // inside one mpirun, every model of the layout suite (tied and untied
 // embeddings, dropout on) trains 20 steps at tp 2, pp 2 and ZeRO-1 over dp 2
 // (2 ranks; pp 2 again with parallel.recompute_attention and cpu_attention:
-// full, whose recomputed 16-bit probabilities must be the forward's) or
+// full, whose recomputed 16-bit probabilities must be the forward's; tp 2
+// again with the LM head in chunks, parallel.head_chunk_tokens, whose 16-bit
+// logits backward computes again) or
 // (2, 2, 1) (4 ranks) and must
 // match the one-rank run of the same precision that each rank also computes.
 //
@@ -60,7 +62,8 @@ std::vector<LayoutCase> layouts(int world) {
     return {{2, 1, 1},
             {1, 2, 1},
             {.tp = 1, .pp = 1, .dp = 2, .zero = 1},
-            {.tp = 1, .pp = 2, .dp = 1, .recompute_attention = true}};
+            {.tp = 1, .pp = 2, .dp = 1, .recompute_attention = true},
+            {.tp = 2, .pp = 1, .dp = 1, .head_chunk = 12}};
   if (world == 4) return {{2, 2, 1}};
   return {};
 }

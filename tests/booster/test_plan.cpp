@@ -112,6 +112,27 @@ TEST(Plan, ReportNamesTheRecomputation) {
   }
 }
 
+// parallel.head_chunk_tokens: the header says so; the last stage, which holds
+// the head, predicts less at its peak (under GPipe each of its 4 kept
+// microbatches drops its 256 rows of logits, the workspace gains one chunk's
+// 64); the first stage is unchanged.
+TEST(Plan, ReportNamesTheHeadChunks) {
+  const std::vector<std::string> gpipe = {"parallel.pp=2", "parallel.schedule=gpipe"};
+  std::vector<std::string> chunked = gpipe;
+  chunked.push_back("parallel.head_chunk_tokens=64");
+  EXPECT_FALSE(has(report(tiny(gpipe), 2), "LM head over")) << report(tiny(gpipe), 2);
+  const std::string text = report(tiny(chunked), 2);
+  EXPECT_TRUE(has(text, "; LM head over 64 tokens at a time, its logits recomputed in backward)\n")) << text;
+  const JobPlan with = make_job_plan(tiny(chunked), 2), without = make_job_plan(tiny(gpipe), 2);
+  EXPECT_EQ(with.memory[0].activations.total(), without.memory[0].activations.total());
+  const int64_t saved = without.memory[1].activations.total() - with.memory[1].activations.total();
+  // Per fp32 logit column (the padded vocabulary, at least 300): 4 * 256
+  // rows less in the contexts, 64 more in the workspace.
+  const int64_t columns = saved / ((4 * 256 - 64) * 4);
+  EXPECT_GE(columns, 300) << saved;
+  EXPECT_EQ(saved, columns * (4 * 256 - 64) * 4) << saved;
+}
+
 TEST(Plan, GroupsAreTheMeshGroupsAsWorldRanks) {
   // tp=2 pp=2 dp=2, order tp, dp, pp: rank = tp + 2 dp + 4 pp.
   const std::string text = report(tiny({"parallel.tp=2", "parallel.pp=2"}), 8);

@@ -96,9 +96,11 @@ TEST(PlanMemory, TinyLayoutsOfTheWorld) {
       {pp, "parallel.schedule=interleaved", "parallel.virtual_stages=2", "model.n_layer=" + std::to_string(2 * world)},
       {pp, recompute},
       {pp, "parallel.recompute_attention=true"},
+      {pp, "parallel.schedule=gpipe", "parallel.head_chunk_tokens=7"},
       {pp, recompute, "parallel.recompute_attention=true", "parallel.schedule=interleaved", "parallel.virtual_stages=2",
        "model.n_layer=" + std::to_string(2 * world)},
       {"parallel.tp=" + n},
+      {"parallel.tp=" + n, "parallel.head_chunk_tokens=7"},
       {"parallel.dp=" + n},
       {"parallel.dp=" + n, "parallel.zero=1"},
   };

@@ -1,12 +1,14 @@
 #include "models/model_checks.h"
 
 #include <cmath>
+#include <functional>
 
 #include "core/allocator.h"
 #include "core/kernels/cpu/matmul.h"
 #include "core/kernels/cpu/matmul_bf16.h"
 #include "core/ops.h"
 #include "core/rng.h"
+#include "models/chunk_model.h"
 #include "optim/optimizer.h"
 #include "support/test_support.h"
 
@@ -27,6 +29,38 @@ std::vector<ParamSpec> specs_of(const ModelUnderTest& m, const StageSpan& span) 
   const bool whole =
       span.embedding && span.head && span.first_layer == 0 && (span.end_layer < 0 || span.end_layer == m.n_layer);
   return whole ? m.specs : select_stage_params(m.specs, {span}, m.n_layer);
+}
+
+// Two microbatches in flight on one f64 model of `span` (forward A, forward
+// B, backward A, backward B, as 1F1B's first stage and GPipe run them): their
+// losses, the gradients, and what activation_bytes() predicted. Checks that a
+// context holds the predicted bytes and that, after both forwards, the
+// allocator holds two contexts and the workspace (plus `unpredicted` bytes the
+// prediction leaves out). `after_forward` runs then, on the model and the
+// first context.
+struct InFlightRun {
+  double loss[2] = {};
+  Tensor grads;
+  ActivationBytes predicted;
+};
+InFlightRun run_two_in_flight(const ModelUnderTest& m, const StageSpan& span, const Tensor (&x)[2],
+                              const Tensor (&y)[2], int64_t unpredicted = 0,
+                              const std::function<void(LanguageModel&, ModelContext&)>& after_forward = {}) {
+  const int64_t B = x[0].dim(0), T = x[0].dim(1);
+  const StepCoords coords[2] = {{3, 5, 0, true}, {3, 5, B, true}};
+  WholeModel s(m, DType::f64, span);
+  const int64_t before = memory_stats(Device::cpu()).live_bytes;
+  std::unique_ptr<ModelContext> ctx[2] = {s.model->make_context(B, T), s.model->make_context(B, T)};
+  InFlightRun r;
+  r.predicted = s.model->activation_bytes(B, T);
+  EXPECT_EQ(r.predicted.context, ctx[0]->bytes());
+  for (int k = 0; k < 2; ++k) r.loss[k] = s.model->forward(*ctx[k], x[k], y[k], coords[k]);
+  EXPECT_EQ(memory_stats(Device::cpu()).live_bytes - before,
+            2 * r.predicted.context + r.predicted.workspace + unpredicted);
+  if (after_forward) after_forward(*s.model, *ctx[0]);
+  for (int k = 0; k < 2; ++k) s.model->backward(*ctx[k], 0.05f);
+  r.grads = s.params.grads().clone();
+  return r;
 }
 
 }  // namespace
@@ -159,30 +193,13 @@ void check_recompute_attention(const ModelUnderTest& m, int64_t B, int64_t T, in
   Tensor x[2] = {random_tokens(B, T, m.n_ids, 41), random_tokens(B, T, m.n_ids, 42)};
   const Tensor y[2] = {random_tokens(B, T, m.n_ids, 43), random_tokens(B, T, m.n_ids, 44)};
   if (pad_id >= 0) x[0].data<int32_t>()[T - 1] = pad_id, x[1].data<int32_t>()[B * T - 2] = pad_id;
-  const StepCoords coords[2] = {{3, 5, 0, true}, {3, 5, B, true}};
-  struct Run {
-    double loss[2] = {};
-    Tensor grads;
-    ActivationBytes predicted;
-  };
-  auto run = [&](StageSpan span) {
-    WholeModel s(m, DType::f64, span);
-    const int64_t before = memory_stats(Device::cpu()).live_bytes;
-    std::unique_ptr<ModelContext> ctx[2] = {s.model->make_context(B, T), s.model->make_context(B, T)};
-    Run r;
-    r.predicted = s.model->activation_bytes(B, T);
-    EXPECT_EQ(r.predicted.context, ctx[0]->bytes());
-    for (int k = 0; k < 2; ++k) r.loss[k] = s.model->forward(*ctx[k], x[k], y[k], coords[k]);
-    // The allocator against the prediction: two contexts, and the workspace
-    // (with the shared buffer, which no context counts as its own). Padded
-    // inputs add BERT's key mask, (B, T) i32 per context, which the
-    // prediction leaves out.
-    const int64_t mask = pad_id >= 0 ? 2 * B * T * int64_t(sizeof(int32_t)) : 0;
-    EXPECT_EQ(memory_stats(Device::cpu()).live_bytes - before, 2 * r.predicted.context + r.predicted.workspace + mask);
-    for (int k = 0; k < 2; ++k) s.model->backward(*ctx[k], 0.05f);
-    r.grads = s.params.grads().clone();
-    return r;
-  };
+  using Run = InFlightRun;
+  // The allocator against the prediction: two contexts, and the workspace
+  // (with the shared buffer, which no context counts as its own). Padded
+  // inputs add BERT's key mask, (B, T) i32 per context, which the
+  // prediction leaves out.
+  const int64_t mask = pad_id >= 0 ? 2 * B * T * int64_t(sizeof(int32_t)) : 0;
+  auto run = [&](StageSpan span) { return run_two_in_flight(m, span, x, y, mask); };
   // The shared buffer is for full (B, NH, T, T) states: on the CPU, runtime.cpu_attention: full.
   ops::set_cpu_attention_compact(false);
   int64_t one = 0;  // one layer's probabilities
@@ -224,6 +241,40 @@ void check_recompute_attention(const ModelUnderTest& m, int64_t B, int64_t T, in
     if (recompute == 0) {
       EXPECT_EQ(full.predicted.context - keep.predicted.context, m.n_layer * (one - 2 * one / T));
     }
+  }
+}
+
+void check_head_chunks(const ModelUnderTest& m, int64_t B, int64_t T) {
+  const int64_t N = B * T;
+  ASSERT_GT(N, 5);
+  const Tensor x[2] = {random_tokens(B, T, m.n_ids, 51), random_tokens(B, T, m.n_ids, 52)};
+  Tensor y[2] = {random_tokens(B, T, m.n_ids, 53), random_tokens(B, T, m.n_ids, 54)};
+  for (int64_t i : {int64_t(1), int64_t(4), int64_t(5)})
+    y[0].data<int32_t>()[i] = kIgnoreIndex;  // in and across chunks
+  y[1].data<int32_t>()[N - 1] = kIgnoreIndex;
+  using Run = InFlightRun;
+  auto run = [&](int64_t chunk) {
+    return run_two_in_flight(m, StageSpan{.head_chunk = chunk}, x, y, 0,
+                             [chunk](LanguageModel& model, ModelContext& ctx) {
+                               auto* chunked = dynamic_cast<ChunkModel*>(&model);
+                               ASSERT_TRUE(chunked != nullptr);
+                               if (chunk > 0) {
+                                 EXPECT_THROW(chunked->logits(ctx), Error);
+                               }
+                             });
+  };
+  const Run whole = run(0);
+  for (int64_t chunk : {int64_t(5), N, 4 * N}) {
+    SCOPED_TRACE(testing::Message() << "head_chunk " << chunk);
+    const Run r = run(chunk);
+    for (int k = 0; k < 2; ++k) EXPECT_NEAR(r.loss[k], whole.loss[k], 1e-12 * std::abs(whole.loss[k])) << k;
+    EXPECT_TENSOR_NEAR(r.grads, whole.grads, tolerance(DType::f64));
+    // The context loses N rows of logits, the workspace gains one chunk's (min(chunk, N) rows).
+    const int64_t row = (whole.predicted.context - r.predicted.context) / N;
+    EXPECT_GT(row, 0);
+    EXPECT_EQ(whole.predicted.context - r.predicted.context, N * row);
+    EXPECT_EQ(r.predicted.workspace - whole.predicted.workspace, std::min(chunk, N) * row);
+    EXPECT_EQ(row % int64_t(sizeof(double)), 0);
   }
 }
 

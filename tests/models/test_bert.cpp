@@ -156,6 +156,13 @@ TEST(Bert, RecomputedAttentionGivesTheSameBitsWithLessMemory) {
   test::check_recompute_attention(under_test(cfg), 2, 8, special_ids(cfg).pad);
 }
 
+// The decoder and loss in chunks of rows (parallel.head_chunk_tokens): the
+// decoder bias's gradient summed over the chunks, its value added to each
+// chunk's logits again in backward.
+TEST(Bert, HeadInChunksGivesTheSameGradientsWithLessMemory) {
+  test::check_head_chunks(under_test(tiny_config()), 2, 8);
+}
+
 TEST(Bert, RegistryBuildsItAndRejectsWhatItCannotTake) {
   ModelConfig m;
   m.arch = ModelArch::bert;

@@ -127,3 +127,8 @@ TEST(Gpt2, RecomputedAttentionGivesTheSameBitsWithLessMemory) {
   cfg.n_layer = 3, cfg.dropout = 0.1f;
   test::check_recompute_attention(under_test(cfg), 2, 8);
 }
+
+// The LM head and loss in chunks of rows (parallel.head_chunk_tokens), the head tied to the embedding.
+TEST(Gpt2, HeadInChunksGivesTheSameGradientsWithLessMemory) {
+  test::check_head_chunks(under_test(tiny_config()), 2, 8);
+}

@@ -198,6 +198,11 @@ TEST(Llama, RecomputedAttentionGivesTheSameBitsWithLessMemory) {
   test::check_recompute_attention(under_test(cfg), 2, 8);
 }
 
+// The LM head and loss in chunks of rows (parallel.head_chunk_tokens).
+TEST(Llama, HeadInChunksGivesTheSameGradientsWithLessMemory) {
+  test::check_head_chunks(under_test(tiny_config()), 2, 8);
+}
+
 TEST(Llama, TinyModelOverfitsOneBatch) {
   LlamaConfig cfg;
   cfg.n_layer = 2;

@@ -49,7 +49,8 @@ struct HeadActs : LmHeadTensors {
 
 struct Scratch : SavedTensors {
   Tensor c1, c2, c3, f1, f2, qkv_grad, att_scratch, qkv_bias_grad;
-  Tensor bias_full, bias_l;  // (1, padded V), (1, V_l): the decoder bias and this rank's slice (head)
+  // (1, padded V), (1, V_l), (1, V_l): the decoder bias, this rank's slice and its gradient (head)
+  Tensor bias_full, bias_l, dbias_l;
 };
 
 class Activations final : public ChunkActivations {
@@ -82,8 +83,6 @@ class Activations final : public ChunkActivations {
     auto h = std::make_unique<HeadActs>();
     h->tr = make({B, T, C}), h->tr_gelu = make({B, T, C});
     h->tr_ln = make({B, T, C}), h->tr_mean = make.master({B, T}), h->tr_rstd = make.master({B, T});
-    h->logits = make({B, T, V_l});
-    h->losses = make.master({B, T}), h->lse = make.master({B, T});
     return h;
   }
   std::unique_ptr<SavedTensors> scratch(const MakeTensor& make, const StageSpan& span, int64_t B,
@@ -93,10 +92,11 @@ class Activations final : public ChunkActivations {
     w->f1 = make({B, T, F_l}), w->f2 = make({B, T, F_l});
     w->qkv_grad = make({B, T, 3 * C_l}), w->att_scratch = make.attention_scratch(attention_at(B, T));
     w->qkv_bias_grad = make.master({3 * C_l});
-    if (span.head) w->bias_full = make.master({1, V_pad}), w->bias_l = make.master({1, V_l});
+    if (span.head)
+      w->bias_full = make.master({1, V_pad}), w->bias_l = make.master({1, V_l}), w->dbias_l = make.master({1, V_l});
     return w;
   }
-  int64_t NH_l = 0, C_l = 0, F_l = 0, V_l = 0, V_pad = 0;
+  int64_t NH_l = 0, C_l = 0, F_l = 0, V_pad = 0;
 };
 
 }  // namespace
@@ -219,6 +219,19 @@ void Bert::qkv_bias_backward(Tensor& dbias, const Tensor& dbias_qkv) {
   }
 }
 
+namespace {
+
+// The decoder bias (V), padded to the padded vocabulary in w.bias_full: this
+// rank's slice (V_l) of it, in w.bias_l.
+Tensor decoder_bias_slice(Scratch& w, const Tensor& bias, comm::Group& tp) {
+  w.bias_full.zero_();
+  w.bias_full.view(0, {bias.numel()}).copy_from(bias);
+  tp::scatter_to_tp_region_forward(w.bias_l, w.bias_full, tp);
+  return w.bias_l.view(0, {w.bias_l.numel()});
+}
+
+}  // namespace
+
 void Bert::embed_forward(Context& ctx, const Tensor& ids) {
   const int64_t B = ctx.B, T = ctx.T, C = cfg_.d_model;
   auto& e = as<EmbedActs>(*ctx.embed);
@@ -266,27 +279,23 @@ double Bert::head_forward(Context& ctx, const Tensor& x) {
   ops::linear_forward(h.tr, x, tr_w_.mm(), &tr_b_.w);
   ops::gelu_erf_forward(h.tr_gelu, h.tr);
   ops::layernorm_forward(h.tr_ln, h.tr_mean, h.tr_rstd, h.tr_gelu, tr_ln_w_.w, tr_ln_b_.w, cfg_.norm_eps);
-  decoder_head_.forward(h.logits, h.tr_ln, decoder_.mm(), nullptr);
-  // The decoder bias, padded to the padded vocabulary; this rank adds its slice.
-  w.bias_full.zero_();
-  w.bias_full.view(0, {V}).copy_from(decoder_bias_.w);
-  tp::scatter_to_tp_region_forward(w.bias_l, w.bias_full, tp_);
-  ops::add_bias_forward(h.logits, w.bias_l.view(0, {h.logits.dim(2)}));
-  return lm_loss_forward(ctx, int(V));
+  const Tensor bias = decoder_bias_slice(w, decoder_bias_.w, tp_);
+  return lm_head_forward(ctx, h.tr_ln, decoder_head_, decoder_.mm(), &bias, int(V));
 }
 
 void Bert::head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx) {
   auto& h = head_of<HeadActs>(ctx);
   Scratch& w = scratch_of<Scratch>(ctx);
   const int64_t V = cfg_.vocab_size;
-  lm_loss_backward(ctx, dloss, int(V));
+  // The bias again (another microbatch's backward may have used the scratch),
+  // for a head in chunks, which computes its logits again.
+  const Tensor bias = decoder_bias_slice(w, decoder_bias_.w, tp_);
   // Decoder bias: this rank's slice of the gradient, all-gathered into the whole vector.
-  w.bias_l.zero_();
-  Tensor dbias_l = w.bias_l.view(0, {h.logits.dim(2)});
-  ops::add_bias_backward(dbias_l, h.logits);
-  tp::scatter_to_tp_region_backward(w.bias_full, w.bias_l, tp_);
+  w.dbias_l.zero_();
+  Tensor dbias_l = w.dbias_l.view(0, {w.dbias_l.numel()});
+  lm_head_backward(ctx, h.tr_ln, dloss, decoder_head_, decoder_, &bias, &dbias_l, int(V), w.c1);
+  tp::scatter_to_tp_region_backward(w.bias_full, w.dbias_l, tp_);
   ops::add_inplace(decoder_bias_.g, w.bias_full.view(0, {V}));
-  decoder_head_.backward(&w.c1, &decoder_.g, nullptr, h.logits, h.tr_ln, decoder_.mm());
   ops::layernorm_backward(w.c2, tr_ln_w_.g, tr_ln_b_.g, w.c1, h.tr_gelu, tr_ln_w_.w, h.tr_mean, h.tr_rstd);
   ops::gelu_erf_backward(w.c1, w.c2, h.tr);
   ops::linear_backward(&dx, &tr_w_.g, &tr_b_.g, w.c1, x, tr_w_.mm());

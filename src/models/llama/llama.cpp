@@ -78,8 +78,6 @@ class Activations final : public ChunkActivations {
   std::unique_ptr<LmHeadTensors> head(const MakeTensor& make, int64_t B, int64_t T) const override {
     auto h = std::make_unique<HeadActs>();
     h->lnf = make({B, T, C}), h->lnf_rstd = make.master({B, T});
-    h->logits = make({B, T, V_l});
-    h->losses = make.master({B, T}), h->lse = make.master({B, T});
     return h;
   }
   std::unique_ptr<SavedTensors> scratch(const MakeTensor& make, const StageSpan& span, int64_t B,
@@ -99,7 +97,7 @@ class Activations final : public ChunkActivations {
     if (kv_replicas > 1) n += 2 * KV_l * HS * C * kv_groups * int64_t(dtype_size(master_dtype(activation)));
     return n;
   }
-  int64_t HS = 0, NH_l = 0, KV_l = 0, C_l = 0, W_l = 0, F_l = 0, V_l = 0;
+  int64_t HS = 0, NH_l = 0, KV_l = 0, C_l = 0, W_l = 0, F_l = 0;
   int kv_replicas = 1, kv_groups = 1;
 };
 
@@ -202,15 +200,13 @@ void Llama::embed_backward(Context& ctx, Tensor& demb, Tensor&) { embed_.backwar
 double Llama::head_forward(Context& ctx, const Tensor& x) {
   auto& h = head_of<HeadActs>(ctx);
   ops::rmsnorm_forward(h.lnf, h.lnf_rstd, x, norm_w_.w, cfg_.norm_eps);
-  head_.forward(h.logits, h.lnf, lm_head_.mm(), nullptr);
-  return lm_loss_forward(ctx, cfg_.vocab_size);
+  return lm_head_forward(ctx, h.lnf, head_, lm_head_.mm(), nullptr, cfg_.vocab_size);
 }
 
 void Llama::head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx) {
   auto& h = head_of<HeadActs>(ctx);
   Tensor& c1 = scratch_of<Scratch>(ctx).c1;
-  lm_loss_backward(ctx, dloss, cfg_.vocab_size);
-  head_.backward(&c1, &lm_head_.g, nullptr, h.logits, h.lnf, lm_head_.mm());
+  lm_head_backward(ctx, h.lnf, dloss, head_, lm_head_, nullptr, nullptr, cfg_.vocab_size, c1);
   ops::rmsnorm_backward(dx, norm_w_.g, c1, x, norm_w_.w, h.lnf_rstd);
 }
 

@@ -53,7 +53,7 @@ class Activations final : public ChunkActivations {
     return a;
   }
   std::unique_ptr<LmHeadTensors> head(const MakeTensor& make, int64_t B, int64_t T) const override {
-    return layernorm_head(make, B, T, V_l);
+    return layernorm_head(make, B, T);
   }
   std::unique_ptr<SavedTensors> scratch(const MakeTensor& make, const StageSpan&, int64_t B, int64_t T) const override {
     auto w = std::make_unique<Scratch>();
@@ -62,7 +62,7 @@ class Activations final : public ChunkActivations {
     w->qkv_grad = make({B, T, 3 * C_l}), w->att_scratch = make.attention_scratch(attention_at(B, T));
     return w;
   }
-  int64_t NH_l = 0, C_l = 0, F_l = 0, V_l = 0;
+  int64_t NH_l = 0, C_l = 0, F_l = 0;
 };
 
 }  // namespace
