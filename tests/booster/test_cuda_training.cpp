@@ -7,7 +7,9 @@
 // skipped. Nothing here runs on a CPU pretending to be a GPU.
 //
 // Layouts: 1 rank (1,1,1); 2 ranks (2,1,1), (1,2,1), (1,1,2); 8 ranks
-// (2,2,2) with 1F1B, and interleaved with ZeRO-1. Every launch also runs
+// (2,2,2) with 1F1B, and interleaved with ZeRO-1; on 1 and 2 ranks (1,1,1)
+// and (2,1,1) again with the LM head in chunks of 12 rows
+// (parallel.head_chunk_tokens). Every launch also runs
 // verify-layout's one-rank reference on cuda: a mesh over a self
 // communicator on this rank's GPU, whose groups get self communicators (a
 // group of one never gets NCCL). Models: GPT-2 (tied
@@ -47,8 +49,8 @@ using namespace lattice::layout_test;
 namespace {
 
 std::vector<LayoutCase> gpu_layouts(int world) {
-  if (world == 1) return {{1, 1, 1}};
-  if (world == 2) return {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}};
+  if (world == 1) return {{1, 1, 1}, {.tp = 1, .pp = 1, .dp = 1, .head_chunk = 12}};
+  if (world == 2) return {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {.tp = 2, .pp = 1, .dp = 1, .head_chunk = 12}};
   if (world == 8)
     return {{2, 2, 2}, {.tp = 2, .pp = 2, .dp = 2, .schedule = "interleaved", .virtual_stages = 2, .zero = 1}};
   return {};
