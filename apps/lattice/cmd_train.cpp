@@ -13,6 +13,7 @@
 #include "booster/plan.h"
 #include "booster/run_dir.h"
 #include "booster/stop_signal.h"
+#include "checkpoint/atomic_dir.h"
 #include "cli.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
@@ -170,7 +171,11 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
                  .threads = num_threads(),
                  .device = plugin->device().str(),
                  .mpi_progress_us = progress ? int64_t(progress->interval().count()) : 0};
-    RunDir run = prepare_run_dir(cfg, info, start.resume ? start.resumed.step : -1);
+    // The metrics continue (cut back to the step) only when the run resumes
+    // from its own checkpoint.dir; from a checkpoint elsewhere (a converted
+    // model, another run's step) log.dir starts empty like a fresh run's.
+    const bool own = start.resume && checkpoint::is_entry_of(*start.resume, cfg.checkpoint.dir);
+    RunDir run = prepare_run_dir(cfg, info, own ? start.resumed.step : -1);
     metrics_path = run.metrics_path;
     print_line(fmt::format("lattice train {} | {} | {} rank(s) x {} thread(s){} | run dir {}", cfg.source,
                            plugin->describe(), mpi.world_size(), info.threads,

@@ -265,12 +265,19 @@ std::optional<std::string> resolve_resume(const Config& cfg, comm::Group& world,
   }
   double step = -1;
   if (world.rank() == 0 && fs::is_directory(cfg.checkpoint.dir)) {
-    std::optional<checkpoint::LatestCheckpoint> found = checkpoint::find_latest_complete(cfg.checkpoint.dir);
+    std::vector<std::string> failures;
+    std::optional<checkpoint::LatestCheckpoint> found = checkpoint::find_latest_complete(cfg.checkpoint.dir, &failures);
     if (found) step = double(found->step);
     if (notes) {
       for (const std::string& s : found ? found->skipped : std::vector<std::string>{})
         notes->push_back(s + fmt::format(": resuming from {} instead", checkpoint::step_dir_name(found->step)));
     }
+    // Checkpoints, none intact: starting fresh would write over them, so say why each failed.
+    if (!found && !checkpoint::list_step_dirs(cfg.checkpoint.dir).empty())
+      config_fail(cfg, "checkpoint.resume",
+                  fmt::format("auto found no intact checkpoint in '{}': {} — restore or remove the damaged "
+                              "checkpoint, or start a new run elsewhere (checkpoint.dir=..., log.dir=...)",
+                              cfg.checkpoint.dir, fmt::join(failures, "; ")));
   }
   if (world.size() > 1) {
     Tensor t = Tensor::from<double>({step}, {1});

@@ -179,6 +179,42 @@ void check_output_dir(const Config& cfg, const std::string& key, const std::stri
                             std::strerror(errno), key));
 }
 
+std::string steps_text(const std::vector<int64_t>& steps) {
+  const std::string first = checkpoint::step_dir_name(steps.front());
+  return steps.size() == 1 ? first : fmt::format("{} to {}", first, checkpoint::step_dir_name(steps.back()));
+}
+
+// checkpoint.dir holds no checkpoint that this run would write over, or that
+// checkpoint.keep_last would delete: none when the run starts fresh
+// (resume: never) or from a checkpoint elsewhere, none past the step it
+// resumes from when that is one of them. resume: auto continues whatever the
+// directory holds (resolve_resume).
+void check_checkpoint_dir_owner(const Config& cfg) {
+  const std::string& r = cfg.checkpoint.resume;
+  if (r == "auto") return;
+  const std::vector<int64_t> steps = checkpoint::list_step_dirs(cfg.checkpoint.dir);
+  if (steps.empty()) return;
+  if (r == "never" || !checkpoint::is_entry_of(r, cfg.checkpoint.dir)) {
+    const std::string start = r == "never" ? "starting fresh (checkpoint.resume: never)" : "resuming from '" + r + "'";
+    config_fail(cfg, "checkpoint.dir",
+                fmt::format("'{}' already holds the checkpoints of another run ({}), which this run, {}, would "
+                            "overwrite or delete — pick a new directory (checkpoint.dir=...), move them away, or "
+                            "continue that run with checkpoint.resume: auto",
+                            cfg.checkpoint.dir, steps_text(steps), start));
+  }
+  const std::optional<int64_t> step = checkpoint::step_of_dir(r);
+  std::vector<int64_t> later;
+  for (int64_t s : steps)
+    if (!step || s > *step) later.push_back(s);
+  if (!later.empty())
+    config_fail(
+        cfg, "checkpoint.dir",
+        fmt::format("'{}' holds checkpoints past the one this run resumes from ({}), which it would "
+                    "overwrite — to branch from '{}' start new directories (log.dir=..., and checkpoint.dir=... "
+                    "where it is set), or move {} away",
+                    cfg.checkpoint.dir, steps_text(later), r, later.size() == 1 ? "it" : "them"));
+}
+
 void check_resume_path(const Config& cfg) {
   const std::string& r = cfg.checkpoint.resume;
   if (r == "auto" || r == "never") return;
@@ -211,6 +247,7 @@ void check_run_paths(const Config& cfg) {
   check_resume_path(cfg);
   check_output_dir(cfg, "log.dir", cfg.log.dir);
   check_output_dir(cfg, "checkpoint.dir", cfg.checkpoint.dir);
+  check_checkpoint_dir_owner(cfg);
 }
 
 // ---- per-rank logs ----

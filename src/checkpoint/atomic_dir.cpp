@@ -226,7 +226,20 @@ void verify_checkpoint_dir(const std::string& dir) {
   }
 }
 
-std::optional<LatestCheckpoint> find_latest_complete(const std::string& parent) {
+bool is_entry_of(const std::string& step_dir, const std::string& parent) {
+  std::error_code ec;
+  return fs::equivalent(parent_of(step_dir), parent, ec);
+}
+
+std::optional<int64_t> step_of_dir(const std::string& dir) { return parse_step_dir_name(base_name(dir)); }
+
+std::vector<int64_t> list_step_dirs(const std::string& parent) {
+  std::vector<int64_t> steps;
+  for (const auto& [step, name] : list_step_entries(parent, "")) steps.push_back(step);
+  return steps;
+}
+
+std::optional<LatestCheckpoint> find_latest_complete(const std::string& parent, std::vector<std::string>* failures) {
   LatestCheckpoint found;
   std::set<std::string> tried;
   auto attempt = [&](const std::string& name) {
@@ -256,6 +269,7 @@ std::optional<LatestCheckpoint> find_latest_complete(const std::string& parent) 
   auto dirs = list_step_entries(parent, "");
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it)
     if (attempt(it->second)) return found;
+  if (failures) *failures = std::move(found.skipped);
   return std::nullopt;
 }
 

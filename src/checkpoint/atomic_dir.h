@@ -38,6 +38,15 @@ inline constexpr std::string_view kLatestName = "latest";
 std::string step_dir_name(int64_t step);  // "step_0000010"
 // The step of a name "step_" + at least 7 digits (nothing else); nullopt otherwise.
 std::optional<int64_t> parse_step_dir_name(std::string_view name);
+// Whether the directory `step_dir` (a trailing '/' or not) is an entry of
+// the existing directory `parent`, however either is spelled.
+bool is_entry_of(const std::string& step_dir, const std::string& parent);
+// The step of the directory `dir` (its last component a step_NNNNNNN name,
+// with a trailing '/' or not); nullopt otherwise.
+std::optional<int64_t> step_of_dir(const std::string& dir);
+// The steps of the step_NNNNNNN directories in `parent` (complete or not; no
+// .tmp / .old leftovers), ascending; none when `parent` does not exist.
+std::vector<int64_t> list_step_dirs(const std::string& parent);
 
 class CheckpointWriter {
  public:
@@ -85,7 +94,9 @@ struct LatestCheckpoint {
 };
 
 // The resume: auto rule. The directory that `<parent>/latest` names if it
-// verifies, else the newest step directory that verifies; nullopt if none.
-std::optional<LatestCheckpoint> find_latest_complete(const std::string& parent);
+// verifies, else the newest step directory that verifies; nullopt if none,
+// with `failures` (when given) then one line per candidate saying why.
+std::optional<LatestCheckpoint> find_latest_complete(const std::string& parent,
+                                                     std::vector<std::string>* failures = nullptr);
 
 }  // namespace lattice::checkpoint

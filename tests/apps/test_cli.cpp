@@ -145,15 +145,16 @@ TEST_F(Cli, TrainsAndWritesTheRunDirectory) {
   EXPECT_LT(eval[1]["val_loss"].get<double>(), eval[0]["val_loss"].get<double>() + 0.5);
 
   // The run ended with a checkpoint of step 40; the same command again resumes
-  // it and finds nothing left to do, and with resume: never the run directory
-  // is refused. Nothing in it is touched either way.
+  // it and finds nothing left to do, and with resume: never its checkpoints
+  // are refused. Nothing in it is touched either way.
   EXPECT_TRUE(fs::exists(run_dir + "/checkpoints/step_0000040/manifest.json"));
   auto size = fs::file_size(run_dir + "/metrics.jsonl");
   CmdResult again = run("train tiny.yaml", dir);
   EXPECT_EQ(again.status, 0) << again.out;
   EXPECT_NE(again.out.find("nothing to do"), std::string::npos) << again.out;
   EXPECT_EQ(fs::file_size(run_dir + "/metrics.jsonl"), size);
-  expect_one_line_error(run("train tiny.yaml checkpoint.resume=never", dir), {"log.dir", "metrics.jsonl"});
+  expect_one_line_error(run("train tiny.yaml checkpoint.resume=never", dir),
+                        {"checkpoint.dir", "already holds the checkpoints of another run"});
   EXPECT_EQ(fs::file_size(run_dir + "/metrics.jsonl"), size);
 }
 

@@ -239,3 +239,46 @@ TEST_F(Resume, BadResumesAreOneLine) {
   one_line(run("train r.yaml log.dir=c2 checkpoint.resume=" + dir + "/c/checkpoints/step_0000006", dir),
            {"model-00001-of-00001.safetensors"});
 }
+
+// No run writes over (or, through checkpoint.keep_last, deletes) another
+// run's checkpoints, and a damaged only checkpoint is named, not silently
+// replaced by a fresh start.
+TEST_F(Resume, NoRunWritesOverAnotherRunsCheckpoints) {
+  auto one_line = [](const CmdResult& r, const std::vector<std::string>& needles) {
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    for (const auto& n : needles) EXPECT_NE(r.out.find(n), std::string::npos) << "missing '" << n << "': " << r.out;
+  };
+  train("a", "train.stop_at_step=6 checkpoint.every=3", 0);  // a/checkpoints: steps 3 and 6
+  const std::string model6 = bytes_of(ckpt("a", 6, "model-00001-of-00001.safetensors"));
+  const std::string latest = bytes_of(dir + "/a/checkpoints/latest");
+  const std::string metrics = bytes_of(dir + "/a/metrics.jsonl");
+  // A fresh run pointed at them.
+  one_line(run("train r.yaml log.dir=b checkpoint.dir=a/checkpoints checkpoint.resume=never", dir),
+           {"checkpoint.dir", "'a/checkpoints'", "step_0000003 to step_0000006", "checkpoint.resume: auto"});
+  // A run resuming from step 3 into the directory that holds step 6.
+  one_line(
+      run("train r.yaml log.dir=b checkpoint.dir=a/checkpoints checkpoint.resume=a/checkpoints/step_0000003/", dir),
+      {"checkpoint.dir", "past the one this run resumes from (step_0000006)", "branch"});
+  // A run resuming from a checkpoint elsewhere into a's run directory.
+  one_line(run("train r.yaml log.dir=a checkpoint.dir=elsewhere checkpoint.resume=a/checkpoints/step_0000003", dir),
+           {"log.dir", "metrics.jsonl"});
+  EXPECT_EQ(bytes_of(ckpt("a", 6, "model-00001-of-00001.safetensors")), model6);
+  EXPECT_EQ(bytes_of(dir + "/a/checkpoints/latest"), latest);
+  EXPECT_EQ(bytes_of(dir + "/a/metrics.jsonl"), metrics);
+  EXPECT_FALSE(fs::exists(dir + "/b"));
+  // Branching from step 3 into new directories works, and continues a's run exactly.
+  train("b", "checkpoint.resume=a/checkpoints/step_0000003", 0);
+  const auto a = losses(dir + "/a"), b = losses(dir + "/b");
+  ASSERT_EQ(b.size(), 9u);  // steps 4 to 12
+  for (int step = 4; step <= 6; ++step) EXPECT_EQ(b.at(step), a.at(step)) << "step " << step;
+  // ... and from b's checkpoint into a's checkpoints.
+  one_line(
+      run("train r.yaml log.dir=b2 checkpoint.dir=a/checkpoints checkpoint.resume=b/checkpoints/step_0000012", dir),
+      {"checkpoint.dir", "checkpoints of another run", "resuming from 'b/checkpoints/step_0000012'"});
+  EXPECT_EQ(bytes_of(ckpt("a", 6, "model-00001-of-00001.safetensors")), model6);
+  // The only checkpoint damaged: resume auto says why instead of starting over.
+  train("c", "train.stop_at_step=3", 0);
+  std::ofstream(ckpt("c", 3, "trainer_state.json"), std::ios::app) << " ";
+  one_line(run("train r.yaml log.dir=c", dir), {"checkpoint.resume", "no intact checkpoint", "trainer_state.json"});
+}
