@@ -143,6 +143,7 @@ int train_and_report(const Config& cfg, const comm::MpiRuntime& mpi, mesh::Proce
 }
 
 int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
+  install_stop_signal_handlers();  // again, now that MPI has started (train() installed them first)
   const bool logger = mpi.world_rank() == 0;
   Config cfg = load_config(a.path, a.overrides);
   if (a.print_config) {
@@ -195,7 +196,6 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
     if (rank_log) rank_log->line("checkpoint: " + n);
   std::unique_ptr<Plugin> p = std::move(plugin);
   if (rank_log) p = with_rank_log(std::move(p), cfg, rank_log);
-  install_stop_signal_handlers();  // SIGUSR1 / SIGTERM: checkpoint after the current step, exit 0
   Booster booster(cfg, std::move(p), print_line);
   return logging_errors(rank_log,
                         [&] { return train_and_report(cfg, mpi, mesh, booster, metrics_path, start, rank_log.get()); });
@@ -204,6 +204,10 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
 }  // namespace
 
 int train(int* argc, char*** argv, const Args& args) {
+  // SIGUSR1 / SIGTERM: checkpoint after the current step and exit 0, from the
+  // start: a request during start-up (model init, data, checkpoint load, which
+  // take seconds on a large model) stops the job after its first step.
+  install_stop_signal_handlers();
   TrainArgs a = parse_train_args(args);  // command-line errors need no MPI
   // Starting MPI is most of the time a bad config takes to report, so a single
   // process checks its config first. Under a launcher every rank would print

@@ -1,5 +1,7 @@
 #include "booster/stop_signal.h"
 
+#include <pthread.h>
+
 #include <csignal>
 
 namespace lattice {
@@ -16,6 +18,13 @@ void install_stop_signal_handlers() {
   sa.sa_flags = SA_RESTART;  // blocking calls resume; the loop reads the flag between steps
   sigaction(SIGUSR1, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // A launcher may start the process with them blocked: a request already
+  // pending is delivered now, and later ones as they come.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
 }
 
 bool stop_requested() { return g_stop_signal != 0; }

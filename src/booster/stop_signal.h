@@ -8,7 +8,10 @@
 
 namespace lattice {
 
-void install_stop_signal_handlers();  // SIGUSR1 and SIGTERM; the app calls it after MPI_Init
+// SIGUSR1 and SIGTERM, unblocked in the calling thread (threads started later
+// inherit that). `lattice train` calls it first thing, so a request during
+// start-up stops the job after its first step, and again after MPI_Init.
+void install_stop_signal_handlers();
 bool stop_requested();
 int stop_signal();                  // the signal number that asked (0: none)
 void request_stop(int signal = 0);  // what the handler does (tests call it directly)

@@ -7,8 +7,12 @@
 // checkpoint write leaves the previous checkpoint to resume from; SIGUSR1 to
 // mpirun, or SIGTERM to the ranks, ends the job with a checkpoint and exit 0;
 // bad resumes are one line.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -214,6 +218,35 @@ TEST_F(Resume, Sigusr1ToMpirunAndSigtermToRanksCheckpointAndExitZero) {
   const auto l2 = losses(dir + "/s");
   EXPECT_GT(l2.rbegin()->first, last);
   EXPECT_TRUE(fs::exists(ckpt("s", l2.rbegin()->first, "manifest.json"))) << term;
+}
+
+// A stop request that arrives while the job starts up stops it after its
+// first step, with a checkpoint and exit 0, instead of killing it: SIGUSR1 is
+// sent at once to a process that starts with it blocked (so it is pending
+// from its first instruction; the handlers unblock it when they are in).
+TEST_F(Resume, StopRequestDuringStartUpStopsAfterTheFirstStep) {
+  const std::string log = dir + "/u.log", bin = lattice::test::lattice_bin();
+  sigset_t usr1, old;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &usr1, &old), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {  // the child inherits the blocked SIGUSR1 through exec
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || chdir(dir.c_str()) != 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(127);
+    execl(bin.c_str(), bin.c_str(), "train", "r.yaml", "log.dir=u", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(kill(pid, SIGUSR1), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const std::string out = bytes_of(log);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
+  EXPECT_NE(out.find("stopping after step 1 "), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(ckpt("u", 1, "manifest.json"))) << out;
+  EXPECT_EQ(losses(dir + "/u").size(), 1u) << out;
 }
 
 TEST_F(Resume, BadResumesAreOneLine) {
