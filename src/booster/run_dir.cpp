@@ -149,8 +149,11 @@ void check_shards(const Config& cfg, const std::string& key, const std::string& 
   }
 }
 
-// A directory the run writes into: it exists as a writable directory, or its
-// nearest existing ancestor is one (so it can be created).
+// A directory the run writes into: it exists as a writable directory, or it
+// can be created: its nearest existing ancestor is a writable directory, and
+// creating it works (tried, then removed again, so a run that fails later
+// leaves nothing behind; some file systems, /proc or a full disk, refuse
+// what the permissions allow).
 void check_output_dir(const Config& cfg, const std::string& key, const std::string& dir) {
   std::error_code ec;
   if (fs::exists(dir, ec)) {
@@ -166,7 +169,9 @@ void check_output_dir(const Config& cfg, const std::string& key, const std::stri
                               dir, std::strerror(errno), key));
     return;
   }
-  fs::path up = fs::path(dir).parent_path();
+  fs::path target = fs::path(dir).lexically_normal();  // "./a/b/" -> "a/b"
+  if (!target.has_filename()) target = target.parent_path();
+  fs::path up = target.parent_path();
   while (!up.empty() && !fs::exists(up, ec)) up = up.parent_path();
   if (up.empty()) up = ".";
   if (!fs::is_directory(up, ec))
@@ -177,6 +182,13 @@ void check_output_dir(const Config& cfg, const std::string& key, const std::stri
     config_fail(cfg, key,
                 fmt::format("'{}' cannot be created: '{}' is not writable ({}) — choose another {}", dir, up.string(),
                             std::strerror(errno), key));
+  fs::create_directories(target, ec);
+  const std::error_code created = ec;
+  // Remove what was made, deepest first, up to the ancestor that existed
+  // (fs::remove takes empty directories only; another rank may do the same).
+  for (fs::path p = target; !p.empty() && p != up; p = p.parent_path()) fs::remove(p, ec);
+  if (created)
+    config_fail(cfg, key, fmt::format("'{}' cannot be created: {} — choose another {}", dir, created.message(), key));
 }
 
 std::string steps_text(const std::vector<int64_t>& steps) {

@@ -243,6 +243,12 @@ std::vector<BadConfig> bad_files() {
        {"bad.yaml:24:3", "checkpoint.dir", "'plain.txt' is a file"}},
       {"CheckpointDirUnderAFile", kBase, "checkpoint.dir=plain.txt/ckpt", 0,
        {"override 'checkpoint.dir=plain.txt/ckpt'", "checkpoint.dir", "'plain.txt/ckpt' cannot be created"}},
+      // Permissions allow it, the file system refuses (/proc): tried at start-up, not after training.
+      {"CheckpointDirRefusedByTheFileSystem", kBase, "checkpoint.dir=/proc/lattice-nothing/ckpt", 0,
+       {"override 'checkpoint.dir=/proc/lattice-nothing/ckpt'", "checkpoint.dir", "cannot be created",
+        "choose another checkpoint.dir"}},
+      {"LogDirRefusedByTheFileSystem_np2", kBase, "log.dir=/proc/lattice-nothing", 2,
+       {"override 'log.dir=/proc/lattice-nothing'", "log.dir", "cannot be created", "choose another log.dir"}},
       {"ResumeFromMissingPath", edit("  every: 0\n", "  every: 0\n  resume: ckpt/step_0000007\n"), "", 0,
        {"bad.yaml:25:3", "checkpoint.resume", "'ckpt/step_0000007' does not exist"}},
       {"ResumeFromMissingPath_np2", edit("  every: 0\n", "  every: 0\n  resume: ckpt/step_0000007\n"), "", 2,
