@@ -21,7 +21,7 @@ int plan(const Args& args);  // lattice plan CONFIG [--world N] [key=value ...]:
 // lattice verify-layout CONFIG [key=value ...] [--tolerance X]: the configured
 // layout against the single-rank run, under mpirun (same error handling as train).
 int verify_layout(int* argc, char*** argv, const Args& args);
-// lattice convert --to-hf CKPT_STEP_DIR OUT_DIR | --from-hf HF_DIR OUT_CHECKPOINT_DIR (GPT-2)
+// lattice convert --to-hf CHECKPOINT OUT_DIR | --from-hf HF_DIR OUT_CHECKPOINT_DIR (GPT-2, LLaMA)
 int convert(const Args& args);
 // lattice sample CHECKPOINT [--prompt TEXT] [--tokens N] ...: text from a causal model, one process, no MPI
 int sample(const Args& args);
@@ -42,5 +42,11 @@ struct LaunchedAs {
 };
 LaunchedAs launched_as();
 std::string usage();
+// The checkpoint step directory that `path` names for `command` (sample,
+// convert): itself when it holds manifest.json, else the latest complete one
+// of `path` (a checkpoint directory) or of `path`/checkpoints (a run
+// directory), by the resume rule; newer ones that fail to verify are named on
+// stderr. One Error line when there is none.
+std::string step_dir_of(const std::string& command, const std::string& path);
 
 }  // namespace lattice::cli

@@ -1,10 +1,13 @@
-// lattice convert --to-hf CKPT_STEP_DIR OUT_DIR
+// lattice convert --to-hf CHECKPOINT OUT_DIR (a step, checkpoint or run directory)
 // lattice convert --from-hf HF_DIR OUT_CHECKPOINT_DIR
 // Hugging Face GPT-2 and LLaMA interop (checkpoint/hf_gpt2.h, checkpoint/hf_llama.h):
 // the arch comes from the checkpoint's config or config.json's model_type.
 // One line on success.
 #include <fmt/format.h>
 
+#include <filesystem>
+
+#include "checkpoint/atomic_dir.h"
 #include "checkpoint/hf_gpt2.h"
 #include "cli.h"
 #include "core/error.h"
@@ -25,16 +28,33 @@ std::string describe(const checkpoint::ConvertSummary& s) {
 
 }  // namespace
 
+std::string step_dir_of(const std::string& command, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  LATTICE_CHECK(fs::is_directory(path, ec), "{}: checkpoint {} is not a directory", command, path);
+  if (fs::exists(fs::path(path) / "manifest.json", ec)) return path;
+  for (const fs::path& parent : {fs::path(path), fs::path(path) / "checkpoints"})
+    if (auto latest = checkpoint::find_latest_complete(parent.string())) {
+      for (const std::string& s : latest->skipped)  // newer ones that failed to verify, as resume reports them
+        fmt::print(stderr, "lattice: {}: using {} instead\n", s, latest->dir);
+      return latest->dir;
+    }
+  LATTICE_FAIL(
+      "{}: {} holds no complete checkpoint: pass a step directory (with manifest.json), a checkpoint "
+      "directory or a run directory with checkpoints/",
+      command, path);
+}
+
 int convert(const Args& args) {
   const bool to_hf = !args.empty() && args[0] == "--to-hf", from_hf = !args.empty() && args[0] == "--from-hf";
   if (!to_hf && !from_hf)
-    LATTICE_FAIL("convert: expected --to-hf CKPT_STEP_DIR OUT_DIR or --from-hf HF_DIR OUT_CHECKPOINT_DIR, got '{}'",
+    LATTICE_FAIL("convert: expected --to-hf CHECKPOINT OUT_DIR or --from-hf HF_DIR OUT_CHECKPOINT_DIR, got '{}'",
                  args.empty() ? "" : args[0]);
   if (args.size() != 3)
     LATTICE_FAIL("convert {}: expected two directories ({}), got {} argument(s)", args[0],
-                 to_hf ? "CKPT_STEP_DIR OUT_DIR" : "HF_DIR OUT_CHECKPOINT_DIR", args.size() - 1);
+                 to_hf ? "CHECKPOINT OUT_DIR" : "HF_DIR OUT_CHECKPOINT_DIR", args.size() - 1);
   if (to_hf) {
-    checkpoint::ConvertSummary s = checkpoint::convert_to_hf(args[1], args[2]);
+    checkpoint::ConvertSummary s = checkpoint::convert_to_hf(step_dir_of("convert --to-hf", args[1]), args[2]);
     fmt::print("exported {} -> {} (config.json, model.safetensors; load with {}.from_pretrained)\n", describe(s), s.out,
                s.hf_class);
   } else {

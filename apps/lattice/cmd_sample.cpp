@@ -99,24 +99,6 @@ SampleArgs parse_sample(const Args& args) {
   return a;
 }
 
-// The step directory `path` names: itself (it has a manifest), its `latest`,
-// or its checkpoints/ folder's `latest`.
-std::string step_dir_of(const std::string& path) {
-  std::error_code ec;
-  LATTICE_CHECK(fs::is_directory(path, ec), "sample: checkpoint {} is not a directory", path);
-  if (fs::exists(fs::path(path) / "manifest.json", ec)) return path;
-  for (const fs::path& parent : {fs::path(path), fs::path(path) / "checkpoints"})
-    if (auto latest = checkpoint::find_latest_complete(parent.string())) {
-      for (const std::string& s : latest->skipped)  // newer ones that failed to verify, as resume reports them
-        fmt::print(stderr, "lattice: {}: sampling from {} instead\n", s, latest->dir);
-      return latest->dir;
-    }
-  LATTICE_FAIL(
-      "sample: {} holds no complete checkpoint: pass a step directory (with manifest.json), a checkpoint "
-      "directory or a run directory with checkpoints/",
-      path);
-}
-
 }  // namespace
 
 int sample(const Args& args) {
@@ -126,7 +108,7 @@ int sample(const Args& args) {
                  job.size);
   }
   SampleArgs a = parse_sample(args);
-  const std::string step_dir = step_dir_of(a.checkpoint);
+  const std::string step_dir = step_dir_of("sample", a.checkpoint);
   checkpoint::LogicalModel m = checkpoint::read_logical_model(step_dir);
   const ModelConfig& mc = m.config;
   if (!arch_traits(mc.arch).causal)

@@ -19,12 +19,12 @@ std::string usage() {
   lattice data prepare --input FILE... --tokenizer gpt2|bytes [--vocab-dir DIR]
                        --out PREFIX [--val-tokens N] [--shard-tokens N]
       Tokenize text files (one document each) into llm.c-format token shards.
-  lattice convert --to-hf CKPT_STEP_DIR OUT_DIR
+  lattice convert --to-hf CHECKPOINT OUT_DIR
   lattice convert --from-hf HF_DIR OUT_CHECKPOINT_DIR
       GPT-2 and LLaMA to / from Hugging Face: --to-hf writes config.json and
       model.safetensors that GPT2LMHeadModel / LlamaForCausalLM.from_pretrained
-      load; --from-hf writes a model-only checkpoint
-      OUT_CHECKPOINT_DIR/step_0000000.
+      load (CHECKPOINT: a step, checkpoint or run directory, as for sample);
+      --from-hf writes a model-only checkpoint OUT_CHECKPOINT_DIR/step_0000000.
   lattice sample CHECKPOINT [--prompt TEXT | --prompt-file PATH] [--tokens N]
                  [--samples N] [--temperature X] [--top-k K] [--seed S]
                  [--tokenizer gpt2|bytes] [--vocab-dir DIR] [--threads N]

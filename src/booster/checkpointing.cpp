@@ -14,6 +14,7 @@
 #include "checkpoint/atomic_dir.h"
 #include "checkpoint/index.h"
 #include "comm/gather_strings.h"
+#include "models/registry.h"
 #include "tp/sharding.h"
 
 namespace lattice {
@@ -289,7 +290,18 @@ std::optional<std::string> resolve_resume(const Config& cfg, comm::Group& world,
 }
 
 void check_resume_config(const Config& cfg, const TrainerState& state, const std::string& step_dir) {
-  if (state.config.empty()) return;  // model only
+  if (state.config.empty()) {  // model only (lattice convert --from-hf): its tensors must be this model's, all of them
+    std::set<std::string> ours;
+    for (const ParamSpec& s : model_param_specs(cfg.model)) ours.insert(s.name);
+    for (const std::string& name : checkpoint::IndexedTensors::open(step_dir, kModelIndex).names())
+      if (!ours.count(name))
+        throw ConfigError(fmt::format("{}: checkpoint {} holds '{}', which this model ({}, {} layers) does not "
+                                      "have — set the model.* keys to the checkpoint's, or start from another "
+                                      "checkpoint",
+                                      cfg.source, step_dir, name, enum_name(cfg.model.arch), cfg.model.n_layer),
+                          "model");
+    return;
+  }
   Config saved = parse_config(state.config, step_dir + "/" + kTrainerState);
   // What may change on resume (ARCHITECTURE.md §5) is taken from the new config.
   saved.parallel = cfg.parallel;

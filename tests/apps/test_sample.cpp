@@ -138,8 +138,14 @@ TEST_F(Sample, TheSeedDecidesTheText) {
 }
 
 TEST_F(Sample, AModelOnlyCheckpointSamplesTheSameGivenItsTokenizer) {
-  ASSERT_EQ(run("convert --to-hf runs/tiny/checkpoints/step_0000150 hf", dir).status, 0);
+  // convert takes a run directory too (its latest checkpoint), as sample does.
+  CmdResult exported = run("convert --to-hf runs/tiny hf", dir);
+  ASSERT_EQ(exported.status, 0) << exported.out;
   ASSERT_EQ(run("convert --from-hf hf model_only", dir).status, 0);
+  // Training from it with another model shape is one line naming a tensor it
+  // holds that the model does not (not a partial load).
+  expect_one_line_error(run("train tiny.yaml log.dir=ft model.n_layer=1 checkpoint.resume=model_only/step_0000000", dir),
+                        {"model_only/step_0000000", "holds 'h.1.", "gpt2, 1 layers", "model.*"});
   expect_one_line_error(run("sample model_only", dir), {"model-only", "--tokenizer"});
   const std::string args = " --temperature 0.8 --seed 3 --tokens 50 --prompt 'the lazy'";
   CmdResult from_run = run("sample runs/tiny" + args, dir);
