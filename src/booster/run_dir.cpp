@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -150,10 +151,11 @@ void check_shards(const Config& cfg, const std::string& key, const std::string& 
 }
 
 // A directory the run writes into: it exists as a writable directory, or it
-// can be created: its nearest existing ancestor is a writable directory, and
-// creating it works (tried, then removed again, so a run that fails later
-// leaves nothing behind; some file systems, /proc or a full disk, refuse
-// what the permissions allow).
+// can be created: its nearest existing ancestor is a writable directory in
+// which making a directory works (tried with a probe of this process's own,
+// removed at once, so ranks checking at the same time never see each other's
+// and a run that fails later leaves nothing behind; some file systems, /proc
+// or a full disk, refuse what the permissions allow).
 void check_output_dir(const Config& cfg, const std::string& key, const std::string& dir) {
   std::error_code ec;
   if (fs::exists(dir, ec)) {
@@ -169,9 +171,7 @@ void check_output_dir(const Config& cfg, const std::string& key, const std::stri
                               dir, std::strerror(errno), key));
     return;
   }
-  fs::path target = fs::path(dir).lexically_normal();  // "./a/b/" -> "a/b"
-  if (!target.has_filename()) target = target.parent_path();
-  fs::path up = target.parent_path();
+  fs::path up = fs::path(dir).parent_path();
   while (!up.empty() && !fs::exists(up, ec)) up = up.parent_path();
   if (up.empty()) up = ".";
   if (!fs::is_directory(up, ec))
@@ -182,13 +182,12 @@ void check_output_dir(const Config& cfg, const std::string& key, const std::stri
     config_fail(cfg, key,
                 fmt::format("'{}' cannot be created: '{}' is not writable ({}) — choose another {}", dir, up.string(),
                             std::strerror(errno), key));
-  fs::create_directories(target, ec);
-  const std::error_code created = ec;
-  // Remove what was made, deepest first, up to the ancestor that existed
-  // (fs::remove takes empty directories only; another rank may do the same).
-  for (fs::path p = target; !p.empty() && p != up; p = p.parent_path()) fs::remove(p, ec);
-  if (created)
-    config_fail(cfg, key, fmt::format("'{}' cannot be created: {} — choose another {}", dir, created.message(), key));
+  std::string probe = (up / ".lattice-probe-XXXXXX").string();
+  if (::mkdtemp(probe.data()) == nullptr)
+    config_fail(cfg, key,
+                fmt::format("'{}' cannot be created: making a directory in '{}' fails ({}) — choose another {}", dir,
+                            up.string(), std::strerror(errno), key));
+  ::rmdir(probe.c_str());
 }
 
 std::string steps_text(const std::vector<int64_t>& steps) {
