@@ -48,6 +48,8 @@ int tokenizer_size(TokenizerName t, ModelArch arch) {
 
 namespace {
 
+constexpr int kMaxDModel = std::numeric_limits<int32_t>::max() / 4;  // 4 * d_model, the default d_ff, fits an int
+
 // Like config_fail, but located at `where` (a key that names the problem
 // better than the section, e.g. parallel.dp for a "parallel:" message).
 template <class... Args>
@@ -76,6 +78,8 @@ void validate_model(const Config& c) {
   require_positive(c, "model.n_layer", m.n_layer, "the number of transformer blocks");
   require_positive(c, "model.n_head", m.n_head, "the number of attention heads");
   require_positive(c, "model.d_model", m.d_model, "the hidden size");
+  require(m.d_model <= kMaxDModel, c, "model.d_model",
+          "{} is too large: the MLP width 4 * d_model must fit in 32 bits (at most {})", m.d_model, kMaxDModel);
   require_positive(c, "model.vocab_size", m.vocab_size, "the vocabulary size");
   require_positive(c, "model.max_seq_len", m.max_seq_len, "the longest sequence the model supports");
   require_positive(c, "model.n_kv_head", m.n_kv_head, "the key/value heads, or omit it for n_head");
@@ -292,7 +296,8 @@ void validate_runtime(const Config& c) {
 void fill_derived(Config& cfg) {
   ModelConfig& m = cfg.model;
   if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
-  if (m.d_ff == 0) m.d_ff = 4 * m.d_model;
+  // (A d_model too large for it leaves d_ff 0; validate_model names d_model.)
+  if (m.d_ff == 0 && m.d_model <= kMaxDModel) m.d_ff = 4 * m.d_model;
   if (m.rope_theta == 0 && arch_traits(m.arch).rotary) m.rope_theta = 10000.0;
   m.tokenizer_vocab = tokenizer_own_size(cfg.data.tokenizer);
   if (cfg.log.dir.empty()) cfg.log.dir = "runs/" + (cfg.name.empty() ? std::string("run") : cfg.name);

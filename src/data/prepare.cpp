@@ -31,8 +31,7 @@ int resolve_threads(int threads) {
 }
 
 // Encodes each chunk on a small pool of threads; result i holds chunk i's ids.
-std::vector<std::vector<int32_t>> encode_chunks(const Tokenizer& tok,
-                                                const std::vector<std::string_view>& chunks,
+std::vector<std::vector<int32_t>> encode_chunks(const Tokenizer& tok, const std::vector<std::string_view>& chunks,
                                                 int threads) {
   std::vector<std::vector<int32_t>> ids(chunks.size());
   std::atomic<size_t> next{0};
@@ -98,12 +97,28 @@ class SplitWriter {
   }
 
  private:
+  // Each shard is written as PATH.tmp and renamed by commit(), so a prepare
+  // that fails leaves the shards of an earlier one as they were.
   void open(bool val) {
     auto& list = val ? summary_.val_shards : summary_.train_shards;
     list.push_back(shard_path(opts_.out_prefix, val ? "val" : "train", int(list.size())));
-    shard_.emplace(list.back());
+    shard_.emplace(list.back() + ".tmp");
   }
 
+ public:
+  void commit() {
+    close();
+    for (const auto* list : {&summary_.val_shards, &summary_.train_shards})
+      for (const std::string& path : *list) fs::rename(path + ".tmp", path);
+  }
+  void discard() noexcept {
+    shard_.reset();
+    std::error_code ec;
+    for (const auto* list : {&summary_.val_shards, &summary_.train_shards})
+      for (const std::string& path : *list) fs::remove(path + ".tmp", ec);
+  }
+
+ private:
   const PrepareOptions& opts_;
   PrepareSummary& summary_;
   std::optional<ShardWriter> shard_;
@@ -121,8 +136,7 @@ void remove_stale_shards(PrepareSummary& s, const std::string& prefix) {
     const std::string name = entry.path().filename().string();
     for (const char* split : {"_val_", "_train_"}) {
       const std::string head = stem + split;
-      const bool numbered = name.size() == head.size() + 10 && name.starts_with(head) &&
-                            name.ends_with(".bin") &&
+      const bool numbered = name.size() == head.size() + 10 && name.starts_with(head) && name.ends_with(".bin") &&
                             name.find_first_not_of("0123456789", head.size()) == head.size() + 6;
       if (!numbered) continue;
       const std::string path = (dir / name).string();
@@ -144,17 +158,24 @@ void check_options(const PrepareOptions& o, const Tokenizer& tok) {
                 o.shard_tokens, kShardMaxTokens);
   LATTICE_CHECK(o.chunk_bytes >= 1, "data prepare: chunk_bytes {} must be >= 1", o.chunk_bytes);
   LATTICE_CHECK(tok.vocab_size() <= kShardMaxTokenId + 1,
-                "data prepare: tokenizer {} has {} ids, but shards store uint16 ids (at most {})",
-                tok.name(), tok.vocab_size(), kShardMaxTokenId + 1);
-  for (const auto& in : o.inputs)
-    LATTICE_CHECK(fs::is_regular_file(in), "data prepare: input file {} not found", in);
+                "data prepare: tokenizer {} has {} ids, but shards store uint16 ids (at most {})", tok.name(),
+                tok.vocab_size(), kShardMaxTokenId + 1);
+  std::error_code ec;
+  uintmax_t bytes = 0;
+  for (const auto& in : o.inputs) {
+    LATTICE_CHECK(!fs::is_directory(in, ec), "data prepare: input {} is a directory — pass the files in it ({}/*)", in,
+                  in);
+    LATTICE_CHECK(fs::is_regular_file(in, ec), "data prepare: input file {} not found", in);
+    bytes += fs::file_size(in, ec);
+  }
+  LATTICE_CHECK(bytes > 0, "data prepare: the {} input file(s) are empty — there is no text to tokenize",
+                o.inputs.size());
 }
 
 }  // namespace
 
 std::vector<std::string_view> split_for_encoding(std::string_view text, int64_t target_bytes) {
-  LATTICE_CHECK(target_bytes >= 1, "split_for_encoding: target_bytes {} must be >= 1",
-                target_bytes);
+  LATTICE_CHECK(target_bytes >= 1, "split_for_encoding: target_bytes {} must be >= 1", target_bytes);
   std::vector<std::string_view> pieces;
   size_t pos = 0;
   const size_t target = size_t(target_bytes);
@@ -181,29 +202,21 @@ std::vector<std::string_view> split_for_encoding(std::string_view text, int64_t 
 
 std::vector<int32_t> encode_parallel(const Tokenizer& tokenizer, std::string_view text, int threads,
                                      int64_t chunk_bytes) {
-  auto chunks =
-      encode_chunks(tokenizer, split_for_encoding(text, chunk_bytes), resolve_threads(threads));
+  auto chunks = encode_chunks(tokenizer, split_for_encoding(text, chunk_bytes), resolve_threads(threads));
   std::vector<int32_t> ids;
   for (const auto& c : chunks) ids.insert(ids.end(), c.begin(), c.end());
   return ids;
 }
 
-PrepareSummary prepare_data(const PrepareOptions& o) {
-  std::unique_ptr<Tokenizer> tok = make_tokenizer(o.tokenizer, o.vocab_dir);
-  check_options(o, *tok);
-  const int threads = resolve_threads(o.threads);
-  if (fs::path(o.out_prefix).has_parent_path())
-    fs::create_directories(fs::path(o.out_prefix).parent_path());
+namespace {
 
-  PrepareSummary summary;
-  summary.tokenizer = tok->name();
-  summary.vocab_size = tok->vocab_size();
-  SplitWriter writer(o, summary);
-  const int32_t eot = tok->eot_id();
+// Reads, encodes and writes every document, joined by the tokenizer's end of text.
+void encode_into(const PrepareOptions& o, const Tokenizer& tok, int threads, SplitWriter& writer,
+                 PrepareSummary& summary) {
+  const int32_t eot = tok.eot_id();
   // Documents are read and encoded in batches of about batch_bytes, so memory
   // stays bounded while every thread has work.
-  const int64_t batch_bytes =
-      std::max<int64_t>(int64_t(64) << 20, int64_t(threads) * o.chunk_bytes * 4);
+  const int64_t batch_bytes = std::max<int64_t>(int64_t(64) << 20, int64_t(threads) * o.chunk_bytes * 4);
   size_t next_doc = 0;
   while (next_doc < o.inputs.size()) {
     std::vector<std::string> docs;
@@ -219,14 +232,38 @@ PrepareSummary prepare_data(const PrepareOptions& o) {
       for (auto c : split_for_encoding(d, o.chunk_bytes)) chunks.push_back(c);
     }
     first_chunk.push_back(chunks.size());
-    auto ids = encode_chunks(*tok, chunks, threads);
+    auto ids = encode_chunks(tok, chunks, threads);
     for (size_t d = 0; d < docs.size(); ++d) {
       if (summary.documents++ > 0) writer.append(std::span(&eot, 1));
       for (size_t c = first_chunk[d]; c < first_chunk[d + 1]; ++c) writer.append(ids[c]);
     }
     summary.input_bytes += bytes;
   }
-  writer.close();
+}
+
+}  // namespace
+
+PrepareSummary prepare_data(const PrepareOptions& o) {
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(o.tokenizer, o.vocab_dir);
+  check_options(o, *tok);
+  const int threads = resolve_threads(o.threads);
+  if (fs::path(o.out_prefix).has_parent_path()) fs::create_directories(fs::path(o.out_prefix).parent_path());
+
+  PrepareSummary summary;
+  summary.tokenizer = tok->name();
+  summary.vocab_size = tok->vocab_size();
+  SplitWriter writer(o, summary);
+  try {
+    encode_into(o, *tok, threads, writer, summary);
+    LATTICE_CHECK(summary.train_tokens > 0,
+                  "data prepare: --val-tokens {} takes all {} tokens of the input, leaving none to train on — "
+                  "pass at most {}",
+                  o.val_tokens, summary.val_tokens, summary.val_tokens - 1);
+    writer.commit();
+  } catch (...) {
+    writer.discard();
+    throw;
+  }
   remove_stale_shards(summary, o.out_prefix);
   return summary;
 }

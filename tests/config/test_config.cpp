@@ -534,6 +534,7 @@ TEST(Config, ValidateChecks) {
       {{"optimizer.betas=[0.9, 1.0]"}, "optimizer.betas[1]: must be in [0, 1) (got 1)"},
       {{"parallel.zero=2"}, "parallel.zero: must be 0 or 1 (got 2)"},
       {{"parallel.head_chunk_tokens=-64"}, "parallel.head_chunk_tokens: must not be negative (got -64)"},
+      {{"model.d_model=2000000000", "model.n_head=1"}, "model.d_model: 2000000000 is too large: the MLP width"},
       {{"parallel.virtual_stages=2"}, "parallel.virtual_stages: is 2, but only the interleaved schedule"},
       {{"parallel.schedule=interleaved"}, "parallel.schedule: interleaved needs pp >= 2 and virtual_stages >= 2"},
       {{"parallel.tp=8"}, "parallel.tp: model.n_head (4) is not divisible by tp (8)"},

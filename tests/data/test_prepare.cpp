@@ -106,11 +106,20 @@ TEST(EncodeParallel, EqualsSerialOnTrickyWhitespace) {
   }
 }
 
+// Options that tokenize `inputs` with the bytes tokenizer into prefix dir/p.
+PrepareOptions bytes_options(const std::string& dir, std::vector<std::string> inputs) {
+  PrepareOptions o;
+  o.inputs = std::move(inputs);
+  o.tokenizer = "bytes";
+  o.out_prefix = dir + "/p";
+  return o;
+}
+
 TEST(PrepareData, JoinsDocumentsWithEotAndSplitsValThenTrain) {
   std::string dir = test::make_temp_dir("prepare");
   PrepareOptions o;
-  o.inputs = {write_text(dir, "a.txt", "abc"), write_text(dir, "b.txt", "de"),
-              write_text(dir, "c.txt", ""), write_text(dir, "d.txt", "f")};
+  o.inputs = {write_text(dir, "a.txt", "abc"), write_text(dir, "b.txt", "de"), write_text(dir, "c.txt", ""),
+              write_text(dir, "d.txt", "f")};
   o.tokenizer = "bytes";
   o.out_prefix = dir + "/out/tiny";
   o.val_tokens = 3;
@@ -125,8 +134,8 @@ TEST(PrepareData, JoinsDocumentsWithEotAndSplitsValThenTrain) {
   EXPECT_EQ(s.vocab_size, 257);
   EXPECT_EQ(s.val_tokens, 3);
   EXPECT_EQ(s.train_tokens, 6);
-  EXPECT_EQ(s.val_shards, (std::vector<std::string>{o.out_prefix + "_val_000000.bin",
-                                                    o.out_prefix + "_val_000001.bin"}));
+  EXPECT_EQ(s.val_shards,
+            (std::vector<std::string>{o.out_prefix + "_val_000000.bin", o.out_prefix + "_val_000001.bin"}));
   ASSERT_EQ(s.train_shards.size(), 3u);
   EXPECT_EQ(s.train_shards[2], o.out_prefix + "_train_000002.bin");
   EXPECT_EQ(Shard::open(s.val_shards[0]).size(), 2);
@@ -138,10 +147,7 @@ TEST(PrepareData, JoinsDocumentsWithEotAndSplitsValThenTrain) {
 
 TEST(PrepareData, NoValTokensMeansNoValShard) {
   std::string dir = test::make_temp_dir("prepare");
-  PrepareOptions o;
-  o.inputs = {write_text(dir, "a.txt", "hello")};
-  o.tokenizer = "bytes";
-  o.out_prefix = dir + "/p";
+  PrepareOptions o = bytes_options(dir, {write_text(dir, "a.txt", "hello")});
   PrepareSummary s = prepare_data(o);
   EXPECT_TRUE(s.val_shards.empty());
   EXPECT_EQ(s.train_tokens, 5);
@@ -183,10 +189,7 @@ TEST(PrepareData, Gpt2ParallelShardsEqualSerialEncoding) {
 
 TEST(PrepareData, MissingInputIsNamedAndNothingIsWritten) {
   std::string dir = test::make_temp_dir("prepare");
-  PrepareOptions o;
-  o.inputs = {write_text(dir, "a.txt", "x"), dir + "/missing.txt"};
-  o.tokenizer = "bytes";
-  o.out_prefix = dir + "/p";
+  PrepareOptions o = bytes_options(dir, {write_text(dir, "a.txt", "x"), dir + "/missing.txt"});
   std::string msg = error_text([&] { prepare_data(o); });
   EXPECT_EQ(msg, "data prepare: input file " + dir + "/missing.txt not found");
   EXPECT_FALSE(std::filesystem::exists(dir + "/p_train_000000.bin"));
@@ -194,10 +197,7 @@ TEST(PrepareData, MissingInputIsNamedAndNothingIsWritten) {
 
 TEST(PrepareData, BadOptionsAreOneLineErrors) {
   std::string dir = test::make_temp_dir("prepare");
-  PrepareOptions o;
-  o.inputs = {write_text(dir, "a.txt", "x")};
-  o.tokenizer = "bytes";
-  o.out_prefix = dir + "/p";
+  PrepareOptions o = bytes_options(dir, {write_text(dir, "a.txt", "x")});
   o.shard_tokens = 0;
   std::string msg = error_text([&] { prepare_data(o); });
   EXPECT_HAS(msg, "--shard-tokens 0");
@@ -207,6 +207,29 @@ TEST(PrepareData, BadOptionsAreOneLineErrors) {
   EXPECT_HAS(msg, "unknown tokenizer 'wordpiece'");
 }
 
+// Inputs that give nothing to train on are one line, and a prepare that fails
+// leaves the shards of the last one that worked as they were (it writes
+// PATH.tmp and renames only on success).
+TEST(PrepareData, NothingToTrainOnIsAnErrorThatKeepsTheOldShards) {
+  std::string dir = test::make_temp_dir("prepare");
+  PrepareOptions o = bytes_options(dir, {write_text(dir, "a.txt", "hello world")});
+  o.val_tokens = 4;
+  const PrepareSummary good = prepare_data(o);
+  const std::vector<int32_t> val = read_shards(good.val_shards), train = read_shards(good.train_shards);
+  o.val_tokens = 11;  // every token
+  EXPECT_EQ(error_text([&] { prepare_data(o); }),
+            "data prepare: --val-tokens 11 takes all 11 tokens of the input, leaving none to train on — pass at most "
+            "10");
+  o.val_tokens = 4;
+  o.inputs = {write_text(dir, "empty.txt", "")};
+  EXPECT_HAS(error_text([&] { prepare_data(o); }), "the 1 input file(s) are empty");
+  o.inputs = {dir};
+  EXPECT_HAS(error_text([&] { prepare_data(o); }), "input " + dir + " is a directory — pass the files in it");
+  EXPECT_EQ(read_shards(good.val_shards), val);
+  EXPECT_EQ(read_shards(good.train_shards), train);
+  for (const auto& e : std::filesystem::directory_iterator(dir)) EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+}
+
 TEST(PrepareData, RemovesStaleNumberedShardsOfThePrefixOnly) {
   std::string dir = test::make_temp_dir("prepare");
   std::vector<int32_t> old = {1, 2};
@@ -214,10 +237,7 @@ TEST(PrepareData, RemovesStaleNumberedShardsOfThePrefixOnly) {
   write_shard(dir + "/p_val_000003.bin", old);
   write_shard(dir + "/p_train_extra.bin", old);   // not a numbered shard: kept
   write_shard(dir + "/q_train_000007.bin", old);  // another prefix: kept
-  PrepareOptions o;
-  o.inputs = {write_text(dir, "a.txt", "abc")};
-  o.tokenizer = "bytes";
-  o.out_prefix = dir + "/p";
+  PrepareOptions o = bytes_options(dir, {write_text(dir, "a.txt", "abc")});
   PrepareSummary s = prepare_data(o);
   EXPECT_EQ(s.removed_stale.size(), 2u);
   EXPECT_FALSE(std::filesystem::exists(dir + "/p_train_000007.bin"));
