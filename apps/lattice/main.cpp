@@ -1,6 +1,7 @@
 // lattice: train, plan, verify-layout, data, convert, sample. Prints one line per error and exits non-zero.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 
@@ -23,6 +24,10 @@ int main(int argc, char** argv) {
     }
     const std::string cmd = args[0];
     cli::Args rest(args.begin() + 1, args.end());
+    if (std::any_of(rest.begin(), rest.end(), [](const std::string& a) { return a == "-h" || a == "--help"; })) {
+      std::fputs(cli::usage().c_str(), stdout);  // `lattice train --help` is help, not a bad option
+      return 0;
+    }
     if (cmd == "train") return cli::train(&argc, &argv, rest);
     if (cmd == "data") return cli::data(rest);
     if (cmd == "plan") return cli::plan(rest);

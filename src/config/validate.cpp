@@ -107,9 +107,10 @@ void validate_model(const Config& c) {
   require(traits.rotary || m.rope_theta == 0, c, "model.rope_theta",
           "{} uses learned positions, not RoPE (got {}) — remove rope_theta", enum_name(m.arch), m.rope_theta);
   int need = tokenizer_size(c.data.tokenizer, m.arch);
-  require(m.vocab_size >= need, c, "model.vocab_size",
-          "{} is smaller than the {} tokenizer ({} ids for {}) — set vocab_size >= {}", m.vocab_size,
-          enum_name(c.data.tokenizer), need, enum_name(m.arch), need);
+  require(
+      m.vocab_size >= need, c, "model.vocab_size",
+      "{} is smaller than the {} tokenizer ({} ids with the special tokens of model.arch {}) — set vocab_size >= {}",
+      m.vocab_size, enum_name(c.data.tokenizer), need, enum_name(m.arch), need);
 }
 
 void validate_order(const Config& c) {

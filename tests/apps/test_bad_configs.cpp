@@ -193,7 +193,7 @@ std::vector<BadConfig> bad_models() {
        {"bad.yaml:8:3", "model.rope_theta", "gpt2 uses learned positions", "remove rope_theta"}},
       {"DffOnGpt2", kBase, "model.d_ff=100", 0, {"model.d_ff", "gpt2 uses d_ff = 4 * d_model = 128", "got 100"}},
       {"BertVocabWithoutItsSpecials", kBase, "model.arch=bert model.vocab_size=259 model.d_ff=64", 0,
-       {"model.vocab_size", "259", "261 ids for bert"}},
+       {"model.vocab_size", "259", "261 ids with the special tokens of model.arch bert"}},
       {"OddRotaryHeadSize", kBase, "model.arch=neox model.d_model=30", 0,
        {"model.d_model", "odd head size (15)", "neox's rotary embeddings"}},
   };

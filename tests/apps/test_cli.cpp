@@ -106,6 +106,15 @@ TEST_F(Cli, UnknownCommandAndOption) {
   expect_one_line_error(run("data prepare --input missing.txt --tokenizer bytes --out d/x", dir), {"missing.txt"});
 }
 
+// --help (or -h) after any command prints the usage and exits 0, as it does alone.
+TEST_F(Cli, HelpAfterACommandIsTheUsage) {
+  for (const char* args : {"--help", "train --help", "sample -h", "data prepare --help", "plan tiny.yaml --help"}) {
+    CmdResult r = run(args, dir);
+    EXPECT_EQ(r.status, 0) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("usage: lattice COMMAND"), std::string::npos) << args << ": " << r.out;
+  }
+}
+
 TEST_F(Cli, PrintConfigIsTheEffectiveConfig) {
   CmdResult r = run("train tiny.yaml train.steps=7 --print-config", dir);
   ASSERT_EQ(r.status, 0) << r.out;

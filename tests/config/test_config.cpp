@@ -495,8 +495,12 @@ TEST(Config, ValidateChecks) {
        "model.n_kv_head: model.n_head (4) is not divisible by n_kv_head (3)"},
       {{"model.n_kv_head=2"}, "model.n_kv_head: gpt2 has no grouped-query attention"},
       {{"model.vocab_size=0"}, "model.vocab_size: must be at least 1 (got 0)"},
-      {{"model.vocab_size=256"}, "model.vocab_size: 256 is smaller than the bytes tokenizer (257 ids for gpt2)"},
-      {{"model.arch=bert"}, "model.vocab_size: 257 is smaller than the bytes tokenizer (261 ids for bert)"},
+      {{"model.vocab_size=256"},
+       "model.vocab_size: 256 is smaller than the bytes tokenizer (257 ids with the special tokens of model.arch "
+       "gpt2)"},
+      {{"model.arch=bert"},
+       "model.vocab_size: 257 is smaller than the bytes tokenizer (261 ids with the special tokens of model.arch "
+       "bert)"},
       {{"data.tokenizer=gpt2"}, "model.vocab_size: 257 is smaller than the gpt2 tokenizer (50257 ids"},
       {{"train.seq_len=129"}, "train.seq_len: 129 exceeds model.max_seq_len (128)"},
       {{"model.dropout=1"}, "model.dropout: must be in [0, 1) (got 1)"},
