@@ -31,7 +31,7 @@ std::string describe(const checkpoint::ConvertSummary& s) {
 std::string step_dir_of(const std::string& command, const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  LATTICE_CHECK(fs::is_directory(path, ec), "{}: checkpoint {} is not a directory", command, path);
+  LATTICE_INPUT_CHECK(fs::is_directory(path, ec), "{}: checkpoint {} is not a directory", command, path);
   if (fs::exists(fs::path(path) / "manifest.json", ec)) return path;
   for (const fs::path& parent : {fs::path(path), fs::path(path) / "checkpoints"})
     if (auto latest = checkpoint::find_latest_complete(parent.string())) {
@@ -39,7 +39,7 @@ std::string step_dir_of(const std::string& command, const std::string& path) {
         fmt::print(stderr, "lattice: {}: using {} instead\n", s, latest->dir);
       return latest->dir;
     }
-  LATTICE_FAIL(
+  LATTICE_INPUT_FAIL(
       "{}: {} holds no complete checkpoint: pass a step directory (with manifest.json), a checkpoint "
       "directory or a run directory with checkpoints/",
       command, path);
@@ -48,11 +48,11 @@ std::string step_dir_of(const std::string& command, const std::string& path) {
 int convert(const Args& args) {
   const bool to_hf = !args.empty() && args[0] == "--to-hf", from_hf = !args.empty() && args[0] == "--from-hf";
   if (!to_hf && !from_hf)
-    LATTICE_FAIL("convert: expected --to-hf CHECKPOINT OUT_DIR or --from-hf HF_DIR OUT_CHECKPOINT_DIR, got '{}'",
-                 args.empty() ? "" : args[0]);
+    LATTICE_INPUT_FAIL("convert: expected --to-hf CHECKPOINT OUT_DIR or --from-hf HF_DIR OUT_CHECKPOINT_DIR, got '{}'",
+                       args.empty() ? "" : args[0]);
   if (args.size() != 3)
-    LATTICE_FAIL("convert {}: expected two directories ({}), got {} argument(s)", args[0],
-                 to_hf ? "CHECKPOINT OUT_DIR" : "HF_DIR OUT_CHECKPOINT_DIR", args.size() - 1);
+    LATTICE_INPUT_FAIL("convert {}: expected two directories ({}), got {} argument(s)", args[0],
+                       to_hf ? "CHECKPOINT OUT_DIR" : "HF_DIR OUT_CHECKPOINT_DIR", args.size() - 1);
   if (to_hf) {
     checkpoint::ConvertSummary s = checkpoint::convert_to_hf(step_dir_of("convert --to-hf", args[1]), args[2]);
     fmt::print("exported {} -> {} (config.json, model.safetensors; load with {}.from_pretrained)\n", describe(s), s.out,

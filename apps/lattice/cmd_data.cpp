@@ -16,7 +16,7 @@ int64_t parse_count(const std::string& flag, const std::string& v) {
   int64_t n = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
   if (ec != std::errc() || p != v.data() + v.size() || n < 0)
-    LATTICE_FAIL("data prepare: {} expects a non-negative integer, got '{}'", flag, v);
+    LATTICE_INPUT_FAIL("data prepare: {} expects a non-negative integer, got '{}'", flag, v);
   return n;
 }
 
@@ -26,7 +26,8 @@ data::PrepareOptions parse_prepare(const Args& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0) LATTICE_FAIL("data prepare: {} needs a value", a);
+      if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)
+        LATTICE_INPUT_FAIL("data prepare: {} needs a value", a);
       return args[++i];
     };
     if (a == "--input") {
@@ -45,12 +46,12 @@ data::PrepareOptions parse_prepare(const Args& args) {
     } else if (a == "--threads") {
       o.threads = int(parse_count(a, value()));
     } else {
-      LATTICE_FAIL("data prepare: unknown argument '{}' (see lattice --help)", a);
+      LATTICE_INPUT_FAIL("data prepare: unknown argument '{}' (see lattice --help)", a);
     }
   }
-  if (o.inputs.empty()) LATTICE_FAIL("data prepare: --input FILE... is required");
-  if (!have_tokenizer) LATTICE_FAIL("data prepare: --tokenizer gpt2|bytes is required");
-  if (o.out_prefix.empty()) LATTICE_FAIL("data prepare: --out PREFIX is required");
+  if (o.inputs.empty()) LATTICE_INPUT_FAIL("data prepare: --input FILE... is required");
+  if (!have_tokenizer) LATTICE_INPUT_FAIL("data prepare: --tokenizer gpt2|bytes is required");
+  if (o.out_prefix.empty()) LATTICE_INPUT_FAIL("data prepare: --out PREFIX is required");
   return o;
 }
 
@@ -58,7 +59,8 @@ data::PrepareOptions parse_prepare(const Args& args) {
 
 int data(const Args& args) {
   if (args.empty() || args[0] != "prepare")
-    LATTICE_FAIL("data: unknown subcommand '{}' (expected: lattice data prepare ...)", args.empty() ? "" : args[0]);
+    LATTICE_INPUT_FAIL("data: unknown subcommand '{}' (expected: lattice data prepare ...)",
+                       args.empty() ? "" : args[0]);
   data::PrepareOptions o = parse_prepare(Args(args.begin() + 1, args.end()));
   data::PrepareSummary s = data::prepare_data(o);
   fmt::print(

@@ -30,7 +30,7 @@ int parse_world(const std::string& text) {
     used = 0;
   }
   if (used != text.size() || n < 1 || n > (1 << 24))
-    LATTICE_FAIL("plan: --world expects a positive rank count, got '{}' ({})", text, kPlanUsage);
+    LATTICE_INPUT_FAIL("plan: --world expects a positive rank count, got '{}' ({})", text, kPlanUsage);
   return int(n);
 }
 
@@ -39,19 +39,19 @@ PlanArgs parse_plan_args(const Args& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--world") {
-      if (i + 1 == args.size()) LATTICE_FAIL("plan: --world needs a rank count ({})", kPlanUsage);
+      if (i + 1 == args.size()) LATTICE_INPUT_FAIL("plan: --world needs a rank count ({})", kPlanUsage);
       p.world = parse_world(args[++i]);
     } else if (a.rfind("--world=", 0) == 0) {
       p.world = parse_world(a.substr(8));
     } else if (a.rfind("--", 0) == 0) {
-      LATTICE_FAIL("plan: unknown option '{}' ({})", a, kPlanUsage);
+      LATTICE_INPUT_FAIL("plan: unknown option '{}' ({})", a, kPlanUsage);
     } else if (p.path.empty()) {
       p.path = a;
     } else {
       p.overrides.push_back(a);
     }
   }
-  if (p.path.empty()) LATTICE_FAIL("plan: no config file given ({})", kPlanUsage);
+  if (p.path.empty()) LATTICE_INPUT_FAIL("plan: no config file given ({})", kPlanUsage);
   return p;
 }
 

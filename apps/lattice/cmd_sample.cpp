@@ -47,7 +47,7 @@ T parse_number(const std::string& flag, const std::string& v, T lo, T hi, const 
   T n{};
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
   if (ec != std::errc() || p != v.data() + v.size() || !(n >= lo && n <= hi))
-    LATTICE_FAIL("sample: {} expects {}, got '{}'", flag, what, v);
+    LATTICE_INPUT_FAIL("sample: {} expects {}, got '{}'", flag, what, v);
   return n;
 }
 
@@ -57,11 +57,12 @@ SampleArgs parse_sample(const Args& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& f = args[i];
     auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) LATTICE_FAIL("sample: {} needs a value", f);
+      if (i + 1 >= args.size()) LATTICE_INPUT_FAIL("sample: {} needs a value", f);
       return args[++i];
     };
     if (f == "--prompt" || f == "--prompt-file") {
-      if (a.have_prompt) LATTICE_FAIL("sample: {} after a prompt was given: pass --prompt or --prompt-file, once", f);
+      if (a.have_prompt)
+        LATTICE_INPUT_FAIL("sample: {} after a prompt was given: pass --prompt or --prompt-file, once", f);
       a.prompt = f == "--prompt" ? value() : checkpoint::read_text_file(value(), kMaxPromptBytes);
       a.have_prompt = true;
     } else if (f == "--tokens") {
@@ -79,13 +80,13 @@ SampleArgs parse_sample(const Args& args) {
     } else if (f == "--tokenizer") {
       a.tokenizer = value();
       if (a.tokenizer != "gpt2" && a.tokenizer != "bytes")
-        LATTICE_FAIL("sample: --tokenizer expects gpt2 or bytes, got '{}'", a.tokenizer);
+        LATTICE_INPUT_FAIL("sample: --tokenizer expects gpt2 or bytes, got '{}'", a.tokenizer);
     } else if (f == "--vocab-dir") {
       a.vocab_dir = value(), a.have_vocab_dir = true;
     } else if (f == "--threads") {
       a.threads = parse_number<int>(f, value(), 1, 1024, "an integer in [1, 1024]");
     } else if (f.rfind("--", 0) == 0 || !a.checkpoint.empty()) {
-      LATTICE_FAIL(
+      LATTICE_INPUT_FAIL(
           "sample: unknown argument '{}' (usage: lattice sample CHECKPOINT [--prompt TEXT | --prompt-file PATH] "
           "[--tokens N] [--samples N] "
           "[--temperature X] [--top-k K] [--seed S] [--tokenizer gpt2|bytes] [--vocab-dir DIR] [--threads N])",
@@ -95,7 +96,7 @@ SampleArgs parse_sample(const Args& args) {
     }
   }
   if (a.checkpoint.empty())
-    LATTICE_FAIL("sample: expected a checkpoint (a step directory, a checkpoint directory or a run directory)");
+    LATTICE_INPUT_FAIL("sample: expected a checkpoint (a step directory, a checkpoint directory or a run directory)");
   return a;
 }
 
@@ -104,28 +105,30 @@ SampleArgs parse_sample(const Args& args) {
 int sample(const Args& args) {
   if (const LaunchedAs job = launched_as(); job.size > 1) {
     if (job.rank > 0) return 1;  // one line for the job: rank 0's
-    LATTICE_FAIL("sample: runs as one process, but the launcher started {}; run lattice sample without mpirun or srun",
-                 job.size);
+    LATTICE_INPUT_FAIL(
+        "sample: runs as one process, but the launcher started {}; run lattice sample without mpirun or srun",
+        job.size);
   }
   SampleArgs a = parse_sample(args);
   const std::string step_dir = step_dir_of("sample", a.checkpoint);
   checkpoint::LogicalModel m = checkpoint::read_logical_model(step_dir);
   const ModelConfig& mc = m.config;
   if (!arch_traits(mc.arch).causal)
-    LATTICE_FAIL(
+    LATTICE_INPUT_FAIL(
         "sample: the model in {} is {}, which is not a left-to-right language model; sample continues text with "
         "gpt2, llama or neox models",
         step_dir, enum_name(mc.arch));
   if (a.tokenizer.empty()) {
     if (!m.data)
-      LATTICE_FAIL("sample: {} is a model-only checkpoint with no run config: pass --tokenizer gpt2|bytes", step_dir);
+      LATTICE_INPUT_FAIL("sample: {} is a model-only checkpoint with no run config: pass --tokenizer gpt2|bytes",
+                         step_dir);
     a.tokenizer = std::string(enum_name(m.data->tokenizer));
   }
   if (!a.have_vocab_dir && m.data) a.vocab_dir = m.data->vocab_dir;
   std::unique_ptr<data::Tokenizer> tok =
       data::make_tokenizer(a.tokenizer, a.vocab_dir, arch_traits(mc.arch).special_tokens);
   if (tok->vocab_size() > mc.vocab_size)
-    LATTICE_FAIL(
+    LATTICE_INPUT_FAIL(
         "sample: the {} tokenizer has {} ids but the model in {} only {} (model.vocab_size): pass the "
         "tokenizer it was trained with (--tokenizer)",
         a.tokenizer, tok->vocab_size(), step_dir, mc.vocab_size);

@@ -37,14 +37,15 @@ TrainArgs parse_train_args(const Args& args) {
     if (a == "--print-config") {
       t.print_config = true;
     } else if (a.rfind("--", 0) == 0) {
-      LATTICE_FAIL("train: unknown option '{}' (usage: lattice train CONFIG [key=value ...] [--print-config])", a);
+      LATTICE_INPUT_FAIL("train: unknown option '{}' (usage: lattice train CONFIG [key=value ...] [--print-config])",
+                         a);
     } else if (t.path.empty()) {
       t.path = a;
     } else {
       t.overrides.push_back(a);
     }
   }
-  if (t.path.empty()) LATTICE_FAIL("train: no config file given (usage: lattice train CONFIG [key=value ...])");
+  if (t.path.empty()) LATTICE_INPUT_FAIL("train: no config file given (usage: lattice train CONFIG [key=value ...])");
   return t;
 }
 

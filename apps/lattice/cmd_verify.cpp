@@ -121,10 +121,10 @@ int verify_layout(int* argc, char*** argv, const Args& args) {
       double t = 0;
       auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), t);
       if (ec != std::errc() || p != v.data() + v.size() || !(t > 0))
-        LATTICE_FAIL("verify-layout: --tolerance expects a positive number, got '{}'", v);
+        LATTICE_INPUT_FAIL("verify-layout: --tolerance expects a positive number, got '{}'", v);
       tolerance = t;
     } else if (args[i].rfind("--", 0) == 0) {
-      LATTICE_FAIL(
+      LATTICE_INPUT_FAIL(
           "verify-layout: unknown option '{}' (usage: lattice verify-layout CONFIG [key=value ...] "
           "[--tolerance X])",
           args[i]);
@@ -134,7 +134,7 @@ int verify_layout(int* argc, char*** argv, const Args& args) {
       overrides.push_back(args[i]);
     }
   }
-  if (path.empty()) LATTICE_FAIL("verify-layout: no config file given (usage: lattice verify-layout CONFIG ...)");
+  if (path.empty()) LATTICE_INPUT_FAIL("verify-layout: no config file given (usage: lattice verify-layout CONFIG ...)");
   return run_with_mpi(argc, argv, [&](const comm::MpiRuntime& mpi) { return verify(path, overrides, tolerance, mpi); });
 }
 

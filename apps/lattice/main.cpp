@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const ConfigError& e) {
     fmt::print(stderr, "lattice: error: {}\n", e.message());
+  } catch (const InputError& e) {
+    fmt::print(stderr, "lattice: error: {}\n", e.message());
   } catch (const Error& e) {
     fmt::print(stderr, "lattice: error: {}\n", e.describe());
   } catch (const std::exception& e) {

@@ -66,6 +66,8 @@ int run_with_mpi(int* argc, char*** argv, const std::function<int(const comm::Mp
       return body(mpi);
     } catch (const ConfigError& e) {
       line = e.message();
+    } catch (const InputError& e) {
+      line = e.message();
     } catch (const Error& e) {
       line = e.describe();
     } catch (const std::exception& e) {

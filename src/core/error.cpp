@@ -20,8 +20,11 @@ std::string host_name() {
 }
 
 Error::Error(std::string message, std::string expression, const char* file, int line)
-    : std::runtime_error(message), message_(std::move(message)), expression_(std::move(expression)),
-      file_(file ? file : ""), line_(line) {}
+    : std::runtime_error(message),
+      message_(std::move(message)),
+      expression_(std::move(expression)),
+      file_(file ? file : ""),
+      line_(line) {}
 
 std::string Error::describe() const {
   std::string who = g_rank >= 0 ? fmt::format("{} rank {}", host_name(), int(g_rank)) : host_name();
@@ -31,6 +34,10 @@ std::string Error::describe() const {
                                 : fmt::format(" [{} at {}:{}]", expression_, file_, line_);
   }
   return fmt::format("{}: {}{}", who, message_, where);
+}
+
+void throw_input_error(std::string message, const char* expr, const char* file, int line) {
+  throw InputError(std::move(message), expr ? expr : "", file ? file : "", line);
 }
 
 void throw_error(std::string message, const char* expr, const char* file, int line) {

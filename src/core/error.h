@@ -7,6 +7,7 @@
 //
 //   LATTICE_CHECK(cond, "fmt {}", args...)   internal invariant
 //   LATTICE_FAIL("fmt {}", args...)          unconditional failure
+//   LATTICE_INPUT_CHECK / LATTICE_INPUT_FAIL  the same for bad user input (InputError)
 //   The CUDA/cuBLAS/NCCL/MPI checks live beside their backends and throw the
 //   same Error with the library's own message.
 #pragma once
@@ -31,6 +32,15 @@ class Error : public std::runtime_error {
   int line_;
 };
 
+// An error in what the user gave (a command line, an input file): its message
+// names the argument or file, the value and the fix, so reports print it
+// alone, without the host, expression and location an internal failure
+// carries (LATTICE_INPUT_CHECK / LATTICE_INPUT_FAIL).
+class InputError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Identity used in error reports. The process-wide rank is diagnostic only;
 // no library logic depends on it.
 void set_error_rank(int rank);
@@ -38,13 +48,22 @@ int error_rank();
 std::string host_name();
 
 [[noreturn]] void throw_error(std::string message, const char* expr, const char* file, int line);
+[[noreturn]] void throw_input_error(std::string message, const char* expr, const char* file, int line);
 
 }  // namespace lattice
 
-#define LATTICE_CHECK(cond, ...)                                                         \
-  do {                                                                                   \
-    if (!(cond)) [[unlikely]]                                                            \
-      ::lattice::throw_error(::fmt::format(__VA_ARGS__), #cond, __FILE__, __LINE__);     \
+#define LATTICE_CHECK(cond, ...)                                                     \
+  do {                                                                               \
+    if (!(cond)) [[unlikely]]                                                        \
+      ::lattice::throw_error(::fmt::format(__VA_ARGS__), #cond, __FILE__, __LINE__); \
   } while (0)
 
 #define LATTICE_FAIL(...) ::lattice::throw_error(::fmt::format(__VA_ARGS__), "", __FILE__, __LINE__)
+
+#define LATTICE_INPUT_CHECK(cond, ...)                                                     \
+  do {                                                                                     \
+    if (!(cond)) [[unlikely]]                                                              \
+      ::lattice::throw_input_error(::fmt::format(__VA_ARGS__), #cond, __FILE__, __LINE__); \
+  } while (0)
+
+#define LATTICE_INPUT_FAIL(...) ::lattice::throw_input_error(::fmt::format(__VA_ARGS__), "", __FILE__, __LINE__)

@@ -57,7 +57,7 @@ std::vector<std::vector<int32_t>> encode_chunks(const Tokenizer& tok, const std:
 
 std::string read_document(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) LATTICE_FAIL("data prepare: cannot read input file {}: {}", path, std::strerror(errno));
+  if (!in) LATTICE_INPUT_FAIL("data prepare: cannot read input file {}: {}", path, std::strerror(errno));
   in.seekg(0, std::ios::end);
   std::string text(size_t(in.tellg()), '\0');
   in.seekg(0);
@@ -149,27 +149,27 @@ void remove_stale_shards(PrepareSummary& s, const std::string& prefix) {
 }
 
 void check_options(const PrepareOptions& o, const Tokenizer& tok) {
-  LATTICE_CHECK(!o.inputs.empty(), "data prepare: no input files (--input FILE...)");
-  LATTICE_CHECK(!o.out_prefix.empty(), "data prepare: no output prefix (--out PREFIX)");
-  LATTICE_CHECK(o.val_tokens >= 0, "data prepare: --val-tokens {} must be >= 0", o.val_tokens);
-  LATTICE_CHECK(o.shard_tokens >= 1 && o.shard_tokens <= kShardMaxTokens,
-                "data prepare: --shard-tokens {} must be in [1, {}] (the shard header's count is "
-                "an int32)",
-                o.shard_tokens, kShardMaxTokens);
-  LATTICE_CHECK(o.chunk_bytes >= 1, "data prepare: chunk_bytes {} must be >= 1", o.chunk_bytes);
-  LATTICE_CHECK(tok.vocab_size() <= kShardMaxTokenId + 1,
-                "data prepare: tokenizer {} has {} ids, but shards store uint16 ids (at most {})", tok.name(),
-                tok.vocab_size(), kShardMaxTokenId + 1);
+  LATTICE_INPUT_CHECK(!o.inputs.empty(), "data prepare: no input files (--input FILE...)");
+  LATTICE_INPUT_CHECK(!o.out_prefix.empty(), "data prepare: no output prefix (--out PREFIX)");
+  LATTICE_INPUT_CHECK(o.val_tokens >= 0, "data prepare: --val-tokens {} must be >= 0", o.val_tokens);
+  LATTICE_INPUT_CHECK(o.shard_tokens >= 1 && o.shard_tokens <= kShardMaxTokens,
+                      "data prepare: --shard-tokens {} must be in [1, {}] (the shard header's count is "
+                      "an int32)",
+                      o.shard_tokens, kShardMaxTokens);
+  LATTICE_INPUT_CHECK(o.chunk_bytes >= 1, "data prepare: chunk_bytes {} must be >= 1", o.chunk_bytes);
+  LATTICE_INPUT_CHECK(tok.vocab_size() <= kShardMaxTokenId + 1,
+                      "data prepare: tokenizer {} has {} ids, but shards store uint16 ids (at most {})", tok.name(),
+                      tok.vocab_size(), kShardMaxTokenId + 1);
   std::error_code ec;
   uintmax_t bytes = 0;
   for (const auto& in : o.inputs) {
-    LATTICE_CHECK(!fs::is_directory(in, ec), "data prepare: input {} is a directory — pass the files in it ({}/*)", in,
-                  in);
-    LATTICE_CHECK(fs::is_regular_file(in, ec), "data prepare: input file {} not found", in);
+    LATTICE_INPUT_CHECK(!fs::is_directory(in, ec),
+                        "data prepare: input {} is a directory — pass the files in it ({}/*)", in, in);
+    LATTICE_INPUT_CHECK(fs::is_regular_file(in, ec), "data prepare: input file {} not found", in);
     bytes += fs::file_size(in, ec);
   }
-  LATTICE_CHECK(bytes > 0, "data prepare: the {} input file(s) are empty — there is no text to tokenize",
-                o.inputs.size());
+  LATTICE_INPUT_CHECK(bytes > 0, "data prepare: the {} input file(s) are empty — there is no text to tokenize",
+                      o.inputs.size());
 }
 
 }  // namespace
@@ -255,10 +255,10 @@ PrepareSummary prepare_data(const PrepareOptions& o) {
   SplitWriter writer(o, summary);
   try {
     encode_into(o, *tok, threads, writer, summary);
-    LATTICE_CHECK(summary.train_tokens > 0,
-                  "data prepare: --val-tokens {} takes all {} tokens of the input, leaving none to train on — "
-                  "pass at most {}",
-                  o.val_tokens, summary.val_tokens, summary.val_tokens - 1);
+    LATTICE_INPUT_CHECK(summary.train_tokens > 0,
+                        "data prepare: --val-tokens {} takes all {} tokens of the input, leaving none to train on — "
+                        "pass at most {}",
+                        o.val_tokens, summary.val_tokens, summary.val_tokens - 1);
     writer.commit();
   } catch (...) {
     writer.discard();

@@ -82,7 +82,7 @@ std::unique_ptr<Tokenizer> make_base_tokenizer(std::string_view name, const std:
     }
     return std::make_unique<Gpt2Tokenizer>(vocab_dir);
   }
-  LATTICE_FAIL("unknown tokenizer '{}'; expected gpt2 or bytes", name);
+  LATTICE_INPUT_FAIL("unknown tokenizer '{}'; expected gpt2 or bytes", name);
 }
 
 }  // namespace
