@@ -234,6 +234,7 @@ StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
   s.tokens = int64_t(cfg_.train.global_batch) * T;
   // fp16: the gradients are those of the loss times the scale (1 for bf16 and fp32).
   const float dloss = (s.valid_tokens > 0 ? float(1.0 / double(s.valid_tokens)) : 0.0f) * scaler_.scale();
+  for (auto& chunk : chunks_) chunk->set_loss_weight(dloss);  // known before forward (LanguageModel::set_loss_weight)
   params_.zero_grad();
   if (on_zeroed_grads_for_tests) on_zeroed_grads_for_tests(step, params_);
   if (buckets_) buckets_->begin_step();

@@ -93,7 +93,8 @@ class HybridParallelPlugin final : public Plugin {
     if (zero_) zero_->gather_values(params_);
   }
   const pipeline::PipelineStageManager& stages() const { return *stages_; }
-  const GradBuckets* grad_buckets() const { return buckets_.get(); }  // null: no bucketed dp all-reduce
+  const GradBuckets* grad_buckets() const { return buckets_.get(); }          // null: no bucketed dp all-reduce
+  const LanguageModel& chunk(int v) const { return *chunks_.at(size_t(v)); }  // this rank's model chunk v
 
   // Tests only; unset in training. Called on this rank every step right after
   // its gradients are zeroed, before backward accumulates into them: a value

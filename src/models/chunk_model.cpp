@@ -103,7 +103,10 @@ void ChunkModel::fill_context(Context& ctx, const ChunkActivations& acts, const 
   }
   if (span.head) {
     ctx.head = acts.head(make, B, T);
-    if (span.head_chunk == 0) ctx.head->logits = make({B, T, acts.V_l});  // else one chunk's, in the workspace
+    if (span.head_chunk == 0)
+      ctx.head->logits = make({B, T, acts.V_l});  // else one chunk's, in the workspace
+    else
+      ctx.head->dfeat = make({B, T, acts.C});  // the head's gradients computed in forward
     ctx.head->losses = make.master({B, T}), ctx.head->lse = make.master({B, T});
   }
 }
@@ -266,17 +269,17 @@ std::unique_ptr<LmHeadTensors> ChunkActivations::layernorm_head(const MakeTensor
   return h;
 }
 
-double ChunkModel::layernorm_head_forward(Context& ctx, const Tensor& x, const LayerNormHead& p,
+double ChunkModel::layernorm_head_forward(Context& ctx, const Tensor& x, LayerNormHead& p,
                                           tp::ColumnParallelLinear& head) {
   auto& h = head_of<LayerNormHeadTensors>(ctx);
   ops::layernorm_forward(h.lnf, h.lnf_mean, h.lnf_rstd, x, p.norm_w.w, p.norm_b.w, p.eps);
-  return lm_head_forward(ctx, h.lnf, head, p.head_w.mm(), nullptr, p.vocab_size);
+  return lm_head_forward(ctx, h.lnf, {.linear = head, .weight = p.head_w, .vocab_size = p.vocab_size});
 }
 
 void ChunkModel::layernorm_head_backward(Context& ctx, const Tensor& x, float dloss, LayerNormHead& p,
                                          tp::ColumnParallelLinear& head, Tensor& scratch, Tensor& dx) {
   auto& h = head_of<LayerNormHeadTensors>(ctx);
-  lm_head_backward(ctx, h.lnf, dloss, head, p.head_w, nullptr, nullptr, p.vocab_size, scratch);
+  lm_head_backward(ctx, h.lnf, dloss, {.linear = head, .weight = p.head_w, .vocab_size = p.vocab_size}, scratch);
   ops::layernorm_backward(dx, p.norm_w.g, p.norm_b.g, scratch, x, p.norm_w.w, h.lnf_mean, h.lnf_rstd);
 }
 
@@ -290,10 +293,19 @@ Tensor row_range(const Tensor& t, int64_t n, int64_t r0, int64_t r1) {
 }
 
 // logits = feat @ weight^T (+ bias): one chunk's forward, and backward's recompute of it.
-void head_logits_forward(Tensor& logits, const Tensor& feat, tp::ColumnParallelLinear& head, const Tensor& weight,
-                         const Tensor* bias) {
-  head.forward(logits, feat, weight, nullptr);
-  if (bias) ops::add_bias_forward(logits, *bias);
+void head_logits_forward(Tensor& logits, const Tensor& feat, const LmHead& head) {
+  head.linear.forward(logits, feat, head.weight.mm(), nullptr);
+  if (head.bias) ops::add_bias_forward(logits, *head.bias);
+}
+
+// dlogits in place of logits, then the gradients of the head's input (dfeat,
+// overwritten), weight and bias (accumulated): one chunk's backward.
+void head_chunk_backward(Tensor& logits, const Tensor& feat, const Tensor& lse, const Tensor& targets, float dloss,
+                         int64_t vocab_start, const LmHead& head, Tensor& dfeat) {
+  tp::vocab_parallel_cross_entropy_backward(logits, logits, lse, targets, dloss, vocab_start, head.vocab_size,
+                                            kIgnoreIndex);
+  if (head.dbias) ops::add_bias_backward(*head.dbias, logits);
+  head.linear.backward(&dfeat, &head.weight.g, nullptr, logits, feat, head.weight.mm());
 }
 
 }  // namespace
@@ -304,18 +316,25 @@ Tensor ChunkModel::head_logits(Context& ctx, int64_t r0, int64_t r1) {
   return workspace(ctx.B, ctx.T).head_logits.slice_rows(0, r1 - r0);
 }
 
-double ChunkModel::lm_head_forward(Context& ctx, const Tensor& feat, tp::ColumnParallelLinear& head,
-                                   const Tensor& weight, const Tensor* bias, int vocab_size) {
+double ChunkModel::lm_head_forward(Context& ctx, const Tensor& feat, const LmHead& head) {
   LmHeadTensors& h = *ctx.head;
   const int64_t n = ctx.B * ctx.T, rows = ChunkActivations::head_rows(span_, n);
   const int64_t vocab_start = int64_t(tp_.rank()) * acts_->V_l;
+  // In chunks, a training forward that knows backward's dloss does the head's backward now.
+  h.forward_dloss.reset();
+  if (span_.head_chunk > 0 && ctx.coords.train && ctx.kv == nullptr) h.forward_dloss = loss_weight_;
   for (int64_t r0 = 0; r0 < n; r0 += rows) {
     const int64_t r1 = std::min(n, r0 + rows);
     Tensor logits = head_logits(ctx, r0, r1), losses = row_range(h.losses, n, r0, r1);
     Tensor lse = row_range(h.lse, n, r0, r1);
-    head_logits_forward(logits, row_range(feat, n, r0, r1), head, weight, bias);
-    tp::vocab_parallel_cross_entropy_forward(losses, lse, logits, row_range(ctx.targets, n, r0, r1), vocab_start,
-                                             vocab_size, kIgnoreIndex, tp_);
+    const Tensor feat_rows = row_range(feat, n, r0, r1), targets = row_range(ctx.targets, n, r0, r1);
+    head_logits_forward(logits, feat_rows, head);
+    tp::vocab_parallel_cross_entropy_forward(losses, lse, logits, targets, vocab_start, head.vocab_size, kIgnoreIndex,
+                                             tp_);
+    if (h.forward_dloss) {
+      Tensor dfeat_rows = row_range(h.dfeat, n, r0, r1);
+      head_chunk_backward(logits, feat_rows, lse, targets, *h.forward_dloss, vocab_start, head, dfeat_rows);
+    }
   }
   const Tensor host = h.losses.on_host();
   double sum = 0;
@@ -324,21 +343,28 @@ double ChunkModel::lm_head_forward(Context& ctx, const Tensor& feat, tp::ColumnP
   return sum;
 }
 
-void ChunkModel::lm_head_backward(Context& ctx, const Tensor& feat, float dloss, tp::ColumnParallelLinear& head,
-                                  ParamView& weight, const Tensor* bias, Tensor* dbias, int vocab_size, Tensor& dfeat) {
+void ChunkModel::lm_head_backward(Context& ctx, const Tensor& feat, float dloss, const LmHead& head, Tensor& dfeat) {
   LmHeadTensors& h = *ctx.head;
+  if (h.forward_dloss) {  // forward did it (set_loss_weight)
+    LATTICE_CHECK(*h.forward_dloss == dloss,
+                  "{}: backward's dloss {} is not the loss weight {} that forward computed the head's gradients with",
+                  acts_->arch, dloss, *h.forward_dloss);
+    dfeat.copy_from(h.dfeat);
+    h.forward_dloss.reset();
+    return;
+  }
   const int64_t n = ctx.B * ctx.T, rows = ChunkActivations::head_rows(span_, n);
   const int64_t vocab_start = int64_t(tp_.rank()) * acts_->V_l;
   for (int64_t r0 = 0; r0 < n; r0 += rows) {
     const int64_t r1 = std::min(n, r0 + rows);
     Tensor logits = head_logits(ctx, r0, r1), dfeat_rows = row_range(dfeat, n, r0, r1);
     const Tensor feat_rows = row_range(feat, n, r0, r1);
-    if (span_.head_chunk > 0) head_logits_forward(logits, feat_rows, head, weight.mm(), bias);
-    tp::vocab_parallel_cross_entropy_backward(logits, logits, row_range(h.lse, n, r0, r1),
-                                              row_range(ctx.targets, n, r0, r1), dloss, vocab_start, vocab_size,
-                                              kIgnoreIndex);
-    if (dbias) ops::add_bias_backward(*dbias, logits);
-    head.backward(&dfeat_rows, &weight.g, nullptr, logits, feat_rows, weight.mm());
+    if (span_.head_chunk > 0) {
+      head_logits_forward(logits, feat_rows, head);
+      head_rows_recomputed_ += r1 - r0;
+    }
+    head_chunk_backward(logits, feat_rows, row_range(h.lse, n, r0, r1), row_range(ctx.targets, n, r0, r1), dloss,
+                        vocab_start, head, dfeat_rows);
   }
 }
 

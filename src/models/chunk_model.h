@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,21 @@ struct LmHeadTensors : SavedTensors {
   Tensor logits;       // (B, T, V_l), backward overwrites it with dlogits; undefined
                        // with StageSpan::head_chunk (the workspace holds one chunk's)
   Tensor losses, lse;  // (B, T)
+  // With head_chunk: the head input's gradient (B, T, C), when forward computed
+  // the head's gradients (set_loss_weight), and the dloss it used.
+  Tensor dfeat;
+  std::optional<float> forward_dloss;
+};
+
+// The LM head every model's head ends in (ChunkModel::lm_head_forward): the
+// column-parallel linear, its weight, and optionally a vocabulary bias (this
+// rank's (V_l) slice) and where its gradient accumulates ((V_l), +=).
+struct LmHead {
+  tp::ColumnParallelLinear& linear;
+  ParamView& weight;
+  const Tensor* bias = nullptr;
+  Tensor* dbias = nullptr;
+  int vocab_size = 0;
 };
 
 // The head of the LayerNorm models (GPT-2, GPT-NeoX): final LayerNorm (its
@@ -215,6 +231,10 @@ class ChunkModel : public LanguageModel {
 
   DType activation_dtype() const final { return act_dtype_; }
   void set_activation_dtype(DType dtype) final;
+  void set_loss_weight(std::optional<float> dloss) final { loss_weight_ = dloss; }
+  // Rows whose logits backward has computed again so far (lm_head_backward):
+  // none when forward computes the head's gradients.
+  int64_t head_rows_recomputed() const { return head_rows_recomputed_; }
 
   // What chunk `span` of a model with these activations holds at (B, T) with
   // activations in `activation` (statistics in its master dtype), counted
@@ -274,20 +294,20 @@ class ChunkModel : public LanguageModel {
   // lengths): the parameter table keeps e.g. q, k, v next to each other, so
   // their local shards read as one fused weight.
   ParamView bind_rows(FlatParams& params, const std::vector<std::string>& names) const;
-  // The LM head and its loss, which every model's head ends in: this rank's
-  // logits = feat (B, T, C) @ weight (V_l, C)^T through `head` (+ bias, this
-  // rank's (V_l) slice of a vocabulary bias, when given), then the
-  // vocab-parallel cross-entropy against ctx.targets into h.losses and h.lse.
-  // Returns the loss sum. With StageSpan::head_chunk it runs chunk by chunk
-  // of rows through one chunk's logits in the workspace and keeps none.
-  double lm_head_forward(Context& ctx, const Tensor& feat, tp::ColumnParallelLinear& head, const Tensor& weight,
-                         const Tensor* bias, int vocab_size);
+  // This rank's logits = feat (B, T, C) @ weight (V_l, C)^T (+ bias), then
+  // the vocab-parallel cross-entropy against ctx.targets into h.losses and
+  // h.lse. Returns the loss sum. With StageSpan::head_chunk it runs chunk by
+  // chunk of rows through one chunk's logits in the workspace and keeps none;
+  // in a training forward with a loss weight (set_loss_weight) it then also
+  // turns each chunk's logits into dlogits and accumulates the weight and bias
+  // gradients and h.dfeat, as backward would (h.forward_dloss says so).
+  double lm_head_forward(Context& ctx, const Tensor& feat, const LmHead& head);
   // From the loss (each valid token weighted by dloss) to dfeat (B, T, C,
-  // overwritten); accumulates weight.g and, when given, dbias (V_l). With
-  // head_chunk it computes each chunk's logits again first (the same weight
-  // and bias as forward's).
-  void lm_head_backward(Context& ctx, const Tensor& feat, float dloss, tp::ColumnParallelLinear& head,
-                        ParamView& weight, const Tensor* bias, Tensor* dbias, int vocab_size, Tensor& dfeat);
+  // overwritten); accumulates the weight and bias gradients. With head_chunk
+  // it computes each chunk's logits again first (the same weight and bias as
+  // forward's), unless forward computed the gradients already: then it copies
+  // h.dfeat (dloss must be forward's).
+  void lm_head_backward(Context& ctx, const Tensor& feat, float dloss, const LmHead& head, Tensor& dfeat);
   // The whole head of a LayerNorm model (ctx.head a LayerNormHeadTensors):
   // LayerNorm of x with (norm_w, norm_b), logits through `head` with weight
   // head_w, and the loss; backward from the loss to dx, with `scratch` a free
@@ -297,7 +317,7 @@ class ChunkModel : public LanguageModel {
     float eps = 1e-5f;
     int vocab_size = 0;
   };
-  double layernorm_head_forward(Context& ctx, const Tensor& x, const LayerNormHead& p, tp::ColumnParallelLinear& head);
+  double layernorm_head_forward(Context& ctx, const Tensor& x, LayerNormHead& p, tp::ColumnParallelLinear& head);
   void layernorm_head_backward(Context& ctx, const Tensor& x, float dloss, LayerNormHead& p,
                                tp::ColumnParallelLinear& head, Tensor& scratch, Tensor& dx);
   template <class S>
@@ -375,6 +395,8 @@ class ChunkModel : public LanguageModel {
 
   std::unique_ptr<ChunkActivations> acts_;
   Workspace ws_;
+  std::optional<float> loss_weight_;  // set_loss_weight's
+  int64_t head_rows_recomputed_ = 0;
   mutable Tensor shared_att_;  // shared_attention's; contexts made before a change of shape keep theirs
 };
 

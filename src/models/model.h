@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,13 @@ class LanguageModel {
   // make_context; statistics, losses and gradients stay in the parameters'.
   virtual DType activation_dtype() const = 0;
   virtual void set_activation_dtype(DType dtype) = 0;
+  // The dloss the next training forwards' backward will take (the plugin sets
+  // it each step, before any forward; nullopt: not known). With it a model
+  // may do part of backward during forward: under StageSpan::head_chunk the
+  // LM head computes its gradients chunk by chunk as it computes the loss, so
+  // backward computes no logits again. backward() must then get the same
+  // dloss. Evaluation forwards (StepCoords::train false) compute no gradients.
+  virtual void set_loss_weight(std::optional<float> dloss) { (void)dloss; }
   virtual std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const = 0;
   // What make_context(B, T) and the chunk's workspace allocate, without allocating.
   virtual ActivationBytes activation_bytes(int64_t B, int64_t T) const = 0;

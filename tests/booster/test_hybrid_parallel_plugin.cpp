@@ -12,6 +12,8 @@
 #include "comm/self_communicator.h"
 #include "core/rng.h"
 #include "data/shard.h"
+#include "models/chunk_model.h"
+#include "models/chunk_model.h"
 #include "support/test_support.h"
 
 using namespace lattice;
@@ -59,6 +61,26 @@ TEST(HybridParallelPlugin, MicrobatchesAccumulateToTheFullBatchStep) {
   }
   // Values are not compared element-wise: Adam turns fp32 summation-order noise in
   // near-zero gradients into update differences of order lr; the contract is the loss.
+}
+
+// parallel.head_chunk_tokens in training: the plugin gives the model each
+// step's dloss before its forwards, so the head computes its gradients in
+// forward and backward computes no logits again; the step equals the whole
+// head's.
+TEST(HybridParallelPlugin, AHeadInChunksComputesItsGradientsInForward) {
+  std::string dir = test::make_temp_dir("plugin");
+  std::string glob = make_shards(dir);
+  auto m1 = one_rank(), m2 = one_rank();
+  Config chunked = config(glob, 2);
+  chunked.parallel.head_chunk_tokens = 7;
+  HybridParallelPlugin whole(config(glob, 2), m1), in_chunks(chunked, m2);
+  for (int64_t step = 1; step <= 3; ++step) {
+    StepStats a = whole.execute_pipeline(step), b = in_chunks.execute_pipeline(step);
+    EXPECT_NEAR(b.loss_sum, a.loss_sum, 1e-5 * std::fabs(a.loss_sum)) << "step " << step;
+    EXPECT_TENSOR_NEAR(in_chunks.params().grads(), whole.params().grads(), (test::Tolerance{1e-4, 1e-7}));
+    whole.optimizer_step(step, 1e-3), in_chunks.optimizer_step(step, 1e-3);
+  }
+  EXPECT_EQ(dynamic_cast<const ChunkModel&>(in_chunks.chunk(0)).head_rows_recomputed(), 0);
 }
 
 TEST(HybridParallelPlugin, StepDataDependsOnlyOnSeedAndStep) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 
 #include "core/allocator.h"
 #include "core/kernels/cpu/matmul.h"
@@ -36,19 +37,22 @@ std::vector<ParamSpec> specs_of(const ModelUnderTest& m, const StageSpan& span) 
 // losses, the gradients, and what activation_bytes() predicted. Checks that a
 // context holds the predicted bytes and that, after both forwards, the
 // allocator holds two contexts and the workspace (plus `unpredicted` bytes the
-// prediction leaves out). `after_forward` runs then, on the model and the
-// first context.
+// prediction leaves out). `after_forward` runs then, on the model, the first
+// context and the parameters. `loss_weight`: the model's set_loss_weight.
+constexpr float kInFlightDloss = 0.05f;  // the dloss backward gets
 struct InFlightRun {
   double loss[2] = {};
   Tensor grads;
   ActivationBytes predicted;
 };
-InFlightRun run_two_in_flight(const ModelUnderTest& m, const StageSpan& span, const Tensor (&x)[2],
-                              const Tensor (&y)[2], int64_t unpredicted = 0,
-                              const std::function<void(LanguageModel&, ModelContext&)>& after_forward = {}) {
+InFlightRun run_two_in_flight(
+    const ModelUnderTest& m, const StageSpan& span, const Tensor (&x)[2], const Tensor (&y)[2], int64_t unpredicted = 0,
+    const std::function<void(LanguageModel&, ModelContext&, const FlatParams&)>& after_forward = {},
+    std::optional<float> loss_weight = std::nullopt) {
   const int64_t B = x[0].dim(0), T = x[0].dim(1);
   const StepCoords coords[2] = {{3, 5, 0, true}, {3, 5, B, true}};
   WholeModel s(m, DType::f64, span);
+  s.model->set_loss_weight(loss_weight);
   const int64_t before = memory_stats(Device::cpu()).live_bytes;
   std::unique_ptr<ModelContext> ctx[2] = {s.model->make_context(B, T), s.model->make_context(B, T)};
   InFlightRun r;
@@ -57,8 +61,8 @@ InFlightRun run_two_in_flight(const ModelUnderTest& m, const StageSpan& span, co
   for (int k = 0; k < 2; ++k) r.loss[k] = s.model->forward(*ctx[k], x[k], y[k], coords[k]);
   EXPECT_EQ(memory_stats(Device::cpu()).live_bytes - before,
             2 * r.predicted.context + r.predicted.workspace + unpredicted);
-  if (after_forward) after_forward(*s.model, *ctx[0]);
-  for (int k = 0; k < 2; ++k) s.model->backward(*ctx[k], 0.05f);
+  if (after_forward) after_forward(*s.model, *ctx[0], s.params);
+  for (int k = 0; k < 2; ++k) s.model->backward(*ctx[k], kInFlightDloss);
   r.grads = s.params.grads().clone();
   return r;
 }
@@ -253,29 +257,55 @@ void check_head_chunks(const ModelUnderTest& m, int64_t B, int64_t T) {
     y[0].data<int32_t>()[i] = kIgnoreIndex;  // in and across chunks
   y[1].data<int32_t>()[N - 1] = kIgnoreIndex;
   using Run = InFlightRun;
-  auto run = [&](int64_t chunk) {
-    return run_two_in_flight(m, StageSpan{.head_chunk = chunk}, x, y, 0,
-                             [chunk](LanguageModel& model, ModelContext& ctx) {
-                               auto* chunked = dynamic_cast<ChunkModel*>(&model);
-                               ASSERT_TRUE(chunked != nullptr);
-                               if (chunk > 0) {
-                                 EXPECT_THROW(chunked->logits(ctx), Error);
-                               }
-                             });
+  // `in_forward`: the loss weight is set, so forward computes the head's gradients.
+  auto run = [&](int64_t chunk, bool in_forward) {
+    auto after_forward = [&](LanguageModel& model, ModelContext& ctx, const FlatParams& params) {
+      auto* chunked = dynamic_cast<ChunkModel*>(&model);
+      ASSERT_TRUE(chunked != nullptr);
+      if (chunk > 0) {
+        EXPECT_THROW(chunked->logits(ctx), Error);
+      }
+      // Before any backward, gradients exist only where forward computed the head's.
+      double sum = 0;
+      const Tensor g = params.grads();
+      for (int64_t i = 0; i < g.numel(); ++i) sum += std::abs(g.data<double>()[i]);
+      EXPECT_EQ(sum > 0, chunk > 0 && in_forward) << sum;
+      EXPECT_EQ(chunked->head_rows_recomputed(), 0);
+    };
+    return run_two_in_flight(m, StageSpan{.head_chunk = chunk}, x, y, 0, after_forward,
+                             in_forward ? std::optional<float>(kInFlightDloss) : std::nullopt);
   };
-  const Run whole = run(0);
-  for (int64_t chunk : {int64_t(5), N, 4 * N}) {
-    SCOPED_TRACE(testing::Message() << "head_chunk " << chunk);
-    const Run r = run(chunk);
-    for (int k = 0; k < 2; ++k) EXPECT_NEAR(r.loss[k], whole.loss[k], 1e-12 * std::abs(whole.loss[k])) << k;
-    EXPECT_TENSOR_NEAR(r.grads, whole.grads, tolerance(DType::f64));
-    // The context loses N rows of logits, the workspace gains one chunk's (min(chunk, N) rows).
-    const int64_t row = (whole.predicted.context - r.predicted.context) / N;
-    EXPECT_GT(row, 0);
-    EXPECT_EQ(whole.predicted.context - r.predicted.context, N * row);
-    EXPECT_EQ(r.predicted.workspace - whole.predicted.workspace, std::min(chunk, N) * row);
-    EXPECT_EQ(row % int64_t(sizeof(double)), 0);
+  const Run whole = run(0, false);
+  const Run whole_weighted = run(0, true);  // the whole head ignores the weight
+  EXPECT_TRUE(same_bits(whole_weighted.grads, whole.grads));
+  for (int64_t chunk : {int64_t(5), N, 4 * N})
+    for (bool in_forward : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "head_chunk " << chunk << (in_forward ? ", gradients in forward" : ""));
+      const Run r = run(chunk, in_forward);
+      for (int k = 0; k < 2; ++k) EXPECT_NEAR(r.loss[k], whole.loss[k], 1e-12 * std::abs(whole.loss[k])) << k;
+      EXPECT_TENSOR_NEAR(r.grads, whole.grads, tolerance(DType::f64));
+      // The context trades N rows of logits (V_l columns) for the head input's
+      // gradient (C columns); the workspace gains one chunk's logits.
+      const int64_t row = (whole.predicted.context - r.predicted.context) / N + m.hidden * int64_t(sizeof(double));
+      EXPECT_GT(row, m.hidden * int64_t(sizeof(double)));
+      EXPECT_EQ(whole.predicted.context - r.predicted.context, N * (row - m.hidden * int64_t(sizeof(double))));
+      EXPECT_EQ(r.predicted.workspace - whole.predicted.workspace, std::min(chunk, N) * row);
+    }
+  // Backward computes the logits again only when forward did not do its work.
+  for (bool in_forward : {false, true}) {
+    WholeModel s(m, DType::f64, StageSpan{.head_chunk = 5});
+    if (in_forward) s.model->set_loss_weight(kInFlightDloss);
+    auto ctx = s.model->make_context(B, T);
+    s.model->forward(*ctx, x[0], y[0], {3, 5, 0, true});
+    s.model->backward(*ctx, kInFlightDloss);
+    EXPECT_EQ(dynamic_cast<ChunkModel&>(*s.model).head_rows_recomputed(), in_forward ? 0 : N);
   }
+  // Backward must take the dloss forward computed the gradients with.
+  WholeModel s(m, DType::f64, StageSpan{.head_chunk = 5});
+  s.model->set_loss_weight(kInFlightDloss);
+  auto ctx = s.model->make_context(B, T);
+  s.model->forward(*ctx, x[0], y[0], {3, 5, 0, true});
+  EXPECT_THROW(s.model->backward(*ctx, 2 * kInFlightDloss), Error);
 }
 
 void check_16bit_activations(const ModelUnderTest& m, int64_t B, int64_t T) {

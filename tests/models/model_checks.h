@@ -86,12 +86,14 @@ void check_recompute(const ModelUnderTest& m, const std::vector<int>& recompute,
 // should be on, so that the masks are checked too.
 void check_recompute_attention(const ModelUnderTest& m, int64_t B, int64_t T, int pad_id = -1);
 // parallel.head_chunk_tokens (StageSpan::head_chunk) at 5 rows (uneven
-// chunks of the B * T), B * T and more: two microbatches in flight (forward A,
-// forward B, backward A, backward B, as GPipe runs them), some targets
-// ignored, give the losses and gradients of the head run whole, in f64; each
-// context holds no logits (B * T rows of them less), the workspace one
-// chunk's, the allocator holds what activation_bytes() says, and logits()
-// refuses. B * T must exceed 5.
+// chunks of the B * T), B * T and more, with the head's gradients computed in
+// backward (logits again) or in forward (set_loss_weight): two microbatches
+// in flight (forward A, forward B, backward A, backward B, as GPipe runs
+// them), some targets ignored, give the losses and gradients of the head run
+// whole, in f64; gradients exist after the forwards exactly when forward
+// computes them; each context holds no logits, the workspace one chunk's, the
+// allocator holds what activation_bytes() says, logits() refuses, and a
+// backward given another dloss than forward's refuses. B * T must exceed 5.
 void check_head_chunks(const ModelUnderTest& m, int64_t B, int64_t T);
 // runtime.precision bf16 (where this CPU has bf16 matmuls) and fp16: the model
 // with 16-bit activations (set_activation_dtype) against the same model with

@@ -230,6 +230,13 @@ Tensor decoder_bias_slice(Scratch& w, const Tensor& bias, comm::Group& tp) {
   return w.bias_l.view(0, {w.bias_l.numel()});
 }
 
+// Decoder bias: this rank's slice of the gradient (w.dbias_l), all-gathered
+// into the whole vector and added to the parameter's gradient `g` (V).
+void add_decoder_bias_grad(Scratch& w, Tensor& g, comm::Group& tp) {
+  tp::scatter_to_tp_region_backward(w.bias_full, w.dbias_l, tp);
+  ops::add_inplace(g, w.bias_full.view(0, {g.numel()}));
+}
+
 }  // namespace
 
 void Bert::embed_forward(Context& ctx, const Tensor& ids) {
@@ -275,27 +282,33 @@ void Bert::embed_backward(Context& ctx, Tensor& demb, Tensor& scratch) {
 double Bert::head_forward(Context& ctx, const Tensor& x) {
   auto& h = head_of<HeadActs>(ctx);
   Scratch& w = scratch_of<Scratch>(ctx);
-  const int64_t V = cfg_.vocab_size;
   ops::linear_forward(h.tr, x, tr_w_.mm(), &tr_b_.w);
   ops::gelu_erf_forward(h.tr_gelu, h.tr);
   ops::layernorm_forward(h.tr_ln, h.tr_mean, h.tr_rstd, h.tr_gelu, tr_ln_w_.w, tr_ln_b_.w, cfg_.norm_eps);
   const Tensor bias = decoder_bias_slice(w, decoder_bias_.w, tp_);
-  return lm_head_forward(ctx, h.tr_ln, decoder_head_, decoder_.mm(), &bias, int(V));
+  w.dbias_l.zero_();
+  Tensor dbias_l = w.dbias_l.view(0, {w.dbias_l.numel()});
+  const double loss = lm_head_forward(
+      ctx, h.tr_ln,
+      {.linear = decoder_head_, .weight = decoder_, .bias = &bias, .dbias = &dbias_l, .vocab_size = cfg_.vocab_size});
+  if (h.forward_dloss) add_decoder_bias_grad(w, decoder_bias_.g, tp_);  // forward did the head's backward
+  return loss;
 }
 
 void Bert::head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx) {
   auto& h = head_of<HeadActs>(ctx);
   Scratch& w = scratch_of<Scratch>(ctx);
-  const int64_t V = cfg_.vocab_size;
-  // The bias again (another microbatch's backward may have used the scratch),
+  const bool in_forward = h.forward_dloss.has_value();  // the decoder's gradients are in already
+  // The bias again (another microbatch's forward may have used the scratch),
   // for a head in chunks, which computes its logits again.
   const Tensor bias = decoder_bias_slice(w, decoder_bias_.w, tp_);
-  // Decoder bias: this rank's slice of the gradient, all-gathered into the whole vector.
   w.dbias_l.zero_();
   Tensor dbias_l = w.dbias_l.view(0, {w.dbias_l.numel()});
-  lm_head_backward(ctx, h.tr_ln, dloss, decoder_head_, decoder_, &bias, &dbias_l, int(V), w.c1);
-  tp::scatter_to_tp_region_backward(w.bias_full, w.dbias_l, tp_);
-  ops::add_inplace(decoder_bias_.g, w.bias_full.view(0, {V}));
+  lm_head_backward(
+      ctx, h.tr_ln, dloss,
+      {.linear = decoder_head_, .weight = decoder_, .bias = &bias, .dbias = &dbias_l, .vocab_size = cfg_.vocab_size},
+      w.c1);
+  if (!in_forward) add_decoder_bias_grad(w, decoder_bias_.g, tp_);
   ops::layernorm_backward(w.c2, tr_ln_w_.g, tr_ln_b_.g, w.c1, h.tr_gelu, tr_ln_w_.w, h.tr_mean, h.tr_rstd);
   ops::gelu_erf_backward(w.c1, w.c2, h.tr);
   ops::linear_backward(&dx, &tr_w_.g, &tr_b_.g, w.c1, x, tr_w_.mm());

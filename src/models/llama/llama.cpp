@@ -200,13 +200,13 @@ void Llama::embed_backward(Context& ctx, Tensor& demb, Tensor&) { embed_.backwar
 double Llama::head_forward(Context& ctx, const Tensor& x) {
   auto& h = head_of<HeadActs>(ctx);
   ops::rmsnorm_forward(h.lnf, h.lnf_rstd, x, norm_w_.w, cfg_.norm_eps);
-  return lm_head_forward(ctx, h.lnf, head_, lm_head_.mm(), nullptr, cfg_.vocab_size);
+  return lm_head_forward(ctx, h.lnf, {.linear = head_, .weight = lm_head_, .vocab_size = cfg_.vocab_size});
 }
 
 void Llama::head_backward(Context& ctx, const Tensor& x, float dloss, Tensor& dx) {
   auto& h = head_of<HeadActs>(ctx);
   Tensor& c1 = scratch_of<Scratch>(ctx).c1;
-  lm_head_backward(ctx, h.lnf, dloss, head_, lm_head_, nullptr, nullptr, cfg_.vocab_size, c1);
+  lm_head_backward(ctx, h.lnf, dloss, {.linear = head_, .weight = lm_head_, .vocab_size = cfg_.vocab_size}, c1);
   ops::rmsnorm_backward(dx, norm_w_.g, c1, x, norm_w_.w, h.lnf_rstd);
 }
 
