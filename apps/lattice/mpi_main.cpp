@@ -16,9 +16,11 @@ namespace {
 // One line for the failing rank, then the whole job ends. Every rank usually
 // fails alike (a bad config): rank 0 reports at once and ends the job; other
 // ranks wait a moment first, so the same line is not printed once per rank,
-// but a failure on one rank alone is still reported within seconds.
+// but a failure on one rank alone is still reported within seconds. (2 s
+// was too short once for rank 0's abort to reach a rank of a loaded 2-core
+// machine: the line came twice.)
 [[noreturn]] void fail_job(const std::string& line, const comm::MpiRuntime& mpi) {
-  if (mpi.world_rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+  if (mpi.world_rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(5));
   std::fprintf(stderr, "lattice: error: %s\n", line.c_str());
   std::fflush(stderr);
   comm::MpiRuntime::abort_job(1);
