@@ -130,12 +130,14 @@ int train_and_report(const Config& cfg, const comm::MpiRuntime& mpi, mesh::Proce
     if (logger) print_line(line);
   }
   if (cfg.log.trace) {  // every rank writes its own timeline
-    std::filesystem::create_directories(cfg.log.dir + "/trace");
     std::string path = fmt::format("{}/trace/rank_{:05d}.json", cfg.log.dir, mpi.world_rank());
-    booster.plugin().write_trace(path);
+    const bool wrote = booster.plugin().write_trace(path);
     if (logger)
-      print_line(
-          fmt::format("timeline of the first steps: {}/trace/rank_*.json (open in ui.perfetto.dev)", cfg.log.dir));
+      print_line(wrote ? fmt::format("timeline of the first steps: {}/trace/rank_*.json (open in ui.perfetto.dev)",
+                                     cfg.log.dir)
+                       : fmt::format("log.trace: this run traced no step (it resumed after step {}); the timeline "
+                                     "in {}/trace is an earlier run's",
+                                     start.resumed.step, cfg.log.dir));
   }
   const std::string summary = summary_line(cfg, s, start);
   if (logger) print_line(summary);

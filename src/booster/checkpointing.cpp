@@ -104,7 +104,8 @@ void load_stage(const checkpoint::IndexedTensors& in, const FlatParams& params, 
     const std::string name = prefix + e.spec.name;
     LATTICE_CHECK(in.contains(name),
                   "checkpoint {}: no tensor '{}' — it was written for another model or optimizer; resume with the "
-                  "config it was written with, or start a new run (checkpoint.resume: never)",
+                  "config it was written with, or start a new run in new directories (log.dir=..., and "
+                  "checkpoint.dir=... where it is set)",
                   in.dir(), name);
     const checkpoint::SafetensorsInfo& info = in.info(name);
     LATTICE_CHECK(info.shape == e.spec.shape && info.dtype == DType::f32,
@@ -314,8 +315,8 @@ void check_resume_config(const Config& cfg, const TrainerState& state, const std
   throw ConfigError(
       fmt::format(
           "{}: {} is {} but checkpoint {} was written with {} — on resume only parallel.*, runtime.threads, log.*, "
-          "checkpoint.* and train.stop_at_step may change; restore the setting, or start a new run (checkpoint.resume: "
-          "never, or another log.dir)",
+          "checkpoint.* and train.stop_at_step may change; restore the setting, or start a new run in new "
+          "directories (log.dir=..., and checkpoint.dir=... where it is set)",
           cfg.source, d->key, d->b, step_dir, d->a),
       d->key);
 }

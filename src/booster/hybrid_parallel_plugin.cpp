@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 
 #include "booster/plan.h"
 #include "comm/device_placement.h"
@@ -318,8 +319,11 @@ double HybridParallelPlugin::evaluate(int64_t batches) {
 
 int64_t HybridParallelPlugin::local_peak_mem_bytes() const { return memory_stats(placement_.device).peak_bytes; }
 
-void HybridParallelPlugin::write_trace(const std::string& path) const {
+bool HybridParallelPlugin::write_trace(const std::string& path) const {
+  if (trace_.empty()) return false;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   pipeline::write_chrome_trace(path, trace_, mesh_.this_rank());
+  return true;
 }
 
 void HybridParallelPlugin::save_checkpoint(const std::string& step_dir, int64_t step, int64_t skipped) {

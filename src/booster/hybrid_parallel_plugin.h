@@ -78,7 +78,7 @@ class HybridParallelPlugin final : public Plugin {
   double flops_per_token() const override;
   int64_t local_peak_mem_bytes() const override;
   std::vector<double> max_over_ranks(std::vector<double> v) override;
-  void write_trace(const std::string& path) const override;
+  bool write_trace(const std::string& path) const override;
   void save_checkpoint(const std::string& step_dir, int64_t step, int64_t skipped) override;
   TrainerState load_checkpoint(const std::string& step_dir) override;
 

@@ -68,8 +68,10 @@ class Plugin {
   // into this rank's shards and returns its trainer state. Not collective.
   virtual TrainerState load_checkpoint(const std::string& step_dir) = 0;
   // With log.trace: writes this rank's timeline of the traced steps (Chrome
-  // trace JSON) to `path`. Not collective.
-  virtual void write_trace(const std::string& path) const = 0;
+  // trace JSON) to `path` (its directory made if missing) and returns true;
+  // false, writing nothing, when this run traced no step (it resumed past
+  // them: an earlier run's timeline stays). Not collective.
+  virtual bool write_trace(const std::string& path) const = 0;
 };
 
 }  // namespace lattice

@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -328,8 +328,8 @@ class RankLogPlugin final : public Plugin {
     log_->line(fmt::format("checkpoint {} written in {:.1f} s", step_dir, t.seconds()));
   }
   TrainerState load_checkpoint(const std::string& step_dir) override { return inner_->load_checkpoint(step_dir); }
-  void write_trace(const std::string& path) const override {
-    inner_->write_trace(path);
+  bool write_trace(const std::string& path) const override {
+    return inner_->write_trace(path);
     log_->line("timeline written to " + path);
   }
 

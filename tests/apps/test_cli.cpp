@@ -314,6 +314,15 @@ TEST_F(Cli, PipelineRunMatchesOneRankAndWritesItsTimeline) {
     ASSERT_TRUE(t.good()) << "no timeline for rank " << r;
     EXPECT_FALSE(nlohmann::json::parse(t)["traceEvents"].empty());
   }
+  // A run resumed past the traced steps (here: with nothing left to do) traces none and leaves that timeline alone.
+  const std::string timeline = dir + "/p2/trace/rank_00000.json";
+  const auto size = std::filesystem::file_size(timeline);
+  CmdResult resumed =
+      run("train tiny.yaml train.steps=6 log.dir=p2 parallel.pp=2 runtime.threads=1 log.trace=true", dir, 2);
+  ASSERT_EQ(resumed.status, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("log.trace: this run traced no step (it resumed after step 6)"), std::string::npos)
+      << resumed.out;
+  EXPECT_EQ(std::filesystem::file_size(timeline), size);
 }
 
 TEST_F(Cli, VerifyLayoutPassesFailsAndChecksTheWorld) {
