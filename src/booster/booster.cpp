@@ -6,6 +6,7 @@
 #include "booster/stop_signal.h"
 #include "booster/tensorboard.h"
 #include "checkpoint/atomic_dir.h"
+#include "core/allocator.h"
 #include "core/backend.h"
 #include "core/kernels/cpu/matmul.h"
 #include "core/timer.h"
@@ -69,6 +70,8 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
                          gpu));
   } else if (peak <= 0 && resumed.step < last) {  // the CPU: measured
     peak = measure_sgemm_flops();
+    // Its three 1024^2 matrices are not training's: peak_mem_bytes starts after them.
+    reset_peak_memory(Device::cpu());
     if (metrics)
       print_(fmt::format("peak: {:.1f} GFLOP/s per rank measured ({} 1024^3); mfu is relative to it", peak / 1e9,
                          cpu::matmul_dtype() == DType::bf16  ? "bf16 matmul"

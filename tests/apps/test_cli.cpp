@@ -167,6 +167,24 @@ TEST_F(Cli, TrainsAndWritesTheRunDirectory) {
   EXPECT_EQ(fs::file_size(run_dir + "/metrics.jsonl"), size);
 }
 
+// peak_mem_bytes is training's: the start-up measurement of the CPU's peak
+// FLOP/s (runtime.peak_flops 0, three 1024 x 1024 matrices, more than this
+// model) is not in it, so it equals a run that skips the measurement.
+TEST_F(Cli, PeakMemoryLeavesOutThePeakFlopsMeasurement) {
+  std::vector<int64_t> peaks;
+  for (const char* flops : {"0", "1e11"}) {
+    const std::string log = std::string("pf") + flops;
+    CmdResult r = run("train tiny.yaml train.steps=6 train.eval_every=0 log.dir=" + log + " runtime.peak_flops=" + flops, dir);
+    ASSERT_EQ(r.status, 0) << r.out;
+    std::ifstream m(dir + "/" + log + "/metrics.jsonl");
+    std::string line;
+    ASSERT_TRUE(std::getline(m, line));
+    peaks.push_back(nlohmann::json::parse(line)["peak_mem_bytes"].get<int64_t>());
+  }
+  EXPECT_EQ(peaks[0], peaks[1]);
+  EXPECT_LT(peaks[0], 3 * 1024 * 1024 * 4);
+}
+
 // runtime.threads 0 is the OpenMP default: OMP_NUM_THREADS when it is set
 // (as `mpirun -x OMP_NUM_THREADS=1` sets it for every rank), not every core.
 TEST_F(Cli, ThreadsZeroTakesOmpNumThreads) {
