@@ -18,7 +18,9 @@
 #      `scontrol update StartTime=now`; then checks that it resumed from that
 #      checkpoint and finished every step once, with the same losses as the
 #      uninterrupted job;
-#   5. cancels what is left, stops the daemons it started and removes what it
+#   5. submits a job with an unknown config key and checks that it FAILED
+#      and that its .out file gives Lattice's one error line;
+#   6. cancels what is left, stops the daemons it started and removes what it
 #      created (a trap, also on failure or Ctrl-C).
 #
 # Usage: scripts/ci/slurm-smoke.sh [WORK_DIR]
@@ -237,9 +239,11 @@ job_field() { # job_field JOBID FIELD: one field of `scontrol show job`
 }
 overcommit=()
 ((cpus >= 2)) || overcommit=(--overcommit) # 2 tasks on 1 CPU
-submit() { # submit NAME: prints the job id
-  (cd "$work" && LATTICE_BIN=$bin sbatch --parsable --job-name="smoke-$1" --ntasks=2 --ntasks-per-node=2 \
-    --cpus-per-task=1 "${overcommit[@]}" "$sbatch_script" "${train_args[@]}" "log.dir=$work/runs/$1")
+submit() { # submit NAME [OVERRIDE...]: prints the job id
+  local name=$1
+  shift
+  (cd "$work" && LATTICE_BIN=$bin sbatch --parsable --job-name="smoke-$name" --ntasks=2 --ntasks-per-node=2 \
+    --cpus-per-task=1 "${overcommit[@]}" "$sbatch_script" "${train_args[@]}" "log.dir=$work/runs/$name" "$@")
 }
 wait_done() { # wait_done JOBID SECONDS: until the job is COMPLETED (fails on any other end state)
   local j=$1 limit=$2 st=""
@@ -342,5 +346,19 @@ loss_of() { sed -n 's/.*"step": *\([0-9]*\),.*"loss": *\([^,}]*\).*/\1 \2/p' "$1
 diff <(loss_of "$work/runs/plain") <(loss_of "$work/runs/requeue") >/dev/null ||
   die "losses of the interrupted job differ from the uninterrupted one: diff $work/runs/{plain,requeue}/metrics.jsonl"
 check "losses of the stopped + requeued job equal the uninterrupted job's at every step"
+
+# ------------------------------------------- 3: a failing job says why ---
+job3=$(submit bad train.stepz=4)
+jobs_submitted+=("$job3")
+st=""
+for _ in $(seq 600); do
+  st=$(job_field "$job3" JobState)
+  [[ $st == FAILED || $st == COMPLETED || $st == CANCELLED ]] && break
+  sleep 0.2
+done
+[[ $st == FAILED ]] || die "job $job3 (an unknown key) ended '$st', expected FAILED"
+grep -q 'job step failed (exit [0-9]*): lattice: error: .*train.stepz' "$work/logs/slurm-$job3.out" ||
+  die "$work/logs/slurm-$job3.out does not give lattice's error line: $(cat "$work/logs/slurm-$job3.out")"
+check "job $job3 FAILED and its .out gives lattice's error line (train.stepz), not only an MPI abort banner"
 
 say "PASS in $((SECONDS - t_start)) s"
