@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "booster/tensorboard.h"
 #include "booster/version_info.h"
 #include "checkpoint/atomic_dir.h"
 #include "core/allocator.h"
@@ -92,6 +93,7 @@ RunDir prepare_run_dir(const Config& cfg, const RunInfo& info, int64_t resume_st
   std::error_code ec;
   if (resume_step >= 0 && fs::exists(r.metrics_path, ec)) {
     truncate_metrics(r.metrics_path, resume_step);
+    if (fs::is_directory(r.dir + "/tb", ec)) truncate_event_files(r.dir + "/tb", resume_step);  // likewise
   } else if (fs::exists(r.metrics_path, ec) && fs::file_size(r.metrics_path, ec) > 0)
     config_fail(cfg, "log.dir",
                 fmt::format("'{}' already holds metrics.jsonl from an earlier run; pick a new directory "

@@ -4,6 +4,9 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
 
 #include "core/error.h"
 
@@ -75,6 +78,88 @@ std::string scalar_event(double wall_time, int64_t step, const std::vector<std::
   put_varint(event, uint64_t(step));
   put_bytes(event, 5, summary);
   return event;
+}
+
+namespace {
+
+// The step of a serialized Event (0 when absent, as protobuf reads it);
+// nullopt when the bytes are not a well-formed message.
+std::optional<int64_t> event_step(std::string_view e) {
+  size_t i = 0;
+  auto varint = [&]() -> std::optional<uint64_t> {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && i < e.size(); shift += 7) {
+      const auto b = uint8_t(e[i++]);
+      v |= uint64_t(b & 0x7f) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    return std::nullopt;
+  };
+  int64_t step = 0;
+  while (i < e.size()) {
+    const std::optional<uint64_t> key = varint();
+    if (!key) return std::nullopt;
+    const uint64_t field = *key >> 3, wire = *key & 7;
+    if (wire == 0) {
+      const std::optional<uint64_t> v = varint();
+      if (!v) return std::nullopt;
+      if (field == 2) step = int64_t(*v);
+    } else if (wire == 1 || wire == 5) {
+      i += wire == 1 ? 8 : 4;
+    } else if (wire == 2) {
+      const std::optional<uint64_t> n = varint();
+      if (!n || *n > e.size() - i) return std::nullopt;
+      i += size_t(*n);
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (i != e.size()) return std::nullopt;
+  return step;
+}
+
+}  // namespace
+
+int64_t truncate_event_files(const std::string& dir, int64_t last_step) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  int64_t dropped = 0;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string path = entry.path().string();
+    if (!entry.is_regular_file(ec) || entry.path().filename().string().rfind("events.out.tfevents.", 0) != 0) continue;
+    std::ifstream in(path, std::ios::binary);
+    const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string kept;
+    int64_t dropped_here = 0;
+    size_t i = 0;
+    while (i < all.size()) {
+      uint64_t len = 0;
+      const bool framed =
+          all.size() - i >= 12 && (std::memcpy(&len, all.data() + i, 8), true) && len <= all.size() - i - 16;
+      std::optional<int64_t> step;
+      if (framed) step = event_step(std::string_view(all).substr(i + 12, size_t(len)));
+      if (!step) {  // cut short (or not ours): it and anything after it go
+        ++dropped_here;
+        break;
+      }
+      const size_t size = 16 + size_t(len);
+      if (*step <= last_step)
+        kept.append(all, i, size);
+      else
+        ++dropped_here;
+      i += size;
+    }
+    if (dropped_here == 0) continue;
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(kept.data(), std::streamsize(kept.size()));
+      LATTICE_CHECK(out.good(), "log.tensorboard: cannot write '{}'", tmp);
+    }
+    fs::rename(tmp, path);
+    dropped += dropped_here;
+  }
+  return dropped;
 }
 
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {

@@ -29,6 +29,14 @@ uint32_t masked_crc32c(const void* data, size_t n);
 // The serialized Event of one step's scalars (tag, value), as written.
 std::string scalar_event(double wall_time, int64_t step, const std::vector<std::pair<std::string, float>>& scalars);
 
+// A resumed run's TensorBoard data continues from its checkpoint, as its
+// metrics.jsonl does: in every event file of `dir`, drops the events of steps
+// after `last_step` (a run killed after its last checkpoint logged them; the
+// resumed run logs those steps again) and a record cut short by the kill.
+// A file is rewritten (tmp + rename) only when something is dropped. Returns
+// the events dropped.
+int64_t truncate_event_files(const std::string& dir, int64_t last_step);
+
 class TensorBoardWriter {
  public:
   // Creates `dir` and a new event file in it.

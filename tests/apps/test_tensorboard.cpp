@@ -151,21 +151,75 @@ TEST(TensorBoard, WriterRecordsReadBack) {
   fs::remove_all(dir);
 }
 
-TEST(TensorBoard, TrainingRunWritesEveryLoggedStep) {
-  const std::string dir = test::make_temp_dir("tb_run");
+// A directory with data and t.yaml: a 6-step run logging TensorBoard in run/,
+// evaluating at steps 3 and 6, checkpointing every `checkpoint_every` steps.
+std::string tiny_run_dir(const std::string& name, int checkpoint_every = 0) {
+  const std::string dir = test::make_temp_dir(name);
   std::string text;
   for (int i = 0; i < 300; ++i) text += "a tensorboard test line " + std::to_string(i % 9) + "\n";
   std::ofstream(dir + "/a.txt") << text;
   auto prep = test::run_lattice("data prepare --input a.txt --tokenizer bytes --out d/t --val-tokens 1000", dir);
-  ASSERT_EQ(prep.status, 0) << prep.out;
+  EXPECT_EQ(prep.status, 0) << prep.out;
   std::ofstream(dir + "/t.yaml")
       << R"(model: { arch: gpt2, n_layer: 1, n_head: 2, d_model: 16, vocab_size: 260, max_seq_len: 16 }
 train: { steps: 6, global_batch: 4, micro_batch: 2, seq_len: 16, eval_every: 3, eval_steps: 1 }
 optimizer: { lr: 0.01 }
 data: { train: "d/t_train_*.bin", val: "d/t_val_*.bin", tokenizer: bytes }
 log: { dir: run, tensorboard: true }
+checkpoint: { every: )"
+      << checkpoint_every << R"( }
 runtime: { threads: 1 }
 )";
+  return dir;
+}
+
+// Resume cuts the event files back to the checkpoint's step, as it cuts
+// metrics.jsonl: the steps a killed run logged after its last checkpoint,
+// and a record the kill cut short, are dropped; the rest stays as written.
+TEST(TensorBoard, TruncateDropsLaterStepsAndATornRecord) {
+  const std::string dir = test::make_temp_dir("tb_cut");
+  std::string path;
+  {
+    TensorBoardWriter w(dir + "/tb");
+    path = w.path();
+    for (int64_t step = 1; step <= 7; ++step) w.scalars(step, {{"train/loss", float(step)}});
+  }
+  const auto whole = fs::file_size(path);
+  std::ofstream(path, std::ios::binary | std::ios::app) << std::string("\x2a\0\0\0\0\0\0\0\x01\x02", 10);
+  EXPECT_EQ(truncate_event_files(dir + "/tb", 4), 4);  // steps 5, 6, 7 and the torn record
+  std::vector<Event> ev = read_events(path);
+  ASSERT_EQ(ev.size(), 5u);
+  EXPECT_EQ(ev[0].file_version, "brain.Event:2");
+  for (int64_t step = 1; step <= 4; ++step) EXPECT_EQ(ev[size_t(step)].step, step);
+  EXPECT_LT(fs::file_size(path), whole);
+  // Nothing past the step: the file is left alone.
+  const auto size = fs::file_size(path);
+  EXPECT_EQ(truncate_event_files(dir + "/tb", 4), 0);
+  EXPECT_EQ(fs::file_size(path), size);
+  fs::remove_all(dir);
+}
+
+// A run that lost its last checkpoint resumes from the one before; its
+// TensorBoard data then holds each step once, as metrics.jsonl does.
+TEST(TensorBoard, AResumedRunLogsEachStepOnce) {
+  const std::string dir = tiny_run_dir("tb_resume", 3);
+  auto r = test::run_lattice("train t.yaml", dir);
+  ASSERT_EQ(r.status, 0) << r.out;
+  fs::remove_all(dir + "/run/checkpoints/step_0000006");  // as if killed after step 6's events, before its checkpoint
+  r = test::run_lattice("train t.yaml", dir);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("resuming from"), std::string::npos) << r.out;
+  std::map<int64_t, int> seen;
+  for (const auto& e : fs::directory_iterator(dir + "/run/tb"))
+    for (const Event& ev : read_events(e.path().string()))
+      if (ev.scalars.count("train/loss")) ++seen[ev.step];
+  ASSERT_EQ(seen.size(), 6u);
+  for (const auto& [step, n] : seen) EXPECT_EQ(n, 1) << "step " << step;
+  fs::remove_all(dir);
+}
+
+TEST(TensorBoard, TrainingRunWritesEveryLoggedStep) {
+  const std::string dir = tiny_run_dir("tb_run");
   auto r = test::run_lattice("train t.yaml", dir);
   ASSERT_EQ(r.status, 0) << r.out;
   std::vector<std::string> files;
