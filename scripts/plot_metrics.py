@@ -58,6 +58,9 @@ TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens_per_s")
 
 def read_run(run_dir):
     """Returns (train, evals, skipped_lines): train maps key -> sorted [(step, value)]."""
+    if os.path.isfile(run_dir):
+        raise DataError(f"'{run_dir}' is a file: pass the run directory that holds it "
+                        f"('{os.path.dirname(run_dir) or '.'}', the log.dir of a Lattice run)")
     if not os.path.isdir(run_dir):
         raise DataError(f"run directory '{run_dir}' does not exist (pass the log.dir of a Lattice run)")
     path = os.path.join(run_dir, "metrics.jsonl")

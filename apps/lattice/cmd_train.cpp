@@ -10,6 +10,7 @@
 
 #include "booster/booster.h"
 #include "booster/hybrid_parallel_plugin.h"
+#include "booster/metrics.h"
 #include "booster/plan.h"
 #include "booster/run_dir.h"
 #include "booster/stop_signal.h"
@@ -110,7 +111,8 @@ std::string summary_line(const Config& cfg, const TrainSummary& s, const Start& 
   if (s.steps_done == start.resumed.step && start.resume)
     return fmt::format("nothing to do: the checkpoint is at step {}, the run ends at step {}", start.resumed.step,
                        cfg.train.stop_at_step > 0 ? cfg.train.stop_at_step : cfg.train.steps);
-  return fmt::format("{}: step {}, final loss {:.6f}{}", s.stopped ? "stopped" : "done", s.steps_done, s.final_loss,
+  return fmt::format("{}: step {}, final loss {}{}", s.stopped ? "stopped" : "done", s.steps_done,
+                     finite_or_dash(s.final_loss, "{:.6f}"),
                      s.last_val_loss >= 0 ? fmt::format(", val_loss {:.6f}", s.last_val_loss) : "");
 }
 
@@ -141,6 +143,12 @@ int train_and_report(const Config& cfg, const comm::MpiRuntime& mpi, mesh::Proce
   }
   const std::string summary = summary_line(cfg, s, start);
   if (logger) print_line(summary);
+  if (logger && s.steps_run > 0 && s.steps_skipped == s.steps_run)
+    print_line(
+        fmt::format("warning: all {} step(s) this run ran were skipped (non-finite gradients), so the model did "
+                    "not change — under fp16, lower runtime.loss_scale.initial/max; else look for bad data or "
+                    "a too large optimizer.lr",
+                    s.steps_run));
   if (rank_log) rank_log->line(summary);
   return 0;
 }

@@ -117,6 +117,8 @@ expect_one_line_error() {  # NAME NEEDLE ARGS...
 mkdir -p "$work/not-a-run"
 expect_one_line_error "missing run dir" "$work/no-such-run" "$work/runs/lr-3e-3" "$work/no-such-run" -o "$work/bad.png"
 expect_one_line_error "dir without metrics.jsonl" "$work/not-a-run/metrics.jsonl" "$work/not-a-run" -o "$work/bad.png"
+expect_one_line_error "metrics.jsonl for its run dir" "is a file: pass the run directory" \
+  "$work/runs/lr-3e-3/metrics.jsonl" -o "$work/bad.png"
 expect_one_line_error "no -o" "-o" "$work/runs/lr-3e-3"
 [[ ! -e "$work/bad.png" ]] || die "a failed call left $work/bad.png behind"
 

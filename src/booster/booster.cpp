@@ -100,7 +100,8 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
 
     TrainRecord r;
     r.step = step;
-    r.loss = s.valid_tokens > 0 ? s.loss_sum / double(s.valid_tokens) : 0.0;
+    // No token to average over (a BERT batch without a masked token): no loss, not 0 (null in metrics.jsonl).
+    r.loss = s.valid_tokens > 0 ? s.loss_sum / double(s.valid_tokens) : std::nan("");
     r.lr = lr;
     r.grad_norm = u.grad_norm;
     r.loss_scale = u.loss_scale;
@@ -115,6 +116,8 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
     r.grad_sync_ms = m[2] * 1e3;
     sum.steps_done = step;
     sum.final_loss = r.loss;
+    ++sum.steps_run;
+    sum.steps_skipped += u.skipped ? 1 : 0;
     if (metrics && (step % cfg_.log.every == 0 || step == 1 || step == last)) {
       metrics->log_train(r);
       if (tb) tb->scalars(step, tensorboard_scalars(r));
@@ -125,7 +128,7 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
       if (metrics) {
         metrics->log_eval(step, val);
         if (tb) tb->scalars(step, {{"val/loss", float(val)}});
-        print_(fmt::format("step {}/{} | val_loss {:.6f}", step, last, val));
+        print_(fmt::format("step {}/{} | val_loss {}", step, last, finite_or_dash(val, "{:.6f}")));
       }
       sum.last_val_loss = val;
     }

@@ -38,6 +38,8 @@ struct TrainSummary {
   std::string last_checkpoint;  // the step directory written last ("" if none)
   double final_loss = 0;
   double last_val_loss = -1;  // -1: never evaluated
+  int64_t steps_run = 0;      // steps this call ran
+  int64_t steps_skipped = 0;  // of those, skipped on non-finite gradients (fp16)
 };
 
 class Booster {

@@ -314,7 +314,7 @@ double HybridParallelPlugin::evaluate(int64_t batches) {
   }
   loss = sum_over(mesh_.dp(), sum_over(mesh_.pp(), loss));
   valid = sum_over(mesh_.dp(), valid);
-  return valid > 0 ? loss / valid : 0.0;
+  return valid > 0 ? loss / valid : std::nan("");  // no token to score: no loss (null in metrics.jsonl)
 }
 
 int64_t HybridParallelPlugin::local_peak_mem_bytes() const { return memory_stats(placement_.device).peak_bytes; }

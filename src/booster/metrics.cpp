@@ -74,9 +74,14 @@ std::vector<std::pair<std::string, float>> tensorboard_scalars(const TrainRecord
   return v;
 }
 
+std::string finite_or_dash(double v, const char* spec) {
+  return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : "-";
+}
+
 std::string progress_line(const TrainRecord& r, int64_t total_steps, double eta_s) {
-  return fmt::format("step {}/{} | loss {:.6f} | lr {:.3e} | norm {:.3f} | {:.0f} tok/s | {:.1f} ms | ETA {}", r.step,
-                     total_steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.step_ms, format_duration(eta_s));
+  return fmt::format("step {}/{} | loss {} | lr {:.3e} | norm {} | {:.0f} tok/s | {:.1f} ms | ETA {}", r.step,
+                     total_steps, finite_or_dash(r.loss, "{:.6f}"), r.lr, finite_or_dash(r.grad_norm, "{:.3f}"),
+                     r.tokens_per_s, r.step_ms, format_duration(eta_s));
 }
 
 }  // namespace lattice

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "booster/metrics.h"
 #include "booster/tensorboard.h"
 #include "booster/version_info.h"
 #include "checkpoint/atomic_dir.h"
@@ -315,7 +316,8 @@ class RankLogPlugin final : public Plugin {
   double evaluate(int64_t batches) override {
     Timer t;
     double v = inner_->evaluate(batches);
-    log_->line(fmt::format("step {}/{} | val_loss {:.6f} | eval_ms {:.1f}", step_, last_, v, t.seconds() * 1e3));
+    log_->line(fmt::format("step {}/{} | val_loss {} | eval_ms {:.1f}", step_, last_, finite_or_dash(v, "{:.6f}"),
+                           t.seconds() * 1e3));
     return v;
   }
   bool has_validation() const override { return inner_->has_validation(); }

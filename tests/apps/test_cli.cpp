@@ -167,6 +167,20 @@ TEST_F(Cli, TrainsAndWritesTheRunDirectory) {
   EXPECT_EQ(fs::file_size(run_dir + "/metrics.jsonl"), size);
 }
 
+// A run whose every step was skipped (fp16 overflow at a loss scale that
+// cannot back off) did not train: it says so, after the summary.
+TEST_F(Cli, ARunThatSkippedEveryStepSaysSo) {
+  const std::string fp16 = " train.eval_every=0 optimizer.schedule.warmup_steps=0 runtime.precision=fp16 ";
+  CmdResult r = run("train tiny.yaml train.steps=3 log.dir=allskip" + fp16 +
+                        "runtime.loss_scale.initial=1e38 runtime.loss_scale.max=1e38 runtime.loss_scale.min=1e38",
+                    dir);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("warning: all 3 step(s) this run ran were skipped"), std::string::npos) << r.out;
+  CmdResult ok = run("train tiny.yaml train.steps=3 log.dir=noskip" + fp16, dir);
+  ASSERT_EQ(ok.status, 0) << ok.out;
+  EXPECT_EQ(ok.out.find("warning: all"), std::string::npos) << ok.out;
+}
+
 // peak_mem_bytes is training's: the start-up measurement of the CPU's peak
 // FLOP/s (runtime.peak_flops 0, three 1024 x 1024 matrices, more than this
 // model) is not in it, so it equals a run that skips the measurement.

@@ -60,6 +60,12 @@ TEST(Metrics, ProgressLineAndDurations) {
   std::string line = progress_line(r, 200, 83);
   EXPECT_NE(line.find("step 10/200"), std::string::npos) << line;
   EXPECT_NE(line.find("ETA 1m23s"), std::string::npos) << line;
+  // A step with no token to average over has no loss; a skipped fp16 step no norm: "-", not nan or 0.
+  r.loss = NAN, r.grad_norm = NAN;
+  line = progress_line(r, 200, 83);
+  EXPECT_NE(line.find("| loss - | lr 3.000e-04 | norm - |"), std::string::npos) << line;
+  EXPECT_EQ(finite_or_dash(2.5, "{:.2f}"), "2.50");
+  EXPECT_EQ(finite_or_dash(INFINITY, "{:.2f}"), "-");
   EXPECT_EQ(format_duration(7260), "2h01m");
   EXPECT_EQ(format_duration(9), "9s");
 }
