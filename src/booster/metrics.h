@@ -49,10 +49,10 @@ class MetricsWriter {
   std::string path_;
 };
 
-// "step 10/200 | loss 3.1234 | lr 3.00e-04 | 12.3k tok/s | 45.2 ms | ETA 1m23s"
 // `v` in the fmt format `spec` ("{:.6f}"), or "-" when it is not finite (a
 // step with no token to average over, a skipped fp16 step's norm).
 std::string finite_or_dash(double v, const char* spec);
+// "step 10/200 | loss 3.1234 | lr 3.00e-04 | 12.3k tok/s | 45.2 ms | ETA 1m23s"
 std::string progress_line(const TrainRecord& r, int64_t total_steps, double eta_s);
 // The TensorBoard scalars of one train record: every numeric metrics.jsonl key
 // under train/ (loss, lr, grad_norm, tokens, skipped, loss_scale for fp16 runs)
