@@ -162,6 +162,11 @@ std::string HybridParallelPlugin::describe() const {
                      zero_->gathers_half(params_)
                          ? fmt::format("{} shadow + fp32 norms, biases, embeddings", dtype_name(params_.shadow_dtype()))
                          : "fp32 values");
+  if (train_ && train_->n_windows() < cfg_.train.global_batch)  // the loader wraps around (data/loader.h)
+    s += fmt::format(
+        " | note: data.train holds {} windows of {} tokens, fewer than the global batch of {}: each step "
+        "sees some of them twice",
+        train_->n_windows(), cfg_.train.seq_len + 1, cfg_.train.global_batch);
   return s;
 }
 

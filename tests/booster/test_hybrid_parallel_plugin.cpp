@@ -13,7 +13,6 @@
 #include "core/rng.h"
 #include "data/shard.h"
 #include "models/chunk_model.h"
-#include "models/chunk_model.h"
 #include "support/test_support.h"
 
 using namespace lattice;
@@ -81,6 +80,20 @@ TEST(HybridParallelPlugin, AHeadInChunksComputesItsGradientsInForward) {
     whole.optimizer_step(step, 1e-3), in_chunks.optimizer_step(step, 1e-3);
   }
   EXPECT_EQ(dynamic_cast<const ChunkModel&>(in_chunks.chunk(0)).head_rows_recomputed(), 0);
+}
+
+// A training set of fewer windows than one global batch is said in the
+// run's header (describe()): each step sees some windows twice.
+TEST(HybridParallelPlugin, DescribeNotesATrainingSetSmallerThanABatch) {
+  std::string dir = test::make_temp_dir("plugin");
+  std::vector<int32_t> tokens(16 * 5 + 1, 7);  // 5 windows of 16 + 1 tokens
+  data::write_shard(dir + "/small_train_000000.bin", tokens);
+  auto m1 = one_rank(), m2 = one_rank();
+  HybridParallelPlugin small(config(dir + "/small_train_*.bin", 2), m1), enough(config(make_shards(dir), 2), m2);
+  EXPECT_NE(small.describe().find("note: data.train holds 5 windows of 17 tokens, fewer than the global batch of 8"),
+            std::string::npos)
+      << small.describe();
+  EXPECT_EQ(enough.describe().find("note:"), std::string::npos) << enough.describe();
 }
 
 TEST(HybridParallelPlugin, StepDataDependsOnlyOnSeedAndStep) {
