@@ -95,7 +95,7 @@ template <class F>
 auto logging_errors(const std::shared_ptr<RankLog>& log, F&& body) {
   try {
     return body();
-  } catch (const ConfigError& e) {
+  } catch (const InputError& e) {  // a ConfigError too
     if (log) log->line("error: " + e.message());
     throw;
   } catch (const Error& e) {

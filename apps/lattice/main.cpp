@@ -39,9 +39,7 @@ int main(int argc, char** argv) {
                "lattice --help)\n",
                cmd);
     return 2;
-  } catch (const ConfigError& e) {
-    fmt::print(stderr, "lattice: error: {}\n", e.message());
-  } catch (const InputError& e) {
+  } catch (const InputError& e) {  // a ConfigError too
     fmt::print(stderr, "lattice: error: {}\n", e.message());
   } catch (const Error& e) {
     fmt::print(stderr, "lattice: error: {}\n", e.describe());

@@ -66,9 +66,7 @@ int run_with_mpi(int* argc, char*** argv, const std::function<int(const comm::Mp
   if (line.empty()) {
     try {
       return body(mpi);
-    } catch (const ConfigError& e) {
-      line = e.message();
-    } catch (const InputError& e) {
+    } catch (const InputError& e) {  // a ConfigError too
       line = e.message();
     } catch (const Error& e) {
       line = e.describe();

@@ -333,8 +333,9 @@ class RankLogPlugin final : public Plugin {
   }
   TrainerState load_checkpoint(const std::string& step_dir) override { return inner_->load_checkpoint(step_dir); }
   bool write_trace(const std::string& path) const override {
-    return inner_->write_trace(path);
-    log_->line("timeline written to " + path);
+    const bool wrote = inner_->write_trace(path);
+    if (wrote) log_->line("timeline written to " + path);
+    return wrote;
   }
 
  private:

@@ -134,10 +134,10 @@ int64_t truncate_event_files(const std::string& dir, int64_t last_step) {
     size_t i = 0;
     while (i < all.size()) {
       uint64_t len = 0;
-      const bool framed =
-          all.size() - i >= 12 && (std::memcpy(&len, all.data() + i, 8), true) && len <= all.size() - i - 16;
+      if (all.size() - i >= 16) std::memcpy(&len, all.data() + i, 8);
       std::optional<int64_t> step;
-      if (framed) step = event_step(std::string_view(all).substr(i + 12, size_t(len)));
+      if (all.size() - i >= 16 && len <= all.size() - i - 16)
+        step = event_step(std::string_view(all).substr(i + 12, size_t(len)));
       if (!step) {  // cut short (or not ours): it and anything after it go
         ++dropped_here;
         break;

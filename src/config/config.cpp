@@ -234,7 +234,7 @@ std::string config_name(const std::string& source) {
 }  // namespace
 
 ConfigError::ConfigError(std::string message, std::string key_path)
-    : Error(
+    : InputError(
           [&] {
             for (char& c : message)
               if (c == '\n' || c == '\r') c = ' ';

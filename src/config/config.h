@@ -193,7 +193,8 @@ struct ParallelConfig {
   // probabilities; backward computes them again from the saved q, k, v.
   bool recompute_attention = false;
   // The LM head and loss over at most this many tokens of a microbatch at a
-  // time, keeping no logits (backward computes them again); 0 = all at once.
+  // time, keeping no logits (each chunk's gradients computed in forward);
+  // 0 = all at once.
   int head_chunk_tokens = 0;
   // What the CPU attention kernels keep for backward (CpuAttention above).
   CpuAttention cpu_attention = CpuAttention::compact;
@@ -313,7 +314,8 @@ struct Config {
 
 // ---- errors ----
 
-class ConfigError : public Error {
+// A bad config: an InputError, printed as its message alone, located at the key.
+class ConfigError : public InputError {
  public:
   ConfigError(std::string message, std::string key_path);
   const std::string& key_path() const { return key_path_; }  // "" when none applies

@@ -52,18 +52,14 @@ std::string host_name();
 
 }  // namespace lattice
 
-#define LATTICE_CHECK(cond, ...)                                                     \
-  do {                                                                               \
-    if (!(cond)) [[unlikely]]                                                        \
-      ::lattice::throw_error(::fmt::format(__VA_ARGS__), #cond, __FILE__, __LINE__); \
+// `throw_fn(message, #cond, __FILE__, __LINE__)` unless cond holds.
+#define LATTICE_CHECK_THROWING_(throw_fn, cond, ...)                   \
+  do {                                                                 \
+    if (!(cond)) [[unlikely]]                                          \
+      throw_fn(::fmt::format(__VA_ARGS__), #cond, __FILE__, __LINE__); \
   } while (0)
 
+#define LATTICE_CHECK(cond, ...) LATTICE_CHECK_THROWING_(::lattice::throw_error, cond, __VA_ARGS__)
 #define LATTICE_FAIL(...) ::lattice::throw_error(::fmt::format(__VA_ARGS__), "", __FILE__, __LINE__)
-
-#define LATTICE_INPUT_CHECK(cond, ...)                                                     \
-  do {                                                                                     \
-    if (!(cond)) [[unlikely]]                                                              \
-      ::lattice::throw_input_error(::fmt::format(__VA_ARGS__), #cond, __FILE__, __LINE__); \
-  } while (0)
-
+#define LATTICE_INPUT_CHECK(cond, ...) LATTICE_CHECK_THROWING_(::lattice::throw_input_error, cond, __VA_ARGS__)
 #define LATTICE_INPUT_FAIL(...) ::lattice::throw_input_error(::fmt::format(__VA_ARGS__), "", __FILE__, __LINE__)

@@ -96,16 +96,9 @@ class SplitWriter {
     shard_.reset();
   }
 
- private:
-  // Each shard is written as PATH.tmp and renamed by commit(), so a prepare
-  // that fails leaves the shards of an earlier one as they were.
-  void open(bool val) {
-    auto& list = val ? summary_.val_shards : summary_.train_shards;
-    list.push_back(shard_path(opts_.out_prefix, val ? "val" : "train", int(list.size())));
-    shard_.emplace(list.back() + ".tmp");
-  }
-
- public:
+  // Each shard is written as PATH.tmp (open below): commit() renames them all
+  // once the prepare worked; discard() removes them after a failure, so the
+  // shards of an earlier prepare stay as they were.
   void commit() {
     close();
     for (const auto* list : {&summary_.val_shards, &summary_.train_shards})
@@ -119,6 +112,12 @@ class SplitWriter {
   }
 
  private:
+  void open(bool val) {
+    auto& list = val ? summary_.val_shards : summary_.train_shards;
+    list.push_back(shard_path(opts_.out_prefix, val ? "val" : "train", int(list.size())));
+    shard_.emplace(list.back() + ".tmp");
+  }
+
   const PrepareOptions& opts_;
   PrepareSummary& summary_;
   std::optional<ShardWriter> shard_;

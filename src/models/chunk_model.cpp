@@ -322,7 +322,7 @@ double ChunkModel::lm_head_forward(Context& ctx, const Tensor& feat, const LmHea
   const int64_t vocab_start = int64_t(tp_.rank()) * acts_->V_l;
   // In chunks, a training forward that knows backward's dloss does the head's backward now.
   h.forward_dloss.reset();
-  if (span_.head_chunk > 0 && ctx.coords.train && ctx.kv == nullptr) h.forward_dloss = loss_weight_;
+  if (span_.head_chunk > 0 && ctx.coords.train) h.forward_dloss = loss_weight_;  // forward_cached: train false
   for (int64_t r0 = 0; r0 < n; r0 += rows) {
     const int64_t r1 = std::min(n, r0 + rows);
     Tensor logits = head_logits(ctx, r0, r1), losses = row_range(h.losses, n, r0, r1);

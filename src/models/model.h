@@ -45,9 +45,11 @@ struct StageSpan {
   // ChunkModel::recompute_attention).
   bool recompute_attention = false;
   // With the head: the LM head and loss run over at most this many of the
-  // microbatch's B * T rows at a time and keep no logits; backward computes
-  // each chunk's logits again (parallel.head_chunk_tokens). 0: all rows at
-  // once, the logits kept in the context until backward.
+  // microbatch's B * T rows at a time and keep no logits: a training forward
+  // given the loss weight (LanguageModel::set_loss_weight) computes each
+  // chunk's gradients at once, else backward computes its logits again
+  // (parallel.head_chunk_tokens). 0: all rows at once, the logits kept in the
+  // context until backward.
   int64_t head_chunk = 0;
 };
 

@@ -403,7 +403,8 @@ TEST(ProcessScan, FindsAProcessByItsCommandLine) {
 
 // The base config itself is good (so each failure above comes from its one
 // edit), and log.per_rank gives every rank its own log: a header with the
-// rank's coordinates and one line per step that metrics.jsonl logs.
+// rank's coordinates, one line per step that metrics.jsonl logs, and where
+// its log.trace timeline went.
 TEST(PerRankLog, TwoRanksWriteOneLogEachWithALinePerLoggedStep) {
   const std::string dir = lattice::test::make_temp_dir("per_rank_log");
   std::string text;
@@ -412,7 +413,8 @@ TEST(PerRankLog, TwoRanksWriteOneLogEachWithALinePerLoggedStep) {
   ASSERT_EQ(lattice::test::run_lattice("data prepare --input a.txt --tokenizer bytes --out d/t", dir).status, 0);
   write(dir + "/good.yaml", kBase);
   CmdResult r = lattice::test::run_lattice(
-      "train good.yaml train.steps=5 log.every=2 parallel.pp=2 log.per_rank=true runtime.peak_flops=1e9", dir, 2);
+      "train good.yaml train.steps=5 log.every=2 parallel.pp=2 log.per_rank=true log.trace=true runtime.peak_flops=1e9",
+      dir, 2);
   ASSERT_EQ(r.status, 0) << r.out;
 
   std::vector<int64_t> logged;  // the steps metrics.jsonl logs: 1, 2, 4, 5
@@ -438,6 +440,9 @@ TEST(PerRankLog, TwoRanksWriteOneLogEachWithALinePerLoggedStep) {
       EXPECT_GT(ms, 0.0) << l;
     }
     EXPECT_EQ(steps, logged) << path;
+    EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+      return l.rfind("timeline written to ", 0) == 0;
+    })) << path;  // log.trace
     EXPECT_NE(lines.back().find("done: step 5"), std::string::npos) << lines.back();
   }
   // Off by default: no ranks/ directory.
