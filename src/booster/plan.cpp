@@ -194,21 +194,26 @@ ops::AttentionState attention_state_of(const Config& cfg) {
 ActivationPeak simulate_activations(const pipeline::Plan& plan, const std::vector<ChunkActivations>& chunks,
                                     int64_t boundary_bytes) {
   ActivationSim sim(chunks, boundary_bytes);
-  for (size_t i = 0; i < plan.size();) {
-    const pipeline::Action& a = plan[i];
-    if (a.kind == pipeline::ActionKind::forward) {
-      sim.forward(a.chunk, a.microbatch);
-    } else if (a.kind == pipeline::ActionKind::backward) {
-      sim.backward(a.chunk, a.microbatch);
+  // Two steps: the first grows the pools and workspaces as it goes, the second
+  // starts with all of them, so its peak can come earlier in the plan, where
+  // more boundary buffers are live than at the first step's peak.
+  for (int step = 0; step < 2; ++step) {
+    for (size_t i = 0; i < plan.size();) {
+      const pipeline::Action& a = plan[i];
+      if (a.kind == pipeline::ActionKind::forward) {
+        sim.forward(a.chunk, a.microbatch);
+      } else if (a.kind == pipeline::ActionKind::backward) {
+        sim.backward(a.chunk, a.microbatch);
+      }
+      if (!pipeline::is_p2p(a.kind)) {
+        ++i;
+        continue;
+      }
+      size_t end = i + 1;
+      while (end < plan.size() && pipeline::is_p2p(plan[end].kind) && plan[end].fused) ++end;
+      sim.batch(plan.data() + i, plan.data() + end);
+      i = end;
     }
-    if (!pipeline::is_p2p(a.kind)) {
-      ++i;
-      continue;
-    }
-    size_t end = i + 1;
-    while (end < plan.size() && pipeline::is_p2p(plan[end].kind) && plan[end].fused) ++end;
-    sim.batch(plan.data() + i, plan.data() + end);
-    i = end;
   }
   return sim.result();
 }

@@ -20,7 +20,7 @@
 //                   to dp shards, the state covers one shard, plus one shard
 //                   of reduce-scatter staging when dp > 1
 //   data            the step's token ids and targets of this dp rank
-//   activations     the peak of a simulated step: the plan is walked action by
+//   activations     the peak of two simulated steps: the plan is walked action by
 //                   action with the allocation rules of the context pool
 //                   (booster/context_pool.h: a chunk's contexts grow to the
 //                   most it holds at once and are kept), the model's
@@ -74,7 +74,7 @@ struct ActivationPeak {
   int64_t total() const { return contexts + workspace + boundary + transient; }
 };
 
-// Walks `plan` (one rank's training plan) with chunks[v] for virtual stage v;
+// Walks `plan` (one rank's training plan) twice, two steps of one pool, with chunks[v] for virtual stage v;
 // each boundary buffer is `boundary_bytes` (one (B, T, C) activation).
 ActivationPeak simulate_activations(const pipeline::Plan& plan, const std::vector<ChunkActivations>& chunks,
                                     int64_t boundary_bytes);

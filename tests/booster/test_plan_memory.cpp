@@ -1,12 +1,15 @@
 // lattice plan's memory prediction against the allocator, under mpirun: every
-// rank builds the real HybridParallelPlugin, runs one training step (execute
-// the pipeline, optimizer step) and compares its allocator peak above what was
-// live before the plugin with the peak plan predicts for its rank, within 10%.
-// Tiny layouts of the world size (pp with each schedule, recomputation of
-// blocks and of attention, tp, dp, ZeRO-1), and
+// rank builds the real HybridParallelPlugin, runs two training steps (execute
+// the pipeline, optimizer step; the second step starts with every pooled
+// context, so its peak can be higher) and compares its allocator peak above
+// what was live before the plugin with the peak plan predicts for its rank.
+// To the byte: tiny fp32 layouts of the world size (pp with each schedule,
+// recomputation of blocks and of attention, tp, dp, ZeRO-1), and
 // the GPT-2 124M shape (configs/gpt2-small.yaml) at pp = 2, where the
 // parameters, the optimizer state and the 50k-row logits dominate: a formula
-// fitted to tiny shapes would not pass both.
+// fitted to tiny shapes would not pass both. Tiny 16-bit layouts within 10%:
+// at tp = 2 they measure about 1% above the prediction (small 16-bit buffers
+// plan does not count).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -53,7 +56,7 @@ data: { train: ")" +
 )";
 }
 
-// This rank's allocator peak during the plugin's construction and one step,
+// This rank's allocator peak during the plugin's construction and two steps,
 // above the bytes live before it.
 int64_t measured_peak(const Config& cfg) {
   const Layout l = resolve_layout(cfg, world_size());
@@ -62,13 +65,16 @@ int64_t measured_peak(const Config& cfg) {
   reset_peak_memory(Device::cpu());
   {
     HybridParallelPlugin plugin(cfg, mesh);
-    plugin.execute_pipeline(1);
-    plugin.optimizer_step(1, 1e-4);
+    for (int64_t step = 1; step <= 2; ++step) {
+      plugin.execute_pipeline(step);
+      plugin.optimizer_step(step, 1e-4);
+    }
   }
   return memory_stats(Device::cpu()).peak_bytes - base;
 }
 
-void expect_prediction_within_10_percent(const Config& cfg) {
+// The prediction within `rel` of the measured peak (0: to the byte).
+void expect_prediction(const Config& cfg, double rel) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const RankMemory want = make_job_plan(cfg, world_size()).memory.at(size_t(rank));
@@ -78,7 +84,11 @@ void expect_prediction_within_10_percent(const Config& cfg) {
               format_bytes(want.activations.total()).c_str(), (long long)got,
               100.0 * double(want.total() - got) / double(got));
   std::fflush(stdout);
-  EXPECT_NEAR(double(want.total()), double(got), 0.10 * double(got)) << "rank " << rank;
+  if (rel == 0) {
+    EXPECT_EQ(want.total(), got) << "rank " << rank;
+  } else {
+    EXPECT_NEAR(double(want.total()), double(got), rel * double(got)) << "rank " << rank;
+  }
 }
 
 }  // namespace
@@ -94,6 +104,9 @@ TEST(PlanMemory, TinyLayoutsOfTheWorld) {
       {pp, "parallel.schedule=1f1b"},
       {pp, "parallel.schedule=gpipe"},
       {pp, "parallel.schedule=interleaved", "parallel.virtual_stages=2", "model.n_layer=" + std::to_string(2 * world)},
+      // Twice as many microbatches as stages: the second step's peak is one boundary buffer above the first's.
+      {pp, "parallel.schedule=interleaved", "parallel.virtual_stages=2", "model.n_layer=" + std::to_string(2 * world),
+       "train.micro_batch=" + std::to_string(8 / world)},
       {pp, recompute},
       {pp, "parallel.recompute_attention=true"},
       {pp, "parallel.schedule=gpipe", "parallel.head_chunk_tokens=7"},
@@ -113,7 +126,7 @@ TEST(PlanMemory, TinyLayoutsOfTheWorld) {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == 0) std::printf("layout %s\n", testing::PrintToString(o).c_str());
-    expect_prediction_within_10_percent(parse_config(base, "tiny.yaml", o));
+    expect_prediction(parse_config(base, "tiny.yaml", o), 0);
   }
 }
 
@@ -128,7 +141,7 @@ TEST(PlanMemory, SixteenBitActivations) {
   for (const std::vector<std::string>& o : std::vector<std::vector<std::string>>{
            {"parallel.pp=" + n}, {"parallel.tp=" + n}, {"parallel.dp=" + n, "parallel.zero=1"}}) {
     SCOPED_TRACE(testing::PrintToString(o));
-    expect_prediction_within_10_percent(parse_config(base, "tiny16.yaml", o));
+    expect_prediction(parse_config(base, "tiny16.yaml", o), 0.10);
   }
 }
 
@@ -143,10 +156,10 @@ TEST(PlanMemory, Gpt2SmallAtTwoStages) {
                    "runtime.threads=1", "data.train=" + dir + "/m_train_*.bin", "data.val=" + dir + "/m_val_*.bin"});
   ASSERT_EQ(cfg.model.d_model, 768);
   ASSERT_EQ(cfg.model.vocab_size, 50257);
-  expect_prediction_within_10_percent(cfg);
+  expect_prediction(cfg, 0);
   // The same under fp16: half the bytes of every activation (the logits above
   // all), the fp16 shadow on top of the parameters.
   Config half = cfg;
   half.runtime.precision = Precision::fp16;
-  expect_prediction_within_10_percent(half);
+  expect_prediction(half, 0);
 }
