@@ -101,6 +101,9 @@ class ActivationSim {
     const ChunkActivations& c = chunks_.at(size_t(chunk));
     Slot& s = live_[{chunk, mb}];
     if (!c.first) s.dinput = new_buffer();
+    now_.transient = c.bytes.backward_transient;
+    observe();
+    now_.transient = 0;
     auto it = busy_.find({chunk, mb});
     LATTICE_CHECK(it != busy_.end(), "plan: backward of chunk {} microbatch {} before its forward", chunk, mb);
     unref(std::exchange(pinned_[size_t(it->second)], -1));  // backward drops the context's reference
@@ -451,7 +454,7 @@ std::string memory_section(const JobPlan& p) {
     recompute += "; attention probabilities recomputed, one buffer per chunk";
   if (par.head_chunk_tokens > 0)
     recompute +=
-        fmt::format("; LM head over {} tokens at a time, its logits recomputed in backward", par.head_chunk_tokens);
+        fmt::format("; LM head over {} tokens at a time, its gradients computed in forward", par.head_chunk_tokens);
   out += "activations at the peak, per stage (contexts kept per chunk; workspace; boundary buffers" + recompute + ")\n";
   std::set<int> done;
   for (const RankMemory& m : p.memory) {
@@ -462,7 +465,7 @@ std::string memory_section(const JobPlan& p) {
     out += fmt::format("  stage {}: contexts {} ({} kept{}), workspace {}, {} boundary buffer(s) {}{}\n", m.coord.pp,
                        format_bytes(a.contexts), pool, a.pool.size() > 1 ? " by chunk" : "", format_bytes(a.workspace),
                        a.boundary_buffers, format_bytes(a.boundary),
-                       a.transient ? ", loss scratch " + format_bytes(a.transient) : "");
+                       a.transient ? ", scratch " + format_bytes(a.transient) : "");
   }
   return out;
 }

@@ -68,7 +68,7 @@ struct ActivationPeak {
   int64_t contexts = 0;      // contexts created so far (pooled, never freed)
   int64_t workspace = 0;     // the chunks' workspaces
   int64_t boundary = 0;      // live boundary buffers
-  int64_t transient = 0;     // a forward's transient, when the peak is inside one
+  int64_t transient = 0;     // a forward's or backward's transient, when the peak is inside one
   int boundary_buffers = 0;  // how many boundary buffers are live
   std::vector<int> pool;     // contexts per chunk at the end of the step
   int64_t total() const { return contexts + workspace + boundary + transient; }

@@ -24,8 +24,31 @@ ops::Dropout dropout_at(const StepCoords& c, float p, int layer_id, uint32_t sit
 
 std::unique_ptr<SavedTensors> ChunkActivations::embedding(const MakeTensor&, int64_t, int64_t) const { return nullptr; }
 
+namespace {
+
+// Whether tp partial sums are reduced in fp32 temporaries (tp/linear.cpp).
+bool fp32_partial_sums(const ChunkActivations& a, DType activation) { return is_16bit(activation) && a.tp > 1; }
+
+bool has_blocks(const StageSpan& span, int n_layer) {
+  return (span.end_layer < 0 ? n_layer : span.end_layer) > span.first_layer;
+}
+
+}  // namespace
+
 int64_t ChunkActivations::transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType activation) const {
-  return span.head ? 3 * head_rows(span, B * T) * int64_t(dtype_size(master_dtype(activation))) : 0;
+  const int64_t f32 = int64_t(dtype_size(master_dtype(activation))), rows = head_rows(span, B * T);
+  const bool sums = fp32_partial_sums(*this, activation);
+  int64_t n = span.head ? 3 * rows * f32 : 0;
+  if (span.head && span.head_chunk > 0 && sums) n = std::max(n, rows * C * f32);  // the head's backward, in forward
+  if (sums && has_blocks(span, n_layer)) n = std::max(n, B * T * C * f32);
+  return n;
+}
+
+int64_t ChunkActivations::backward_transient_bytes(const StageSpan& span, int64_t B, int64_t T,
+                                                   DType activation) const {
+  const bool head = span.head && span.head_chunk == 0;  // a chunked head's backward ran in forward
+  const int64_t f32 = int64_t(dtype_size(master_dtype(activation)));
+  return fp32_partial_sums(*this, activation) && (head || has_blocks(span, n_layer)) ? B * T * C * f32 : 0;
 }
 
 ChunkModel::ChunkModel(std::unique_ptr<ChunkActivations> acts, FlatParams& params, comm::Group& tp, StageSpan span)
@@ -34,6 +57,8 @@ ChunkModel::ChunkModel(std::unique_ptr<ChunkActivations> acts, FlatParams& param
   LATTICE_CHECK(params.shard().size == tp.size() && params.shard().rank == tp.rank(),
                 "{}: parameters sharded for tp rank {} of {}, group '{}' is rank {} of {}", a, params.shard().rank,
                 params.shard().size, tp.name(), tp.rank(), tp.size());
+  LATTICE_CHECK(acts_->tp == tp.size(), "{}: ChunkActivations::tp is {}, the tp group '{}' has {} ranks", a, acts_->tp,
+                tp.name(), tp.size());
   shard_ = params.shard();
   dtype_ = params.dtype();
   act_dtype_ = dtype_;
@@ -242,6 +267,7 @@ ActivationBytes ChunkModel::activation_bytes_of(const ChunkActivations& acts, St
   if (ctx.attention_shared) count.attention(acts.attention_at(B, T));  // the shared buffer, with the workspace
   out.workspace = std::exchange(counted, 0);
   out.transient = acts.transient_bytes(span, B, T, activation);
+  out.backward_transient = acts.backward_transient_bytes(span, B, T, activation);
   return out;
 }
 

@@ -153,10 +153,15 @@ class ChunkActivations {
   // Backward scratch shared by the chunk's contexts (not saved state).
   virtual std::unique_ptr<SavedTensors> scratch(const MakeTensor& make, const StageSpan& span, int64_t B,
                                                 int64_t T) const = 0;
-  // Bytes allocated and freed again inside one forward; by default the loss's
-  // row max and [sum exp; target logit] (tp/cross_entropy.cpp) with the head,
-  // for one head chunk's rows.
+  // Bytes allocated and freed again inside one forward; by default the most
+  // of: the loss's row max and [sum exp; target logit] (tp/cross_entropy.cpp)
+  // for one head chunk's rows, and with 16-bit activations at tp > 1 the fp32
+  // partial sums of a row-parallel output (tp/linear.cpp), (B * T, C) in a
+  // block, and (rows, C) of the head's input gradient when forward computes it.
   virtual int64_t transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType activation) const;
+  // The same inside one backward; by default, with 16-bit activations at
+  // tp > 1, a column-parallel input gradient's fp32 partial sums (B * T, C).
+  virtual int64_t backward_transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType activation) const;
   // Rows of the B * T = n the head runs at once (StageSpan::head_chunk).
   static int64_t head_rows(const StageSpan& span, int64_t n) {
     return span.head_chunk > 0 ? std::min(span.head_chunk, n) : n;
@@ -173,6 +178,7 @@ class ChunkActivations {
 
   std::string arch;  // for messages
   int64_t C = 0;     // width of the activation between blocks and chunks
+  int tp = 1;        // the tp group's size
   int n_layer = 0, max_seq_len = 0;
   int64_t V_l = 0;  // this rank's columns of the padded vocabulary: the head's logits
   ops::AttentionCalls attention;

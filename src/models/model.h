@@ -63,10 +63,11 @@ std::vector<ParamSpec> select_stage_params(const std::vector<ParamSpec>& all, co
 // Allocator bytes of one model chunk's activations at microbatch (B, T), from
 // the same tensor lists the model allocates (lattice plan predicts memory with it).
 struct ActivationBytes {
-  int64_t context = 0;    // one make_context(B, T): what one in-flight microbatch holds
-  int64_t workspace = 0;  // scratch shared by the chunk's contexts: allocated by its
-                          // first forward, kept for the model's lifetime
-  int64_t transient = 0;  // allocated and freed again inside one forward
+  int64_t context = 0;             // one make_context(B, T): what one in-flight microbatch holds
+  int64_t workspace = 0;           // scratch shared by the chunk's contexts: allocated by its
+                                   // first forward, kept for the model's lifetime
+  int64_t transient = 0;           // allocated and freed again inside one forward
+  int64_t backward_transient = 0;  // allocated and freed again inside one backward
 };
 
 // Activations saved by forward for backward; model-specific.

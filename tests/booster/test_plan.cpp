@@ -123,7 +123,7 @@ TEST(Plan, ReportNamesTheHeadChunks) {
   chunked.push_back("parallel.head_chunk_tokens=64");
   EXPECT_FALSE(has(report(tiny(gpipe), 2), "LM head over")) << report(tiny(gpipe), 2);
   const std::string text = report(tiny(chunked), 2);
-  EXPECT_TRUE(has(text, "; LM head over 64 tokens at a time, its logits recomputed in backward)\n")) << text;
+  EXPECT_TRUE(has(text, "; LM head over 64 tokens at a time, its gradients computed in forward)\n")) << text;
   const JobPlan with = make_job_plan(tiny(chunked), 2), without = make_job_plan(tiny(gpipe), 2);
   EXPECT_EQ(with.memory[0].activations.total(), without.memory[0].activations.total());
   const int64_t saved = without.memory[1].activations.total() - with.memory[1].activations.total();
@@ -286,8 +286,8 @@ TEST(Plan, CudaContextHoldsTheCompactAttentionStateThePlanCounts) {
   EXPECT_EQ(memory_stats(Device::cuda(0)).live_bytes - live, want.context);
 }
 
-// The model's byte counts are the allocator's: one context, and the workspace
-// plus the transient of the first forward and backward.
+// The model's byte counts are the allocator's: one context, the workspace
+// plus the transient of the first forward, and the backward's transient.
 TEST(Plan, ActivationBytesAreWhatTheModelAllocates) {
   const Config cfg = tiny();
   const int64_t B = 2, T = 48, C = cfg.model.d_model;
@@ -316,9 +316,13 @@ TEST(Plan, ActivationBytesAreWhatTheModelAllocates) {
     live = memory_stats(Device::cpu()).live_bytes;
     reset_peak_memory(Device::cpu());
     model->forward(*ctx, span.embedding ? ids : act, targets, StepCoords{1, 1, 0, true}, span.head ? nullptr : &out);
-    model->backward(*ctx, 1e-3f, span.head ? nullptr : &dout, span.embedding ? nullptr : &din);
     EXPECT_EQ(memory_stats(Device::cpu()).live_bytes - live, want.workspace);
     EXPECT_EQ(memory_stats(Device::cpu()).peak_bytes - live, want.workspace + want.transient);
+    live = memory_stats(Device::cpu()).live_bytes;
+    reset_peak_memory(Device::cpu());
+    model->backward(*ctx, 1e-3f, span.head ? nullptr : &dout, span.embedding ? nullptr : &din);
+    EXPECT_EQ(memory_stats(Device::cpu()).live_bytes, live);
+    EXPECT_EQ(memory_stats(Device::cpu()).peak_bytes - live, want.backward_transient);
   }
 }
 

@@ -57,7 +57,7 @@ class Activations final : public ChunkActivations {
  public:
   Activations(const BertConfig& cfg, const TpShard& shard) {
     check_heads(cfg, shard.size);
-    arch = "bert", C = cfg.d_model, n_layer = cfg.n_layer, max_seq_len = cfg.max_seq_len;
+    arch = "bert", C = cfg.d_model, tp = shard.size, n_layer = cfg.n_layer, max_seq_len = cfg.max_seq_len;
     NH_l = cfg.n_head / shard.size;
     C_l = C / shard.size;
     F_l = cfg.d_ff / shard.size;

@@ -42,7 +42,7 @@ class Activations final : public ChunkActivations {
  public:
   Activations(const Gpt2Config& cfg, const TpShard& shard) {
     check_heads(cfg, shard.size);
-    arch = "gpt2", C = cfg.d_model, n_layer = cfg.n_layer, max_seq_len = cfg.max_seq_len;
+    arch = "gpt2", C = cfg.d_model, tp = shard.size, n_layer = cfg.n_layer, max_seq_len = cfg.max_seq_len;
     NH_l = cfg.n_head / shard.size;
     C_l = C / shard.size;
     F_l = 4 * C_l;

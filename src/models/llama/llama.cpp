@@ -52,8 +52,7 @@ class Activations final : public ChunkActivations {
  public:
   Activations(const LlamaConfig& cfg, const TpShard& shard) {
     check_heads(cfg, shard.size);
-    const int tp = shard.size;
-    arch = "llama", C = cfg.d_model, n_layer = cfg.n_layer, max_seq_len = cfg.max_seq_len;
+    arch = "llama", C = cfg.d_model, tp = shard.size, n_layer = cfg.n_layer, max_seq_len = cfg.max_seq_len;
     HS = C / cfg.n_head;
     NH_l = cfg.n_head / tp;
     KV_l = std::max(1, cfg.n_kv_head / tp);
@@ -90,12 +89,12 @@ class Activations final : public ChunkActivations {
     if (kv_replicas > 1 && span.end_layer > span.first_layer) w->qkv_wgrad = make.master({W_l, C});
     return w;
   }
-  // The loss's buffers with the head; the replicated-k/v gradient sum's (KV_l
-  // blocks of tp / R) buffer per block (tp/replicas.cpp).
-  int64_t transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType activation) const override {
-    int64_t n = ChunkActivations::transient_bytes(span, B, T, activation);
-    if (kv_replicas > 1) n += 2 * KV_l * HS * C * kv_groups * int64_t(dtype_size(master_dtype(activation)));
-    return n;
+  // Besides the default: the replicated-k/v gradient sum's buffer (KV_l
+  // blocks of tp / R; tp/replicas.cpp), after the q/k/v backward's own.
+  int64_t backward_transient_bytes(const StageSpan& span, int64_t B, int64_t T, DType activation) const override {
+    const int64_t n = ChunkActivations::backward_transient_bytes(span, B, T, activation);
+    if (kv_replicas == 1 || span.end_layer <= span.first_layer) return n;
+    return std::max(n, 2 * KV_l * HS * C * kv_groups * int64_t(dtype_size(master_dtype(activation))));
   }
   int64_t HS = 0, NH_l = 0, KV_l = 0, C_l = 0, W_l = 0, F_l = 0;
   int kv_replicas = 1, kv_groups = 1;

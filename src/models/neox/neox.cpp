@@ -37,7 +37,7 @@ class Activations final : public ChunkActivations {
                   "neox: d_model {} must be n_head {} times an even head size", cfg.d_model, cfg.n_head);
     LATTICE_CHECK(cfg.n_head % shard.size == 0, "neox: n_head {} is not divisible by tp {}", cfg.n_head, shard.size);
     LATTICE_CHECK(cfg.d_ff % shard.size == 0, "neox: d_ff {} is not divisible by tp {}", cfg.d_ff, shard.size);
-    arch = "neox", C = cfg.d_model, n_layer = cfg.n_layer, max_seq_len = cfg.max_seq_len;
+    arch = "neox", C = cfg.d_model, tp = shard.size, n_layer = cfg.n_layer, max_seq_len = cfg.max_seq_len;
     NH_l = cfg.n_head / shard.size;
     C_l = C / shard.size;
     F_l = cfg.d_ff / shard.size;
