@@ -324,6 +324,71 @@ TEST(KvCache, Gpt2ForwardCachedMatchesTheWholeSequence) { check_forward_cached(k
 TEST(KvCache, NeoxForwardCachedMatchesTheWholeSequence) { check_forward_cached(kNeox); }
 TEST(KvCache, LlamaForwardCachedMatchesTheWholeSequence) { check_forward_cached(kLlama); }
 
+// A model that says it decodes with a cache (kv_cache_ready) but whose block
+// runs attention without attend(): forward_cached names the block instead of
+// returning outputs that never saw the cached positions.
+class BlockWithoutAttend final : public ChunkModel {
+  struct Acts final : ChunkActivations {
+    Acts() {
+      arch = "no-attend", C = 4, n_layer = 2, max_seq_len = 8;
+      attention = {.NH = 1, .HS = 4};
+    }
+    std::unique_ptr<SavedTensors> block(const MakeTensor&, int64_t, int64_t) const override {
+      return std::make_unique<SavedTensors>();
+    }
+    std::unique_ptr<LmHeadTensors> head(const MakeTensor&, int64_t, int64_t) const override { return nullptr; }
+    std::unique_ptr<SavedTensors> scratch(const MakeTensor&, const StageSpan&, int64_t, int64_t) const override {
+      return std::make_unique<SavedTensors>();
+    }
+  };
+
+ public:
+  BlockWithoutAttend(FlatParams& params, comm::Group& tp, int attending_blocks)
+      : ChunkModel(std::make_unique<Acts>(), params, tp, StageSpan{0, 2, false, false}), attending_(attending_blocks) {}
+  bool kv_cache_ready() const override { return true; }
+  double flops_per_token(int64_t) const override { return 0; }
+
+ protected:
+  void block_forward(Context& ctx, int i, const Tensor& x, Tensor& out, SavedTensors&) override {
+    // Block i < attending_ attends through the cache; the others keep no keys or values.
+    Tensor qkv = Tensor::zeros({ctx.B, ctx.T, 12}, DType::f32), att;
+    if (i < attending_) attend(ctx, i, out, att, qkv, ops::Dropout{});
+    out.copy_from(x);
+  }
+  void embed_forward(Context&, const Tensor&) override { LATTICE_FAIL("not used"); }
+  void embed_backward(Context&, Tensor&, Tensor&) override { LATTICE_FAIL("not used"); }
+  void block_backward(Context&, int, const Tensor&, const Tensor&, Tensor&, SavedTensors&) override {
+    LATTICE_FAIL("not used");
+  }
+  double head_forward(Context&, const Tensor&) override { LATTICE_FAIL("not used"); }
+  void head_backward(Context&, const Tensor&, float, Tensor&) override { LATTICE_FAIL("not used"); }
+
+ private:
+  int attending_;
+};
+
+TEST(KvCache, ABlockThatDoesNotAttendThroughTheCacheIsNamed) {
+  comm::Group tp = comm::self_group("tp");
+  FlatParams params({}, DType::f32);
+  const int64_t B = 1, T = 3;
+  Tensor x = test::random_tensor({B, T, 4}, DType::f32, 1), out = Tensor::zeros({B, T, 4}, DType::f32);
+  Tensor targets = Tensor::zeros({B, T}, DType::i32);
+  for (int attending : {2, 1}) {
+    SCOPED_TRACE(attending);
+    BlockWithoutAttend model(params, tp, attending);
+    ChunkModel::KvCache cache = model.make_kv_cache(B, 8);
+    auto ctx = model.make_context(B, T);
+    if (attending == 2) {
+      EXPECT_NO_THROW(model.forward_cached(*ctx, cache, x, targets, &out));
+      EXPECT_EQ(cache.length, T);
+    } else {
+      EXPECT_HAS(error_text([&] { model.forward_cached(*ctx, cache, x, targets, &out); }),
+                 "no-attend: block 1 did not attend through the key/value cache");
+      EXPECT_EQ(cache.length, 0);
+    }
+  }
+}
+
 TEST(KvCache, AModelWithoutItSaysSo) {
   Built b(kBert);
   auto& bert = dynamic_cast<ChunkModel&>(*b.model);
