@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -13,6 +15,7 @@
 
 #include "checkpoint/atomic_dir.h"
 #include "checkpoint/index.h"
+#include "checkpoint/safetensors.h"
 #include "comm/gather_strings.h"
 #include "models/registry.h"
 #include "tp/sharding.h"
@@ -42,28 +45,43 @@ void pause_for_tests(int64_t step) {
   std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(s)));
 }
 
-// The logical tensors this rank's stage writes: `prefix` + name -> tensor, in
-// table order; only the gathering ranks (dp rank 0) get them, only writers keep them.
-checkpoint::NamedTensors gather_stage(const FlatParams& params, const Tensor& buffer, const std::string& prefix,
-                                      comm::Group& tp, bool keep) {
-  checkpoint::NamedTensors out;
-  for (const ParamEntry& e : params.entries()) {
-    if (e.spec.tie_replica) continue;
-    Tensor t = tp::gather_logical(e, buffer.view(e.offset, e.local_shape), params.shard(), tp);
-    if (keep) out.push_back({prefix + e.spec.name, std::move(t)});
-  }
+// The logical tensors of this rank's stage, named `prefix` + name, in table order.
+std::vector<checkpoint::TensorDecl> stage_decls(const FlatParams& params, const std::string& prefix, DType dtype) {
+  std::vector<checkpoint::TensorDecl> out;
+  for (const ParamEntry& e : params.entries())
+    if (!e.spec.tie_replica) out.push_back({prefix + e.spec.name, dtype, e.spec.shape});
   return out;
 }
 
-// "file<TAB>size<TAB>xxh64<TAB>data bytes" and "index<TAB>tensor<TAB>file" lines for rank 0.
-std::string write_stage_file(const std::string& dir, const std::string& index, const std::string& file,
-                             const checkpoint::NamedTensors& tensors) {
-  checkpoint::FileDigest d = checkpoint::write_safetensors(dir + "/" + file, tensors, {{"format", "pt"}});
+// Gathers the logical tensors of `buffer` (laid out like the parameters) over
+// tp one at a time, a collective per tensor that every gathering rank (dp
+// rank 0) calls; the writer puts each into its file as it comes, so it holds
+// one logical tensor at a time, not the stage's.
+void gather_stage(const FlatParams& params, const Tensor& buffer, const std::string& prefix, comm::Group& tp,
+                  checkpoint::SafetensorsWriter* out) {
+  for (const ParamEntry& e : params.entries()) {
+    if (e.spec.tie_replica) continue;
+    const Tensor t = tp::gather_logical(e, buffer.view(e.offset, e.local_shape), params.shard(), tp);
+    if (out) out->put(prefix + e.spec.name, t);
+  }
+}
+
+// A stage file's writer: the safetensors header from the declarations.
+std::unique_ptr<checkpoint::SafetensorsWriter> stage_file(const std::string& dir, const std::string& file,
+                                                          std::vector<checkpoint::TensorDecl> decls) {
+  return std::make_unique<checkpoint::SafetensorsWriter>(dir + "/" + file, std::move(decls),
+                                                         std::map<std::string, std::string>{{"format", "pt"}});
+}
+
+// Finishes a stage file: "file<TAB>size<TAB>xxh64<TAB>data bytes" and
+// "index<TAB>tensor<TAB>file" lines for rank 0.
+std::string finish_stage_file(checkpoint::SafetensorsWriter& w, const std::string& index, const std::string& file) {
+  const checkpoint::FileDigest d = w.finish();
   uint64_t data = 0;
   std::string lines;
-  for (const auto& [name, t] : tensors) {
-    data += uint64_t(t.nbytes());
-    lines += fmt::format("T\t{}\t{}\t{}\n", index, name, file);
+  for (const checkpoint::TensorDecl& t : w.decls()) {
+    data += t.nbytes();
+    lines += fmt::format("T\t{}\t{}\t{}\n", index, t.name, file);
   }
   return fmt::format("F\t{}\t{}\t{}\t{}\n", file, d.size, checkpoint::checksum_hex(d.checksum), data) + lines;
 }
@@ -205,13 +223,24 @@ void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerSta
                 "can gather them");
   std::string report;
   if (gathers) {
-    checkpoint::NamedTensors model = gather_stage(r.params, r.params.values().on_host(), "", mesh.tp(), writer);
+    const std::string file = checkpoint::shard_file_name("model", me.pp + 1, stages);
+    std::unique_ptr<checkpoint::SafetensorsWriter> out;
+    if (writer) out = stage_file(tmp, file, stage_decls(r.params, "", r.params.values().dtype()));
+    gather_stage(r.params, r.params.values().on_host(), "", mesh.tp(), out.get());
     if (writer) {
-      report += write_stage_file(tmp, kModelIndex, checkpoint::shard_file_name("model", me.pp + 1, stages), model);
+      report += finish_stage_file(*out, kModelIndex, file);
       pause_for_tests(state.step);
     }
   }
-  checkpoint::NamedTensors optim;
+  // The optimizer's states, one after another in one file.
+  const std::string optim_file = checkpoint::shard_file_name("optimizer", me.pp + 1, stages);
+  std::vector<checkpoint::TensorDecl> optim;
+  for (auto& [name, buf] : r.optimizer.state()) {
+    std::vector<checkpoint::TensorDecl> d = stage_decls(r.params, name + ".", buf->dtype());
+    optim.insert(optim.end(), d.begin(), d.end());
+  }
+  std::unique_ptr<checkpoint::SafetensorsWriter> out;
+  if (writer && !optim.empty()) out = stage_file(tmp, optim_file, std::move(optim));
   for (auto& [name, buf] : r.optimizer.state()) {
     Tensor local;
     if (r.zero) {  // every dp rank holds one shard: the whole local buffer first (collective over dp)
@@ -220,12 +249,9 @@ void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerSta
     }
     if (!gathers) continue;
     if (!r.zero) local = buf->on_host();
-    checkpoint::NamedTensors part = gather_stage(r.params, local, name + ".", mesh.tp(), writer);
-    for (auto& t : part) optim.push_back(std::move(t));
+    gather_stage(r.params, local, name + ".", mesh.tp(), out.get());
   }
-  if (writer && !optim.empty())
-    report +=
-        write_stage_file(tmp, kOptimizerIndex, checkpoint::shard_file_name("optimizer", me.pp + 1, stages), optim);
+  if (out) report += finish_stage_file(*out, kOptimizerIndex, optim_file);
 
   std::vector<std::string> reports = comm::all_gather_strings(mesh.world(), report);
   if (mesh.this_rank() == 0) {

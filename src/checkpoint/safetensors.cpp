@@ -75,20 +75,18 @@ class HashingWriter {
   std::vector<char> stage_;
 };
 
-std::string build_header(const std::string& path, const NamedTensors& tensors,
+std::string build_header(const std::string& path, const std::vector<TensorDecl>& decls,
                          const std::map<std::string, std::string>& metadata) {
   ordered_json header = ordered_json::object();
   if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    LATTICE_CHECK(!name.empty() && name != kMetadataKey, "safetensors {}: '{}' is not a usable tensor name", path,
-                  name);
-    LATTICE_CHECK(t.defined(), "safetensors {}: tensor '{}' is undefined", path, name);
-    LATTICE_CHECK(!header.contains(name), "safetensors {}: tensor '{}' is given twice", path, name);
-    uint64_t end = offset + t.nbytes();
-    header[name] = {{"dtype", std::string(safetensors_dtype_name(t.dtype()))},
-                    {"shape", t.shape()},
-                    {"data_offsets", {offset, end}}};
+  for (const TensorDecl& d : decls) {
+    LATTICE_CHECK(!d.name.empty() && d.name != kMetadataKey, "safetensors {}: '{}' is not a usable tensor name", path,
+                  d.name);
+    LATTICE_CHECK(!header.contains(d.name), "safetensors {}: tensor '{}' is given twice", path, d.name);
+    uint64_t end = offset + d.nbytes();
+    header[d.name] = {
+        {"dtype", std::string(safetensors_dtype_name(d.dtype))}, {"shape", d.shape}, {"data_offsets", {offset, end}}};
     offset = end;
   }
   std::string text;
@@ -127,30 +125,67 @@ DType dtype_from_safetensors(std::string_view name) {
   LATTICE_FAIL("dtype '{}' is not one Lattice reads (expected F64, F32, BF16, F16, I32 or U16)", name);
 }
 
-FileDigest write_safetensors(const std::string& path, const NamedTensors& tensors,
-                             const std::map<std::string, std::string>& metadata) {
-  std::string header = build_header(path, tensors, metadata);
-  uint64_t length = header.size();
+uint64_t TensorDecl::nbytes() const { return uint64_t(shape_numel(shape)) * dtype_size(dtype); }
+
+struct SafetensorsWriter::Out {
+  explicit Out(const std::string& path) : file(PosixFile::create(path)), hashing(file) {}
+  PosixFile file;
+  HashingWriter hashing;
+};
+
+SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<TensorDecl> decls,
+                                     const std::map<std::string, std::string>& metadata)
+    : path_(path), decls_(std::move(decls)) {
+  const std::string header = build_header(path, decls_, metadata);
+  const uint64_t length = header.size();
   unsigned char length_le[8];
   for (int i = 0; i < 8; ++i) length_le[i] = static_cast<unsigned char>(length >> (8 * i));
+  out_ = std::make_unique<Out>(path);
+  out_->hashing.put(length_le, 8);
+  out_->hashing.put(header.data(), header.size());
+}
 
-  PosixFile file = PosixFile::create(path);
-  HashingWriter out(file);
-  out.put(length_le, 8);
-  out.put(header.data(), header.size());
+SafetensorsWriter::~SafetensorsWriter() = default;
+
+void SafetensorsWriter::put(const std::string& name, const Tensor& t) {
+  LATTICE_CHECK(out_ != nullptr, "safetensors {}: tensor '{}' after finish()", path_, name);
+  LATTICE_CHECK(next_ < decls_.size(), "safetensors {}: tensor '{}' beyond the {} declared", path_, name,
+                decls_.size());
+  const TensorDecl& d = decls_[next_];
+  LATTICE_CHECK(t.defined(), "safetensors {}: tensor '{}' is undefined", path_, name);
+  LATTICE_CHECK(name == d.name && t.dtype() == d.dtype && t.shape() == d.shape,
+                "safetensors {}: tensor {} is '{}' {} {}, declared as '{}' {} {}", path_, next_, name,
+                safetensors_dtype_name(t.dtype()), shape_str(t.shape()), d.name, safetensors_dtype_name(d.dtype),
+                shape_str(d.shape));
+  ++next_;
+  if (t.nbytes() == 0) return;
+  if (t.device().is_cpu()) return out_->hashing.put(t.raw(), t.nbytes());
+  const Tensor host = t.to(Device::cpu());
+  out_->hashing.put(host.raw(), host.nbytes());
+}
+
+FileDigest SafetensorsWriter::finish() {
+  LATTICE_CHECK(out_ != nullptr, "safetensors {}: finish() twice", path_);
+  LATTICE_CHECK(next_ == decls_.size(), "safetensors {}: {} of {} declared tensors written (next: '{}')", path_, next_,
+                decls_.size(), next_ < decls_.size() ? decls_[next_].name : "");
+  out_->hashing.flush();
+  out_->file.sync();
+  out_->file.close();
+  const FileDigest d = out_->hashing.digest();
+  out_.reset();
+  return d;
+}
+
+FileDigest write_safetensors(const std::string& path, const NamedTensors& tensors,
+                             const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorDecl> decls;
   for (const auto& [name, t] : tensors) {
-    if (t.nbytes() == 0) continue;
-    if (t.device().is_cpu()) {
-      out.put(t.raw(), t.nbytes());
-    } else {
-      Tensor host = t.to(Device::cpu());
-      out.put(host.raw(), host.nbytes());
-    }
+    LATTICE_CHECK(t.defined(), "safetensors {}: tensor '{}' is undefined", path, name);
+    decls.push_back({name, t.dtype(), t.shape()});
   }
-  out.flush();
-  file.sync();
-  file.close();
-  return out.digest();
+  SafetensorsWriter w(path, std::move(decls), metadata);
+  for (const auto& [name, t] : tensors) w.put(name, t);
+  return w.finish();
 }
 
 // ---------------------------------------------------------------- reading

@@ -48,6 +48,40 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 FileDigest write_safetensors(const std::string& path, const NamedTensors& tensors,
                              const std::map<std::string, std::string>& metadata = {});
 
+// A tensor as the header names it, before its bytes exist.
+struct TensorDecl {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  uint64_t nbytes() const;
+};
+
+// Writes a safetensors file one tensor at a time: the header from the
+// declarations at construction, then each tensor's bytes as it is given, in
+// the declared order, so a caller holds one tensor at a time (a checkpoint's
+// logical tensors, gathered one by one). The bytes are write_safetensors'
+// for the same tensors. Each put() checks the tensor against its
+// declaration; finish() checks that every one came, then fsyncs.
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(const std::string& path, std::vector<TensorDecl> decls,
+                    const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  void put(const std::string& name, const Tensor& t);  // any device
+  FileDigest finish();
+  const std::vector<TensorDecl>& decls() const { return decls_; }
+
+ private:
+  struct Out;
+  std::string path_;
+  std::vector<TensorDecl> decls_;
+  size_t next_ = 0;
+  std::unique_ptr<Out> out_;
+};
+
 struct SafetensorsInfo {
   DType dtype = DType::f32;
   Shape shape;

@@ -63,6 +63,46 @@ TEST(Safetensors, RoundTripEveryDtypeWithMetadata) {
   EXPECT_FLOAT_EQ(f.read("scalar").data<float>()[0], 3.5f);
 }
 
+// The streaming writer (one tensor at a time, the header from declarations)
+// writes write_safetensors' bytes, and says which tensor broke its promise.
+TEST(Safetensors, StreamingWriterWritesTheSameBytes) {
+  const std::string dir = test::make_temp_dir("st");
+  NamedTensors tensors = every_dtype();
+  std::vector<TensorDecl> decls;
+  for (const auto& [name, t] : tensors) decls.push_back({name, t.dtype(), t.shape()});
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  SafetensorsWriter w(dir + "/streamed.safetensors", decls, meta);
+  for (const auto& [name, t] : tensors) w.put(name, t.clone());  // each copy gone before the next
+  const FileDigest streamed = w.finish();
+  const FileDigest whole = write_safetensors(dir + "/whole.safetensors", tensors, meta);
+  EXPECT_EQ(streamed, whole);
+  EXPECT_EQ(test::read_bytes(dir + "/streamed.safetensors"), test::read_bytes(dir + "/whole.safetensors"));
+  EXPECT_HAS(error_text([&] { w.finish(); }), "finish() twice");
+
+  const std::string bad = dir + "/bad.safetensors";
+  const Tensor f32 = Tensor::zeros({2, 3}, DType::f32);
+  auto two = [&] { return std::vector<TensorDecl>{{"a", DType::f32, {2, 3}}, {"b", DType::f32, {4}}}; };
+  {
+    SafetensorsWriter x(bad, two());
+    EXPECT_HAS(error_text([&] { x.put("b", f32); }), "tensor 0 is 'b' F32 (2, 3), declared as 'a' F32 (2, 3)");
+  }
+  {
+    SafetensorsWriter x(bad, two());
+    EXPECT_HAS(error_text([&] { x.put("a", Tensor::zeros({3, 2}, DType::f32)); }), "declared as 'a' F32 (2, 3)");
+    EXPECT_HAS(error_text([&] { x.put("a", Tensor::zeros({2, 3}, DType::bf16)); }), "'a' BF16 (2, 3), declared as");
+  }
+  {
+    SafetensorsWriter x(bad, two());
+    x.put("a", f32);
+    EXPECT_HAS(error_text([&] { x.finish(); }), "1 of 2 declared tensors written (next: 'b')");
+  }
+  {
+    SafetensorsWriter x(bad, {{"a", DType::f32, {2, 3}}});
+    x.put("a", f32);
+    EXPECT_HAS(error_text([&] { x.put("b", f32); }), "tensor 'b' beyond the 1 declared");
+  }
+}
+
 TEST(Safetensors, NoTensorsAndNoMetadata) {
   std::string path = test::make_temp_dir("st") + "/empty.safetensors";
   write_safetensors(path, {});
