@@ -25,6 +25,7 @@
 #include "checkpoint/atomic_dir.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
+#include "core/allocator.h"
 #include "core/timer.h"
 #include "models/registry.h"
 #include "mpi_main.h"
@@ -78,6 +79,8 @@ int run(int argc, char** argv, const comm::MpiRuntime& mpi) {
 
   std::vector<double> save_s, load_s;
   uint64_t bytes = 0;
+  const int64_t live = memory_stats(Device::cpu()).live_bytes;
+  reset_peak_memory(Device::cpu());
   for (int r = 1; r <= repeats; ++r) {
     const std::string step_dir = dir + "/" + checkpoint::step_dir_name(r);
     TrainerState st;
@@ -89,6 +92,9 @@ int run(int argc, char** argv, const comm::MpiRuntime& mpi) {
     save_s.push_back(t.seconds());
     bytes = dir_bytes(step_dir);
   }
+  // What the saves allocated above the parameters and state, the most over the ranks.
+  double save_peak = double(memory_stats(Device::cpu()).peak_bytes - live);
+  MPI_Allreduce(MPI_IN_PLACE, &save_peak, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   for (int r = 1; r <= repeats; ++r) {
     const std::string step_dir = dir + "/" + checkpoint::step_dir_name(r);
     mesh.world().barrier()->wait();
@@ -106,6 +112,8 @@ int run(int argc, char** argv, const comm::MpiRuntime& mpi) {
                  mb / save_s[r], load_s[r], mb / load_s[r]);
     fmt::print("median: save {:.2f} s = {:.0f} MB/s | load {:.2f} s = {:.0f} MB/s\n", bench::median(save_s),
                mb / bench::median(save_s), bench::median(load_s), mb / bench::median(load_s));
+    fmt::print("save: {:.1f} MB allocated above the parameters and optimizer state (most of any rank)\n",
+               save_peak / 1e6);
   }
   if (mpi.world_rank() == 0) fs::remove_all(dir);
   return 0;
