@@ -196,7 +196,7 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
     if (mpi.world_size() > 1) std::fputs(rank_map.c_str(), stdout);
     if (std::string map = plugin->stage_map(); !map.empty())
       std::fputs((map.back() == '\n' ? map : map + "\n").c_str(), stdout);
-    for (const std::string& n : notes) print_line("checkpoint: " + n);
+    for (const std::string& n : notes) print_line(n);  // each begins "checkpoint <path>"
     if (start.resume)
       print_line(fmt::format("resuming from {} (step {}; written with tp={} pp={} dp={})", *start.resume,
                              start.resumed.step, start.resumed.layout.tp, start.resumed.layout.pp,
@@ -204,7 +204,7 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   }
   const std::shared_ptr<RankLog> rank_log = open_rank_log(cfg, mesh, *plugin, start);
   for (const std::string& n : notes)
-    if (rank_log) rank_log->line("checkpoint: " + n);
+    if (rank_log) rank_log->line(n);
   std::unique_ptr<Plugin> p = std::move(plugin);
   if (rank_log) p = with_rank_log(std::move(p), cfg, rank_log);
   Booster booster(cfg, std::move(p), print_line);

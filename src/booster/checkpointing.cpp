@@ -300,6 +300,21 @@ std::optional<std::string> resolve_resume(const Config& cfg, comm::Group& world,
       for (const std::string& s : found ? found->skipped : std::vector<std::string>{})
         notes->push_back(s + fmt::format(": resuming from {} instead", checkpoint::step_dir_name(found->step)));
     }
+    // The run will write those steps again: the damaged ones move aside, kept
+    // for whoever can repair them (an unreadable file may be a permission).
+    for (const std::string& name : found ? found->damaged : std::vector<std::string>{}) {
+      const std::string from = cfg.checkpoint.dir + "/" + name;
+      std::string to = from + ".damaged";
+      for (int i = 2; fs::exists(to); ++i) to = fmt::format("{}.damaged{}", from, i);
+      std::error_code ec;
+      fs::rename(from, to, ec);
+      LATTICE_CHECK(!ec,
+                    "checkpoint {}: cannot move the damaged checkpoint aside to {}: {} — move or remove it, then "
+                    "start again",
+                    from, to, ec.message());
+      if (notes)
+        notes->push_back(fmt::format("checkpoint {} moved aside to {} (the run writes its step again)", from, to));
+    }
     // Checkpoints, none intact: starting fresh would write over them, so say why each failed.
     if (!found && !checkpoint::list_step_dirs(cfg.checkpoint.dir).empty())
       config_fail(cfg, "checkpoint.resume",

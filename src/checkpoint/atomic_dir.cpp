@@ -248,6 +248,7 @@ std::optional<LatestCheckpoint> find_latest_complete(const std::string& parent, 
       verify_checkpoint_dir(parent + "/" + name);
     } catch (const Error& e) {
       found.skipped.push_back(e.message());
+      found.damaged.push_back(name);
       return false;
     }
     found.dir = parent + "/" + name;
@@ -255,20 +256,25 @@ std::optional<LatestCheckpoint> find_latest_complete(const std::string& parent, 
     return true;
   };
 
-  std::string latest_path = parent + "/" + std::string(kLatestName);
-  std::error_code ec;
-  if (fs::exists(latest_path, ec)) {
+  auto dirs = list_step_entries(parent, "");
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    if (!attempt(it->second)) continue;
+    // latest is a hint only: say when it names something else.
+    const std::string latest_path = parent + "/" + std::string(kLatestName);
+    std::error_code ec;
+    if (!fs::exists(latest_path, ec)) return found;
     std::string name = read_text_file(latest_path, kMaxLatestBytes);
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
     if (!parse_step_dir_name(name))
       found.skipped.push_back(
           fmt::format("checkpoint {}: names '{}', not a step_NNNNNNN directory", latest_path, name));
-    else if (attempt(name))
-      return found;
+    else if (name != it->second && std::find(found.damaged.begin(), found.damaged.end(), name) == found.damaged.end())
+      found.skipped.push_back(
+          fmt::format("checkpoint {}: names {}, not the newest complete step directory (a "
+                      "crash before latest was updated leaves it behind)",
+                      latest_path, name));
+    return found;
   }
-  auto dirs = list_step_entries(parent, "");
-  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it)
-    if (attempt(it->second)) return found;
   if (failures) *failures = std::move(found.skipped);
   return std::nullopt;
 }

@@ -90,12 +90,15 @@ void verify_checkpoint_dir(const std::string& dir);
 struct LatestCheckpoint {
   std::string dir;  // the path of the step directory
   int64_t step = 0;
-  std::vector<std::string> skipped;  // one line per newer candidate that failed, saying why
+  std::vector<std::string> skipped;  // one line per newer candidate that failed (or a stale latest), saying why
+  std::vector<std::string> damaged;  // the names of the newer step directories that failed to verify
 };
 
-// The resume: auto rule. The directory that `<parent>/latest` names if it
-// verifies, else the newest step directory that verifies; nullopt if none,
-// with `failures` (when given) then one line per candidate saying why.
+// The resume: auto rule. The newest step directory that verifies (a step
+// directory exists only once committed, so a newer one than `latest` names is
+// complete: a crash between the rename and latest's update leaves latest
+// behind, and latest is then only noted); nullopt if none, with `failures`
+// (when given) then one line per candidate saying why.
 std::optional<LatestCheckpoint> find_latest_complete(const std::string& parent,
                                                      std::vector<std::string>* failures = nullptr);
 

@@ -263,14 +263,19 @@ TEST_F(Resume, BadResumesAreOneLine) {
   // A truncated file in the newest checkpoint: auto falls back to the previous one and says so.
   train("c", "train.stop_at_step=6 checkpoint.every=3", 0);
   const std::string victim = ckpt("c", 6, "model-00001-of-00001.safetensors");
-  fs::resize_file(victim, fs::file_size(victim) / 2);
+  const uintmax_t half = fs::file_size(victim) / 2;
+  fs::resize_file(victim, half);
+  // Naming the damaged directory itself is refused with the file named.
+  one_line(run("train r.yaml log.dir=c2 checkpoint.resume=" + dir + "/c/checkpoints/step_0000006", dir),
+           {"model-00001-of-00001.safetensors"});
   CmdResult r = train("c", "", 0);
   EXPECT_NE(r.out.find("step_0000006"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("resuming from step_0000003 instead"), std::string::npos) << r.out;
   EXPECT_EQ(losses(dir + "/c").size(), 12u);
-  // Naming the damaged directory itself is refused with the file named.
-  one_line(run("train r.yaml log.dir=c2 checkpoint.resume=" + dir + "/c/checkpoints/step_0000006", dir),
-           {"model-00001-of-00001.safetensors"});
+  // The run writes step 6 again: the damaged one was moved aside, its bytes kept.
+  const std::string aside = dir + "/c/checkpoints/step_0000006.damaged";
+  EXPECT_NE(r.out.find("moved aside to c/checkpoints/step_0000006.damaged"), std::string::npos) << r.out;
+  EXPECT_EQ(fs::file_size(aside + "/model-00001-of-00001.safetensors"), half);
 }
 
 // No run writes over (or, through checkpoint.keep_last, deletes) another

@@ -141,6 +141,7 @@ class Damaged : public ::testing::Test {
     if (found) {
       EXPECT_EQ(found->step, 10);
       EXPECT_EQ(found->skipped, std::vector<std::string>{msg});
+      EXPECT_EQ(found->damaged, std::vector<std::string>{"step_0000020"});
     }
     return msg;
   }
@@ -184,11 +185,20 @@ TEST_F(Damaged, MissingOrCorruptManifest) {
   EXPECT_HAS(damage_report(), dir_ + "/manifest.json: missing");
 }
 
-TEST_F(Damaged, LatestNamingADamagedDirectoryFallsBack) {
-  test::write_bytes(parent_ + "/latest", "step_0000010\n");  // latest may name an older step: it is trusted
-  EXPECT_EQ(find_latest_complete(parent_)->step, 10);
-  test::write_bytes(parent_ + "/latest", "../elsewhere\n");
+// latest is a hint: a crash between a step directory's rename and latest's
+// update leaves latest naming an older step, and resuming there would write
+// over the newer complete one. The newest step directory that verifies wins,
+// and the stale latest is noted.
+TEST_F(Damaged, TheNewestCompleteStepWinsOverLatest) {
+  test::write_bytes(parent_ + "/latest", "step_0000010\n");
   auto found = find_latest_complete(parent_);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->step, 20);
+  EXPECT_TRUE(found->damaged.empty());
+  ASSERT_EQ(found->skipped.size(), 1u);
+  EXPECT_HAS(found->skipped[0], "latest: names step_0000010, not the newest complete step directory");
+  test::write_bytes(parent_ + "/latest", "../elsewhere\n");
+  found = find_latest_complete(parent_);
   ASSERT_TRUE(found.has_value());
   EXPECT_EQ(found->step, 20);
   ASSERT_EQ(found->skipped.size(), 1u);
