@@ -291,18 +291,29 @@ std::vector<std::string> keep_last(const std::string& parent, int n) {
   std::vector<std::pair<int64_t, std::string>> complete;
   for (const auto& entry : list_step_entries(parent, ""))
     if (fs::exists(parent + "/" + entry.second + "/" + std::string(kManifestName), ec)) complete.push_back(entry);
+  // A step directory is renamed out of the step_NNNNNNN names first, so a
+  // kill during its removal leaves a `.deleting` directory (removed by the
+  // next call) instead of a half-deleted checkpoint that looks like one.
   auto remove = [&](const std::string& name) {
     std::string path = parent + "/" + name;
+    if (const std::optional<int64_t> step = parse_step_dir_name(name)) {
+      const std::string doomed = parent + "/" + step_dir_name(*step) + ".deleting";
+      fs::remove_all(doomed, ec);
+      fs::rename(path, doomed, ec);
+      LATTICE_CHECK(!ec, "checkpoint {}: cannot rename to {} to remove it: {}", path, doomed, ec.message());
+      fsync_path(parent);
+      path = doomed;
+    }
     fs::remove_all(path, ec);
     LATTICE_CHECK(!ec, "checkpoint {}: cannot remove: {}", path, ec.message());
-    removed.push_back(path);
+    removed.push_back(parent + "/" + name);
   };
   int excess = int(complete.size()) - n;
   for (int i = 0; i < excess; ++i)
     if (complete[size_t(i)].second != keep_latest) remove(complete[size_t(i)].second);
   if (!complete.empty()) {
     int64_t newest = complete.back().first;
-    for (std::string_view suffix : {".tmp", ".old"})
+    for (std::string_view suffix : {".tmp", ".old", ".deleting"})
       for (const auto& [step, name] : list_step_entries(parent, suffix))
         if (step < newest) remove(name);
   }

@@ -78,7 +78,7 @@ class CheckpointWriter {
 
 // Deletes the oldest complete step directories of `parent` so that at most
 // `n` remain (n <= 0 keeps all); the one `latest` names is never deleted.
-// Also removes `.tmp` / `.old` leftovers of steps older than the newest
+// Also removes `.tmp` / `.old` / `.deleting` leftovers of steps older than the newest
 // complete one. Returns the paths removed.
 std::vector<std::string> keep_last(const std::string& parent, int n);
 

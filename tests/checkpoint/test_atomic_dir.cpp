@@ -220,11 +220,17 @@ TEST(KeepLast, DeletesTheOldestCompleteSteps) {
   stale.begin(parent + "/" + step_dir_name(3));
   CheckpointWriter running;  // a newer write in progress is not touched
   running.begin(parent + "/" + step_dir_name(6));
+  // A kill during an earlier removal left a half-deleted step, renamed out of the step names first.
+  fs::create_directories(parent + "/step_0000000.deleting");
+  test::write_bytes(parent + "/step_0000000.deleting/model.safetensors", "half");
 
   std::vector<std::string> removed = keep_last(parent, 2);
   std::sort(removed.begin(), removed.end());
-  EXPECT_EQ(removed, (std::vector<std::string>{parent + "/step_0000001", parent + "/step_0000002",
-                                               parent + "/step_0000003", parent + "/step_0000003.tmp"}));
+  EXPECT_EQ(removed, (std::vector<std::string>{parent + "/step_0000000.deleting", parent + "/step_0000001",
+                                               parent + "/step_0000002", parent + "/step_0000003",
+                                               parent + "/step_0000003.tmp"}));
+  for (const auto& e : fs::directory_iterator(parent))
+    EXPECT_FALSE(e.path().string().ends_with(".deleting")) << e.path();
   for (int step = 1; step <= 3; ++step) EXPECT_FALSE(fs::exists(parent + "/" + step_dir_name(step)));
   EXPECT_TRUE(fs::exists(parent + "/step_0000004"));
   EXPECT_TRUE(fs::exists(parent + "/step_0000005"));
