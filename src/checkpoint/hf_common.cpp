@@ -22,12 +22,12 @@ bool is_float(DType t) { return t == DType::f32 || t == DType::f64 || t == DType
 void prepare_out_dir(const std::string& out_dir) {
   std::error_code ec;
   if (fs::exists(out_dir, ec)) {
-    LATTICE_CHECK(fs::is_directory(out_dir, ec), "{}: exists and is not a directory", out_dir);
-    LATTICE_CHECK(fs::is_empty(out_dir, ec), "{}: exists and is not empty; name a new or empty output directory",
-                  out_dir);
+    LATTICE_INPUT_CHECK(fs::is_directory(out_dir, ec), "{}: exists and is not a directory", out_dir);
+    LATTICE_INPUT_CHECK(fs::is_empty(out_dir, ec), "{}: exists and is not empty; name a new or empty output directory",
+                        out_dir);
   }
   fs::create_directories(out_dir, ec);
-  LATTICE_CHECK(!ec, "{}: cannot create: {}", out_dir, ec.message());
+  LATTICE_INPUT_CHECK(!ec, "{}: cannot create: {}", out_dir, ec.message());
 }
 
 }  // namespace
@@ -36,15 +36,15 @@ double shortest(float v) { return std::stod(fmt::format("{}", v)); }
 
 json read_json(const std::string& path, const char* what) {
   std::error_code ec;
-  LATTICE_CHECK(fs::is_regular_file(path, ec), "{}: missing ({})", path, what);
+  LATTICE_INPUT_CHECK(fs::is_regular_file(path, ec), "{}: missing ({})", path, what);
   json j = json::parse(read_text_file(path, kMaxConfigBytes), nullptr, false);
-  LATTICE_CHECK(!j.is_discarded() && j.is_object(), "{}: not a JSON object", path);
+  LATTICE_INPUT_CHECK(!j.is_discarded() && j.is_object(), "{}: not a JSON object", path);
   return j;
 }
 
 std::string model_type(const std::string& hf_dir) {
   std::error_code ec;
-  LATTICE_CHECK(fs::is_directory(hf_dir, ec), "{}: not a directory (expected an HF model directory)", hf_dir);
+  LATTICE_INPUT_CHECK(fs::is_directory(hf_dir, ec), "{}: not a directory (expected an HF model directory)", hf_dir);
   const std::string path = hf_dir + "/config.json";
   json c = read_json(path, "an HF model directory holds config.json and model.safetensors");
   return config_value<std::string>(c, "model_type", "", path);
@@ -59,9 +59,9 @@ const json* find_key(const json& c, std::initializer_list<const char*> keys) {
 int config_int(const json& c, std::initializer_list<const char*> keys, const std::string& path, const char* cls) {
   const json* v = find_key(c, keys);
   const char* key = *keys.begin();
-  LATTICE_CHECK(v != nullptr, "{}: '{}' is missing ({} needs it)", path, key, cls);
-  LATTICE_CHECK(v->is_number_integer() && v->get<int64_t>() > 0 && v->get<int64_t>() <= INT32_MAX,
-                "{}: '{}' is {}, expected a positive integer", path, key, v->dump());
+  LATTICE_INPUT_CHECK(v != nullptr, "{}: '{}' is missing ({} needs it)", path, key, cls);
+  LATTICE_INPUT_CHECK(v->is_number_integer() && v->get<int64_t>() > 0 && v->get<int64_t>() <= INT32_MAX,
+                      "{}: '{}' is {}, expected a positive integer", path, key, v->dump());
   return v->get<int>();
 }
 
@@ -74,7 +74,7 @@ HfTensors::HfTensors(const std::string& dir) {
     where_ = dir + "/" + kIndex;
     sharded_ = IndexedTensors::open(dir, kIndex);
   } else {
-    LATTICE_FAIL(
+    LATTICE_INPUT_FAIL(
         "{}: no {} or {} (PyTorch .bin weights are not read: re-save with "
         "save_pretrained(dir, safe_serialization=True))",
         dir, kWeights, kIndex);
@@ -90,14 +90,15 @@ Tensor HfTensors::read(const std::string& n) const { return single_ ? single_->r
 
 Tensor read_param(const HfTensors& files, const std::string& name, const ParamSpec& spec, bool transposed,
                   const ModelConfig& cfg) {
-  LATTICE_CHECK(files.contains(name), "{}: no tensor '{}', which config.json ({} layers, tie_word_embeddings {}) needs",
-                files.where(), name, cfg.n_layer, cfg.tie_embeddings);
+  LATTICE_INPUT_CHECK(files.contains(name),
+                      "{}: no tensor '{}', which config.json ({} layers, tie_word_embeddings {}) needs", files.where(),
+                      name, cfg.n_layer, cfg.tie_embeddings);
   const SafetensorsInfo& info = files.info(name);
   Shape want = transposed ? Shape{spec.shape[1], spec.shape[0]} : spec.shape;
-  LATTICE_CHECK(info.shape == want, "{}: '{}' has shape {}, expected {}{} from config.json", files.where(), name,
-                shape_str(info.shape), shape_str(want), transposed ? " (HF Conv1D layout: (in, out))" : "");
-  LATTICE_CHECK(is_float(info.dtype), "{}: '{}' is {}, expected a float dtype (F32, F16, BF16, F64)", files.where(),
-                name, safetensors_dtype_name(info.dtype));
+  LATTICE_INPUT_CHECK(info.shape == want, "{}: '{}' has shape {}, expected {}{} from config.json", files.where(), name,
+                      shape_str(info.shape), shape_str(want), transposed ? " (HF Conv1D layout: (in, out))" : "");
+  LATTICE_INPUT_CHECK(is_float(info.dtype), "{}: '{}' is {}, expected a float dtype (F32, F16, BF16, F64)",
+                      files.where(), name, safetensors_dtype_name(info.dtype));
   Tensor t = files.read(name);
   if (t.dtype() != DType::f32) t = t.to(DType::f32);
   return transposed ? transpose2d(t) : t;
@@ -115,14 +116,14 @@ void check_leftovers(const HfTensors& files, const std::set<std::string>& used, 
         Tensor head = files.read(name).to(DType::f32);
         same = std::equal(head.data<float>(), head.data<float>() + head.numel(), embedding.data<float>());
       }
-      LATTICE_CHECK(same,
-                    "{}: lm_head.weight differs from the token embedding, but config.json has "
-                    "tie_word_embeddings true (set it to false for an untied head)",
-                    files.where());
+      LATTICE_INPUT_CHECK(same,
+                          "{}: lm_head.weight differs from the token embedding, but config.json has "
+                          "tie_word_embeddings true (set it to false for an untied head)",
+                          files.where());
       continue;
     }
-    LATTICE_FAIL("{}: tensor '{}' is not a parameter of {} ({} layers); Lattice cannot import it", files.where(), name,
-                 cls, m.config.n_layer);
+    LATTICE_INPUT_FAIL("{}: tensor '{}' is not a parameter of {} ({} layers); Lattice cannot import it", files.where(),
+                       name, cls, m.config.n_layer);
   }
 }
 

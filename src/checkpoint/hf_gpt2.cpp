@@ -45,14 +45,16 @@ HfTensorName gpt2_hf_name(const ParamSpec& spec) {
 }
 
 std::string gpt2_hf_config_json(const ModelConfig& m) {
-  LATTICE_CHECK(m.arch == ModelArch::gpt2,
-                "model.arch: '{}' cannot be exported as HF GPT2LMHeadModel (convert --to-hf handles gpt2, llama)",
-                enum_name(m.arch));
-  LATTICE_CHECK(m.d_ff == 4 * m.d_model, "model.d_ff: {} cannot be exported; HF GPT-2 here uses 4 * d_model = {}",
-                m.d_ff, 4 * m.d_model);
-  LATTICE_CHECK(m.n_kv_head == 0 || m.n_kv_head == m.n_head,
-                "model.n_kv_head: {} != n_head {}; HF GPT-2 has no grouped-query attention", m.n_kv_head, m.n_head);
-  LATTICE_CHECK(m.rope_theta == 0.0, "model.rope_theta: {}; HF GPT-2 has learned positions, not rotary", m.rope_theta);
+  LATTICE_INPUT_CHECK(m.arch == ModelArch::gpt2,
+                      "model.arch: '{}' cannot be exported as HF GPT2LMHeadModel (convert --to-hf handles gpt2, llama)",
+                      enum_name(m.arch));
+  LATTICE_INPUT_CHECK(m.d_ff == 4 * m.d_model, "model.d_ff: {} cannot be exported; HF GPT-2 here uses 4 * d_model = {}",
+                      m.d_ff, 4 * m.d_model);
+  LATTICE_INPUT_CHECK(m.n_kv_head == 0 || m.n_kv_head == m.n_head,
+                      "model.n_kv_head: {} != n_head {}; HF GPT-2 has no grouped-query attention", m.n_kv_head,
+                      m.n_head);
+  LATTICE_INPUT_CHECK(m.rope_theta == 0.0, "model.rope_theta: {}; HF GPT-2 has learned positions, not rotary",
+                      m.rope_theta);
   const double p = shortest(m.dropout);
   json c = {{"activation_function", "gelu_new"},  // Lattice's GELU is the tanh approximation
             {"architectures", {"GPT2LMHeadModel"}},
@@ -80,8 +82,8 @@ std::string gpt2_hf_config_json(const ModelConfig& m) {
 ModelConfig gpt2_config_from_hf(const std::string& path) {
   json c = read_json(path, "an HF model directory holds config.json and model.safetensors");
   std::string type = config_value<std::string>(c, "model_type", "", path);
-  LATTICE_CHECK(type == "gpt2", "{}: model_type is '{}', expected 'gpt2' (this reader takes HF GPT-2 only)", path,
-                type);
+  LATTICE_INPUT_CHECK(type == "gpt2", "{}: model_type is '{}', expected 'gpt2' (this reader takes HF GPT-2 only)", path,
+                      type);
   ModelConfig m;
   m.arch = ModelArch::gpt2;
   m.vocab_size = config_int(c, {"vocab_size"}, path, "GPT2Config");
@@ -91,23 +93,25 @@ ModelConfig gpt2_config_from_hf(const std::string& path) {
   m.n_head = config_int(c, {"n_head"}, path, "GPT2Config");
   m.n_kv_head = m.n_head;
   m.d_ff = 4 * m.d_model;
-  LATTICE_CHECK(m.d_model % m.n_head == 0, "{}: n_embd {} is not divisible by n_head {}", path, m.d_model, m.n_head);
+  LATTICE_INPUT_CHECK(m.d_model % m.n_head == 0, "{}: n_embd {} is not divisible by n_head {}", path, m.d_model,
+                      m.n_head);
   if (const json* inner = find_key(c, {"n_inner"}))
-    LATTICE_CHECK(inner->is_number_integer() && inner->get<int64_t>() == m.d_ff,
-                  "{}: n_inner is {}; Lattice's GPT-2 needs null or 4 * n_embd = {}", path, inner->dump(), m.d_ff);
+    LATTICE_INPUT_CHECK(inner->is_number_integer() && inner->get<int64_t>() == m.d_ff,
+                        "{}: n_inner is {}; Lattice's GPT-2 needs null or 4 * n_embd = {}", path, inner->dump(),
+                        m.d_ff);
   std::string act = config_value<std::string>(c, "activation_function", "gelu_new", path);
-  LATTICE_CHECK(std::find(std::begin(kTanhGelus), std::end(kTanhGelus), act) != std::end(kTanhGelus),
-                "{}: activation_function is '{}'; Lattice's GPT-2 computes GELU with the tanh approximation "
-                "(gelu_new, gelu_pytorch_tanh or gelu_fast)",
-                path, act);
-  LATTICE_CHECK(config_value<bool>(c, "scale_attn_weights", true, path),
-                "{}: scale_attn_weights is false; Lattice scales attention by 1/sqrt(head size)", path);
-  LATTICE_CHECK(!config_value<bool>(c, "scale_attn_by_inverse_layer_idx", false, path),
-                "{}: scale_attn_by_inverse_layer_idx is true; Lattice's GPT-2 does not scale by layer", path);
-  LATTICE_CHECK(!config_value<bool>(c, "add_cross_attention", false, path),
-                "{}: add_cross_attention is true; Lattice's GPT-2 is decoder-only", path);
+  LATTICE_INPUT_CHECK(std::find(std::begin(kTanhGelus), std::end(kTanhGelus), act) != std::end(kTanhGelus),
+                      "{}: activation_function is '{}'; Lattice's GPT-2 computes GELU with the tanh approximation "
+                      "(gelu_new, gelu_pytorch_tanh or gelu_fast)",
+                      path, act);
+  LATTICE_INPUT_CHECK(config_value<bool>(c, "scale_attn_weights", true, path),
+                      "{}: scale_attn_weights is false; Lattice scales attention by 1/sqrt(head size)", path);
+  LATTICE_INPUT_CHECK(!config_value<bool>(c, "scale_attn_by_inverse_layer_idx", false, path),
+                      "{}: scale_attn_by_inverse_layer_idx is true; Lattice's GPT-2 does not scale by layer", path);
+  LATTICE_INPUT_CHECK(!config_value<bool>(c, "add_cross_attention", false, path),
+                      "{}: add_cross_attention is true; Lattice's GPT-2 is decoder-only", path);
   m.norm_eps = config_value<double>(c, "layer_norm_epsilon", 1e-5, path);
-  LATTICE_CHECK(m.norm_eps > 0, "{}: layer_norm_epsilon is {}, expected a positive number", path, m.norm_eps);
+  LATTICE_INPUT_CHECK(m.norm_eps > 0, "{}: layer_norm_epsilon is {}, expected a positive number", path, m.norm_eps);
   m.tie_embeddings = config_value<bool>(c, "tie_word_embeddings", true, path);
   m.dropout = float(config_value<double>(c, "resid_pdrop", 0.1, path));
   m.init_std = config_value<double>(c, "initializer_range", 0.02, path);
@@ -116,7 +120,8 @@ ModelConfig gpt2_config_from_hf(const std::string& path) {
 
 LogicalModel read_hf_gpt2(const std::string& hf_dir) {
   std::error_code ec;
-  LATTICE_CHECK(fs::is_directory(hf_dir, ec), "{}: not a directory (expected an HF GPT-2 model directory)", hf_dir);
+  LATTICE_INPUT_CHECK(fs::is_directory(hf_dir, ec), "{}: not a directory (expected an HF GPT-2 model directory)",
+                      hf_dir);
   LogicalModel m;
   m.config = gpt2_config_from_hf(hf_dir + "/config.json");
   HfTensors files(hf_dir);
@@ -153,8 +158,8 @@ ConvertSummary convert_to_hf(const std::string& step_dir, const std::string& out
   if (fs::exists(latest, ec)) {
     std::string name = read_text_file(latest, 4096);
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-    LATTICE_FAIL("{}: is a checkpoint directory; name one of its step directories (latest: {}/{})", step_dir, step_dir,
-                 name);
+    LATTICE_INPUT_FAIL("{}: is a checkpoint directory; name one of its step directories (latest: {}/{})", step_dir,
+                       step_dir, name);
   }
   LogicalModel m = read_logical_model(step_dir);
   // The arch of the checkpoint's config; write_hf_gpt2 refuses the others.
@@ -169,8 +174,9 @@ ConvertSummary convert_to_hf(const std::string& step_dir, const std::string& out
 ConvertSummary convert_from_hf(const std::string& hf_dir, const std::string& out_parent) {
   // config.json's model_type picks the reader.
   const std::string type = model_type(hf_dir);
-  LATTICE_CHECK(type == "gpt2" || type == "llama",
-                "{}/config.json: model_type is '{}'; lattice convert --from-hf reads 'gpt2' and 'llama'", hf_dir, type);
+  LATTICE_INPUT_CHECK(type == "gpt2" || type == "llama",
+                      "{}/config.json: model_type is '{}'; lattice convert --from-hf reads 'gpt2' and 'llama'", hf_dir,
+                      type);
   const bool llama = type == "llama";
   LogicalModel m = llama ? read_hf_llama(hf_dir) : read_hf_gpt2(hf_dir);
   std::string dir = write_model_checkpoint(m, out_parent, 0);

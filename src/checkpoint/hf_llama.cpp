@@ -27,22 +27,23 @@ bool is_rotary_buffer(const std::string& name) { return name.ends_with(".rotary_
 // by name, with the value and what Lattice needs.
 void check_computable(const json& c, const std::string& path) {
   if (const json* s = find_key(c, {"rope_scaling"}))
-    LATTICE_FAIL("{}: rope_scaling is {}; Lattice's LLaMA has plain rotary embeddings (rope_scaling null)", path,
-                 s->dump());
+    LATTICE_INPUT_FAIL("{}: rope_scaling is {}; Lattice's LLaMA has plain rotary embeddings (rope_scaling null)", path,
+                       s->dump());
   for (const char* key : {"attention_bias", "mlp_bias"})
-    LATTICE_CHECK(!config_value<bool>(c, key, false, path), "{}: {} is true; Lattice's LLaMA has no biases", path, key);
+    LATTICE_INPUT_CHECK(!config_value<bool>(c, key, false, path), "{}: {} is true; Lattice's LLaMA has no biases", path,
+                        key);
   // HF maps both names to the same SiLU.
   std::string act = config_value<std::string>(c, "hidden_act", "silu", path);
-  LATTICE_CHECK(act == "silu" || act == "swish",
-                "{}: hidden_act is '{}'; Lattice's LLaMA computes a SwiGLU MLP with silu", path, act);
+  LATTICE_INPUT_CHECK(act == "silu" || act == "swish",
+                      "{}: hidden_act is '{}'; Lattice's LLaMA computes a SwiGLU MLP with silu", path, act);
 }
 
 }  // namespace
 
 std::string llama_hf_config_json(const ModelConfig& m) {
-  LATTICE_CHECK(m.arch == ModelArch::llama,
-                "model.arch: '{}' cannot be exported as HF {} (lattice convert --to-hf handles gpt2 and llama)",
-                enum_name(m.arch), kLlamaHfClass);
+  LATTICE_INPUT_CHECK(m.arch == ModelArch::llama,
+                      "model.arch: '{}' cannot be exported as HF {} (lattice convert --to-hf handles gpt2 and llama)",
+                      enum_name(m.arch), kLlamaHfClass);
   const llama::LlamaConfig c = llama::config_of(m);  // fills n_kv_head, d_ff, rope_theta
   json j = {{"architectures", {kLlamaHfClass}},
             {"attention_bias", false},
@@ -72,8 +73,8 @@ std::string llama_hf_config_json(const ModelConfig& m) {
 ModelConfig llama_config_from_hf(const std::string& path) {
   json c = read_json(path, "an HF model directory holds config.json and model.safetensors");
   std::string type = config_value<std::string>(c, "model_type", "", path);
-  LATTICE_CHECK(type == "llama", "{}: model_type is '{}', expected 'llama' (this reader takes HF LLaMA only)", path,
-                type);
+  LATTICE_INPUT_CHECK(type == "llama", "{}: model_type is '{}', expected 'llama' (this reader takes HF LLaMA only)",
+                      path, type);
   check_computable(c, path);
   ModelConfig m;
   m.arch = ModelArch::llama;
@@ -85,21 +86,22 @@ ModelConfig llama_config_from_hf(const std::string& path) {
   m.n_head = config_int(c, {"num_attention_heads"}, path, kConfigClass);
   m.n_kv_head =
       find_key(c, {"num_key_value_heads"}) ? config_int(c, {"num_key_value_heads"}, path, kConfigClass) : m.n_head;
-  LATTICE_CHECK(m.d_model % m.n_head == 0, "{}: hidden_size {} is not divisible by num_attention_heads {}", path,
-                m.d_model, m.n_head);
-  LATTICE_CHECK(m.n_head % m.n_kv_head == 0, "{}: num_attention_heads {} is not divisible by num_key_value_heads {}",
-                path, m.n_head, m.n_kv_head);
+  LATTICE_INPUT_CHECK(m.d_model % m.n_head == 0, "{}: hidden_size {} is not divisible by num_attention_heads {}", path,
+                      m.d_model, m.n_head);
+  LATTICE_INPUT_CHECK(m.n_head % m.n_kv_head == 0,
+                      "{}: num_attention_heads {} is not divisible by num_key_value_heads {}", path, m.n_head,
+                      m.n_kv_head);
   const int HS = m.d_model / m.n_head;
   if (const json* hd = find_key(c, {"head_dim"}))
-    LATTICE_CHECK(hd->is_number_integer() && hd->get<int64_t>() == HS,
-                  "{}: head_dim is {}; Lattice's LLaMA needs hidden_size / num_attention_heads = {}", path, hd->dump(),
-                  HS);
-  LATTICE_CHECK(HS % 2 == 0, "{}: head size hidden_size / num_attention_heads = {} is odd; rotary needs it even", path,
-                HS);
+    LATTICE_INPUT_CHECK(hd->is_number_integer() && hd->get<int64_t>() == HS,
+                        "{}: head_dim is {}; Lattice's LLaMA needs hidden_size / num_attention_heads = {}", path,
+                        hd->dump(), HS);
+  LATTICE_INPUT_CHECK(HS % 2 == 0, "{}: head size hidden_size / num_attention_heads = {} is odd; rotary needs it even",
+                      path, HS);
   m.norm_eps = config_value<double>(c, "rms_norm_eps", 1e-6, path);
-  LATTICE_CHECK(m.norm_eps > 0, "{}: rms_norm_eps is {}, expected a positive number", path, m.norm_eps);
+  LATTICE_INPUT_CHECK(m.norm_eps > 0, "{}: rms_norm_eps is {}, expected a positive number", path, m.norm_eps);
   m.rope_theta = config_value<double>(c, "rope_theta", 10000.0, path);
-  LATTICE_CHECK(m.rope_theta > 0, "{}: rope_theta is {}, expected a positive number", path, m.rope_theta);
+  LATTICE_INPUT_CHECK(m.rope_theta > 0, "{}: rope_theta is {}, expected a positive number", path, m.rope_theta);
   m.tie_embeddings = config_value<bool>(c, "tie_word_embeddings", false, path);  // LlamaConfig's default
   m.dropout = float(config_value<double>(c, "attention_dropout", 0.0, path));
   m.init_std = config_value<double>(c, "initializer_range", 0.02, path);
@@ -108,7 +110,8 @@ ModelConfig llama_config_from_hf(const std::string& path) {
 
 LogicalModel read_hf_llama(const std::string& hf_dir) {
   std::error_code ec;
-  LATTICE_CHECK(fs::is_directory(hf_dir, ec), "{}: not a directory (expected an HF LLaMA model directory)", hf_dir);
+  LATTICE_INPUT_CHECK(fs::is_directory(hf_dir, ec), "{}: not a directory (expected an HF LLaMA model directory)",
+                      hf_dir);
   LogicalModel m;
   m.config = llama_config_from_hf(hf_dir + "/config.json");
   HfTensors files(hf_dir);

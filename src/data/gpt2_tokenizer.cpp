@@ -20,13 +20,12 @@ namespace {
 // with \s spelled \p{White_Space}: GPT-2 ran it with Python's `regex` module,
 // whose \s is Unicode's White_Space property, while PCRE2's \s (UCP) also
 // takes U+180E (Perl's historical list). Needs PCRE2 >= 10.40.
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\p{White_Space}\p{L}\p{N}]+)"
-    R"(|\p{White_Space}+(?!\P{White_Space})|\p{White_Space}+)";
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\p{White_Space}\p{L}\p{N}]+)"
+                                     R"(|\p{White_Space}+(?!\P{White_Space})|\p{White_Space}+)";
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) LATTICE_FAIL("tokenizer gpt2: cannot read {}", path);
+  if (!in) LATTICE_INPUT_FAIL("tokenizer gpt2: cannot read {}", path);
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -146,44 +145,42 @@ Gpt2Tokenizer::BytesToId Gpt2Tokenizer::load_encoder(const std::string& path) {
   try {
     j = nlohmann::json::parse(read_file(path));
   } catch (const nlohmann::json::exception& e) {
-    LATTICE_FAIL("tokenizer gpt2: {} is not valid JSON: {}", path, e.what());
+    LATTICE_INPUT_FAIL("tokenizer gpt2: {} is not valid JSON: {}", path, e.what());
   }
-  LATTICE_CHECK(j.is_object(), "tokenizer gpt2: {} must hold one JSON object (token -> id)", path);
+  LATTICE_INPUT_CHECK(j.is_object(), "tokenizer gpt2: {} must hold one JSON object (token -> id)", path);
   const auto inv = unicode_to_byte();
   BytesToId bytes_to_id;
   int64_t eot = -1;
   std::string bytes;
   for (const auto& [key, value] : j.items()) {
-    LATTICE_CHECK(value.is_number_integer(), "tokenizer gpt2: {}: token '{}' has a non-integer id",
-                  path, key);
+    LATTICE_INPUT_CHECK(value.is_number_integer(), "tokenizer gpt2: {}: token '{}' has a non-integer id", path, key);
     int64_t id = value.get<int64_t>();
     if (key == kEndOfText) {
       eot = id;
       continue;
     }
-    LATTICE_CHECK(alphabet_to_bytes(key, inv, bytes),
-                  "tokenizer gpt2: {}: token '{}' has a character outside GPT-2's byte alphabet",
-                  path, key);
-    LATTICE_CHECK(bytes_to_id.emplace(bytes, int32_t(id)).second,
-                  "tokenizer gpt2: {}: token '{}' appears twice", path, key);
+    LATTICE_INPUT_CHECK(alphabet_to_bytes(key, inv, bytes),
+                        "tokenizer gpt2: {}: token '{}' has a character outside GPT-2's byte alphabet", path, key);
+    LATTICE_INPUT_CHECK(bytes_to_id.emplace(bytes, int32_t(id)).second, "tokenizer gpt2: {}: token '{}' appears twice",
+                        path, key);
   }
   const int64_t base = int64_t(bytes_to_id.size());
   id_to_bytes_.assign(size_t(base), {});
   std::vector<bool> seen(size_t(base), false);
   for (const auto& [b, id] : bytes_to_id) {
-    LATTICE_CHECK(id >= 0 && id < base && !seen[size_t(id)],
-                  "tokenizer gpt2: {}: ids of the {} base tokens must be 0..{} with no repeats "
-                  "(found {})",
-                  path, base, base - 1, id);
+    LATTICE_INPUT_CHECK(id >= 0 && id < base && !seen[size_t(id)],
+                        "tokenizer gpt2: {}: ids of the {} base tokens must be 0..{} with no repeats "
+                        "(found {})",
+                        path, base, base - 1, id);
     seen[size_t(id)] = true;
     id_to_bytes_[size_t(id)] = b;
   }
-  LATTICE_CHECK(eot == -1 || eot == base,
-                "tokenizer gpt2: {}: {} has id {}, expected {} (right after the base vocabulary)",
-                path, kEndOfText, eot, base);
+  LATTICE_INPUT_CHECK(eot == -1 || eot == base,
+                      "tokenizer gpt2: {}: {} has id {}, expected {} (right after the base vocabulary)", path,
+                      kEndOfText, eot, base);
   for (int b = 0; b < 256; ++b) {
     auto it = bytes_to_id.find(std::string(1, char(b)));
-    LATTICE_CHECK(it != bytes_to_id.end(), "tokenizer gpt2: {}: byte {} has no token", path, b);
+    LATTICE_INPUT_CHECK(it != bytes_to_id.end(), "tokenizer gpt2: {}: byte {} has no token", path, b);
     byte_id_[size_t(b)] = it->second;
   }
   return bytes_to_id;
@@ -205,15 +202,12 @@ void Gpt2Tokenizer::load_merges(const std::string& path, const BytesToId& bytes_
     if (line.empty() || line.front() == '#') continue;  // "#version: 0.2"
     size_t sp = line.find(' ');
     bool ok = sp != std::string_view::npos && line.find(' ', sp + 1) == std::string_view::npos &&
-              alphabet_to_bytes(line.substr(0, sp), inv, left) &&
-              alphabet_to_bytes(line.substr(sp + 1), inv, right);
-    LATTICE_CHECK(ok, "tokenizer gpt2: {} line {}: expected 'LEFT RIGHT', got '{}'", path, line_no,
-                  line);
-    auto l = bytes_to_id.find(left), r = bytes_to_id.find(right),
-         m = bytes_to_id.find(left + right);
-    LATTICE_CHECK(l != bytes_to_id.end() && r != bytes_to_id.end() && m != bytes_to_id.end(),
-                  "tokenizer gpt2: {} line {}: merge '{}' names a token missing from encoder.json",
-                  path, line_no, line);
+              alphabet_to_bytes(line.substr(0, sp), inv, left) && alphabet_to_bytes(line.substr(sp + 1), inv, right);
+    LATTICE_INPUT_CHECK(ok, "tokenizer gpt2: {} line {}: expected 'LEFT RIGHT', got '{}'", path, line_no, line);
+    auto l = bytes_to_id.find(left), r = bytes_to_id.find(right), m = bytes_to_id.find(left + right);
+    LATTICE_INPUT_CHECK(l != bytes_to_id.end() && r != bytes_to_id.end() && m != bytes_to_id.end(),
+                        "tokenizer gpt2: {} line {}: merge '{}' names a token missing from encoder.json", path, line_no,
+                        line);
     merges_.emplace(pair_key(l->second, r->second), Merge{rank++, m->second});
   }
 }
@@ -234,8 +228,7 @@ void Gpt2Tokenizer::for_each_piece(std::string_view text, Scratch& s, F&& f) con
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(run.data());
     size_t offset = 0;
     while (offset < run.size()) {
-      int rc = pcre2_match(pattern_->code, subject, run.size(), offset, PCRE2_NO_UTF_CHECK, s.match,
-                           s.context);
+      int rc = pcre2_match(pattern_->code, subject, run.size(), offset, PCRE2_NO_UTF_CHECK, s.match, s.context);
       if (rc == PCRE2_ERROR_JIT_STACKLIMIT && s.grow_jit_stack()) continue;
       if (rc < 0) {
         PCRE2_UCHAR msg[256];
@@ -245,8 +238,8 @@ void Gpt2Tokenizer::for_each_piece(std::string_view text, Scratch& s, F&& f) con
       }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.match);
       // Every character matches some alternative, so matches tile the run.
-      LATTICE_CHECK(ov[0] == offset && ov[1] > offset,
-                    "tokenizer gpt2: pre-tokenization skipped bytes {}..{}", i + offset, i + ov[0]);
+      LATTICE_CHECK(ov[0] == offset && ov[1] > offset, "tokenizer gpt2: pre-tokenization skipped bytes {}..{}",
+                    i + offset, i + ov[0]);
       f(run.substr(offset, ov[1] - offset));
       offset = ov[1];
     }
@@ -267,8 +260,7 @@ std::vector<std::string_view> Gpt2Tokenizer::pretokenize(std::string_view text) 
   return pieces;
 }
 
-void Gpt2Tokenizer::encode_piece(std::string_view piece, Scratch& s,
-                                 std::vector<int32_t>& out) const {
+void Gpt2Tokenizer::encode_piece(std::string_view piece, Scratch& s, std::vector<int32_t>& out) const {
   if (piece.size() == 1) {
     out.push_back(byte_id_[uint8_t(piece[0])]);
     return;
@@ -315,8 +307,6 @@ void Gpt2Tokenizer::bpe(std::vector<int32_t>& word) const {
   }
 }
 
-void Gpt2Tokenizer::append_base_token(int32_t id, std::string& out) const {
-  out += id_to_bytes_[size_t(id)];
-}
+void Gpt2Tokenizer::append_base_token(int32_t id, std::string& out) const { out += id_to_bytes_[size_t(id)]; }
 
 }  // namespace lattice::data

@@ -20,7 +20,7 @@ std::vector<std::string> match_glob(const std::string& pattern, const std::strin
     for (size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);
   ::globfree(&g);
   if (rc == GLOB_NOMATCH || (rc == 0 && paths.empty()))
-    LATTICE_FAIL(
+    LATTICE_INPUT_FAIL(
         "{}: no file matches '{}'; write shards with `lattice data prepare --out PREFIX` "
         "and point {} at PREFIX_train_*.bin or PREFIX_val_*.bin",
         name, pattern, name);
@@ -53,10 +53,8 @@ std::vector<int64_t> window_permutation(uint64_t seed, int64_t epoch, int64_t n_
 TokenDataset::TokenDataset(TokenDatasetOptions options) : opts_(std::move(options)) {
   const std::string& name = opts_.name;
   LATTICE_CHECK(opts_.seq_len >= 1, "{}: seq_len {} must be >= 1", name, opts_.seq_len);
-  LATTICE_CHECK(opts_.global_batch >= 1, "{}: global_batch {} must be >= 1", name,
-                opts_.global_batch);
-  LATTICE_CHECK(opts_.vocab_size >= 1, "{}: {} {} must be >= 1", name, opts_.vocab_key,
-                opts_.vocab_size);
+  LATTICE_CHECK(opts_.global_batch >= 1, "{}: global_batch {} must be >= 1", name, opts_.global_batch);
+  LATTICE_CHECK(opts_.vocab_size >= 1, "{}: {} {} must be >= 1", name, opts_.vocab_key, opts_.vocab_size);
   for (const auto& path : match_glob(opts_.pattern, name)) {
     Shard s = Shard::open(path);
     validate_tokens(s);
@@ -65,10 +63,10 @@ TokenDataset::TokenDataset(TokenDatasetOptions options) : opts_(std::move(option
     shards_.push_back(std::move(s));
   }
   n_windows_ = n_tokens_ > 0 ? (n_tokens_ - 1) / opts_.seq_len : 0;
-  LATTICE_CHECK(n_windows_ >= 1,
-                "{}: the {} shard(s) matching '{}' hold {} tokens, fewer than seq_len + 1 = {} "
-                "needed for one sample; prepare more data or lower train.seq_len",
-                name, shards_.size(), opts_.pattern, n_tokens_, opts_.seq_len + 1);
+  LATTICE_INPUT_CHECK(n_windows_ >= 1,
+                      "{}: the {} shard(s) matching '{}' hold {} tokens, fewer than seq_len + 1 = {} "
+                      "needed for one sample; prepare more data or lower train.seq_len",
+                      name, shards_.size(), opts_.pattern, n_tokens_, opts_.seq_len + 1);
 }
 
 void TokenDataset::validate_tokens(const Shard& shard) const {
@@ -78,8 +76,8 @@ void TokenDataset::validate_tokens(const Shard& shard) const {
   if (tokens.empty() || int64_t(max) < opts_.vocab_size) return;
   for (size_t i = 0; i < tokens.size(); ++i)
     if (int64_t(tokens[i]) >= opts_.vocab_size)
-      LATTICE_FAIL("{}: shard {} token {} has id {} >= {} {}; raise {} or re-tokenize", opts_.name,
-                   shard.path(), i, tokens[i], opts_.vocab_key, opts_.vocab_size, opts_.vocab_key);
+      LATTICE_INPUT_FAIL("{}: shard {} token {} has id {} >= {} {}; raise {} or re-tokenize", opts_.name, shard.path(),
+                         i, tokens[i], opts_.vocab_key, opts_.vocab_size, opts_.vocab_key);
 }
 
 std::vector<std::string> TokenDataset::shard_paths() const {
@@ -90,8 +88,7 @@ std::vector<std::string> TokenDataset::shard_paths() const {
 
 void TokenDataset::read_tokens(int64_t begin, int64_t end, int32_t* out) const {
   LATTICE_CHECK(0 <= begin && begin <= end && end <= n_tokens_,
-                "{}: token range [{}, {}) is outside the stream of {} tokens", opts_.name, begin,
-                end, n_tokens_);
+                "{}: token range [{}, {}) is outside the stream of {} tokens", opts_.name, begin, end, n_tokens_);
   // The shard holding `begin`: the last one starting at or before it.
   auto it = std::upper_bound(starts_.begin(), starts_.end(), begin);
   size_t s = size_t(it - starts_.begin()) - 1;
@@ -130,8 +127,8 @@ void TokenDataset::fill_window(int64_t window, int32_t* inputs, int32_t* targets
   std::copy(buf.begin() + 1, buf.end(), targets);
 }
 
-void TokenDataset::fill_batch(int64_t step_index, int64_t first_sample, int64_t count,
-                              int32_t* inputs, int32_t* targets) {
+void TokenDataset::fill_batch(int64_t step_index, int64_t first_sample, int64_t count, int32_t* inputs,
+                              int32_t* targets) {
   check_slice(first_sample, count);
   LATTICE_CHECK(step_index >= 0, "{}: step index {} must be >= 0", opts_.name, step_index);
   const int64_t T = opts_.seq_len;
@@ -141,11 +138,10 @@ void TokenDataset::fill_batch(int64_t step_index, int64_t first_sample, int64_t 
   }
 }
 
-void TokenDataset::fill_eval_batch(int64_t eval_batch_index, int64_t first_sample, int64_t count,
-                                   int32_t* inputs, int32_t* targets) const {
+void TokenDataset::fill_eval_batch(int64_t eval_batch_index, int64_t first_sample, int64_t count, int32_t* inputs,
+                                   int32_t* targets) const {
   check_slice(first_sample, count);
-  LATTICE_CHECK(eval_batch_index >= 0, "{}: eval batch index {} must be >= 0", opts_.name,
-                eval_batch_index);
+  LATTICE_CHECK(eval_batch_index >= 0, "{}: eval batch index {} must be >= 0", opts_.name, eval_batch_index);
   const int64_t T = opts_.seq_len;
   for (int64_t s = 0; s < count; ++s) {
     const int64_t i = eval_batch_index * opts_.global_batch + first_sample + s;

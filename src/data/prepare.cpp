@@ -62,7 +62,7 @@ std::string read_document(const std::string& path) {
   std::string text(size_t(in.tellg()), '\0');
   in.seekg(0);
   in.read(text.data(), std::streamsize(text.size()));
-  LATTICE_CHECK(in.good() || text.empty(), "data prepare: short read from input file {}", path);
+  LATTICE_INPUT_CHECK(in.good() || text.empty(), "data prepare: short read from input file {}", path);
   return text;
 }
 

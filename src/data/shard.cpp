@@ -25,7 +25,7 @@ constexpr const char* kFix = "regenerate it with `lattice data prepare`";
 
 ShardWriter::ShardWriter(std::string path) : path_(std::move(path)) {
   file_ = std::fopen(path_.c_str(), "wb");
-  if (!file_) LATTICE_FAIL("shard {}: cannot create: {}", path_, std::strerror(errno));
+  if (!file_) LATTICE_INPUT_FAIL("shard {}: cannot create: {}", path_, std::strerror(errno));
   write_header();
 }
 
@@ -40,26 +40,26 @@ void ShardWriter::write_header() {
   header[2] = int32_t(count_);
   if (std::fseek(file_, 0, SEEK_SET) != 0 ||
       std::fwrite(header.data(), sizeof(int32_t), header.size(), file_) != header.size())
-    LATTICE_FAIL("shard {}: cannot write the header: {}", path_, std::strerror(errno));
+    LATTICE_INPUT_FAIL("shard {}: cannot write the header: {}", path_, std::strerror(errno));
 }
 
 void ShardWriter::append(std::span<const int32_t> tokens) {
   LATTICE_CHECK(file_, "shard {}: append after close", path_);
-  LATTICE_CHECK(count_ + int64_t(tokens.size()) <= kShardMaxTokens,
-                "shard {}: {} tokens exceed the format's limit of {} per shard", path_,
-                count_ + int64_t(tokens.size()), kShardMaxTokens);
+  LATTICE_INPUT_CHECK(count_ + int64_t(tokens.size()) <= kShardMaxTokens,
+                      "shard {}: {} tokens exceed the format's limit of {} per shard", path_,
+                      count_ + int64_t(tokens.size()), kShardMaxTokens);
   std::vector<uint16_t> buf(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
     int32_t id = tokens[i];
     if (id < 0 || id > kShardMaxTokenId)
-      LATTICE_FAIL(
+      LATTICE_INPUT_FAIL(
           "shard {}: token {} has id {}, which does not fit the uint16 shard format "
           "(0..{}); use a tokenizer with at most 65536 ids",
           path_, count_ + int64_t(i), id, kShardMaxTokenId);
     buf[i] = uint16_t(id);
   }
   if (std::fwrite(buf.data(), sizeof(uint16_t), buf.size(), file_) != buf.size())
-    LATTICE_FAIL("shard {}: write failed: {}", path_, std::strerror(errno));
+    LATTICE_INPUT_FAIL("shard {}: write failed: {}", path_, std::strerror(errno));
   count_ += int64_t(tokens.size());
 }
 
@@ -68,7 +68,7 @@ void ShardWriter::close() {
   write_header();
   int rc = std::fclose(file_);
   file_ = nullptr;
-  if (rc != 0) LATTICE_FAIL("shard {}: close failed: {}", path_, std::strerror(errno));
+  if (rc != 0) LATTICE_INPUT_FAIL("shard {}: close failed: {}", path_, std::strerror(errno));
 }
 
 void write_shard(const std::string& path, std::span<const int32_t> tokens) {
@@ -81,22 +81,22 @@ void write_shard(const std::string& path, std::span<const int32_t> tokens) {
 
 Shard Shard::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) LATTICE_FAIL("shard {}: cannot open: {}", path, std::strerror(errno));
+  if (fd < 0) LATTICE_INPUT_FAIL("shard {}: cannot open: {}", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
-    LATTICE_FAIL("shard {}: cannot stat: {}", path, std::strerror(err));
+    LATTICE_INPUT_FAIL("shard {}: cannot stat: {}", path, std::strerror(err));
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    LATTICE_FAIL("shard {}: not a regular file", path);
+    LATTICE_INPUT_FAIL("shard {}: not a regular file", path);
   }
   int64_t bytes = st.st_size;
   if (bytes < kShardHeaderBytes) {
     ::close(fd);
-    LATTICE_FAIL("shard {}: file is {} bytes, shorter than the {}-byte header; {}", path, bytes,
-                 kShardHeaderBytes, kFix);
+    LATTICE_INPUT_FAIL("shard {}: file is {} bytes, shorter than the {}-byte header; {}", path, bytes,
+                       kShardHeaderBytes, kFix);
   }
   void* map = ::mmap(nullptr, size_t(bytes), PROT_READ, MAP_SHARED, fd, 0);
   int map_err = errno;
@@ -109,14 +109,14 @@ Shard Shard::open(const std::string& path) {
   s.map_bytes_ = size_t(bytes);
   const auto* header = static_cast<const int32_t*>(map);
   if (header[0] != kShardMagic)
-    LATTICE_FAIL("shard {}: magic {}, expected {} (not a token shard in the llm.c format); {}",
-                 path, header[0], kShardMagic, kFix);
+    LATTICE_INPUT_FAIL("shard {}: magic {}, expected {} (not a token shard in the llm.c format); {}", path, header[0],
+                       kShardMagic, kFix);
   if (header[1] != kShardVersion)
-    LATTICE_FAIL("shard {}: version {}, expected {}; {}", path, header[1], kShardVersion, kFix);
+    LATTICE_INPUT_FAIL("shard {}: version {}, expected {}; {}", path, header[1], kShardVersion, kFix);
   int64_t count = header[2];
   int64_t expected_bytes = kShardHeaderBytes + 2 * count;
   if (count < 0 || expected_bytes != bytes)
-    LATTICE_FAIL(
+    LATTICE_INPUT_FAIL(
         "shard {}: header says {} tokens ({} bytes with the header) but the file is {} "
         "bytes (truncated or corrupt); {}",
         path, count, expected_bytes, bytes, kFix);

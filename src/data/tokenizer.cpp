@@ -22,7 +22,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
     } else if (id >= base && id < vocab_size()) {
       out += specials_[size_t(id - base)].first;
     } else {
-      LATTICE_FAIL("tokenizer {}: cannot decode id {}: outside the vocabulary [0, {})", name(), id, vocab_size());
+      LATTICE_INPUT_FAIL("tokenizer {}: cannot decode id {}: outside the vocabulary [0, {})", name(), id, vocab_size());
     }
   }
   return out;
@@ -50,8 +50,8 @@ int32_t Tokenizer::special_id(std::string_view name) const {
   if (auto id = find_special(name)) return *id;
   std::string known;
   for (const auto& [n, id] : specials_) known += (known.empty() ? "" : ", ") + n;
-  LATTICE_FAIL("tokenizer {} has no special token '{}' (it has: {})", this->name(), name,
-               known.empty() ? "none" : known);
+  LATTICE_INPUT_FAIL("tokenizer {} has no special token '{}' (it has: {})", this->name(), name,
+                     known.empty() ? "none" : known);
 }
 
 // ---------------------------------------------------------------- bytes
@@ -75,7 +75,7 @@ std::unique_ptr<Tokenizer> make_base_tokenizer(std::string_view name, const std:
     for (const char* file : {"encoder.json", "vocab.bpe"}) {
       std::filesystem::path p = std::filesystem::path(vocab_dir) / file;
       if (vocab_dir.empty() || !std::filesystem::is_regular_file(p))
-        LATTICE_FAIL(
+        LATTICE_INPUT_FAIL(
             "tokenizer gpt2: vocab file {} not found; set data.vocab_dir (--vocab-dir) "
             "to a folder holding encoder.json and vocab.bpe",
             vocab_dir.empty() ? std::string(file) + " (no vocab dir given)" : p.string());
