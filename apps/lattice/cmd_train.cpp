@@ -196,6 +196,7 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
     if (mpi.world_size() > 1) std::fputs(rank_map.c_str(), stdout);
     if (std::string map = plugin->stage_map(); !map.empty())
       std::fputs((map.back() == '\n' ? map : map + "\n").c_str(), stdout);
+    if (!run.note.empty()) print_line(run.note);
     for (const std::string& n : notes) print_line(n);  // each begins "checkpoint <path>"
     if (start.resume)
       print_line(fmt::format("resuming from {} (step {}; written with tp={} pp={} dp={})", *start.resume,

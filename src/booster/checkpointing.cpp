@@ -344,13 +344,7 @@ void check_resume_config(const Config& cfg, const TrainerState& state, const std
                           "model");
     return;
   }
-  Config saved = parse_config(state.config, step_dir + "/" + kTrainerState);
-  // What may change on resume (ARCHITECTURE.md §5) is taken from the new config.
-  saved.parallel = cfg.parallel;
-  saved.runtime.threads = cfg.runtime.threads;
-  saved.log = cfg.log;
-  saved.checkpoint = cfg.checkpoint;
-  saved.train.stop_at_step = cfg.train.stop_at_step;
+  const Config saved = with_resumable_settings(parse_config(state.config, step_dir + "/" + kTrainerState), cfg);
   std::optional<ConfigDifference> d = first_difference(saved, cfg);
   if (!d) return;
   throw ConfigError(

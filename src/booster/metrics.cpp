@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -43,7 +45,11 @@ std::string MetricsWriter::eval_json(int64_t step, double val_loss) {
 }
 
 void MetricsWriter::write_line(const std::string& line) {
-  LATTICE_CHECK(std::fputs((line + "\n").c_str(), f_) >= 0 && std::fflush(f_) == 0, "write to '{}' failed", path_);
+  errno = 0;
+  if (std::fputs((line + "\n").c_str(), f_) >= 0 && std::fflush(f_) == 0) return;
+  LATTICE_INPUT_FAIL("log.dir: cannot write '{}': {} — free space (or fix the disk) and start the same command again: "
+                     "it resumes from the last checkpoint",
+                     path_, errno ? std::strerror(errno) : "write error");
 }
 
 void MetricsWriter::log_train(const TrainRecord& r) { write_line(train_json(r)); }

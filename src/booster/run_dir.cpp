@@ -83,6 +83,20 @@ void truncate_metrics(const std::string& path, int64_t step) {
   fs::rename(path + ".tmp", path);
 }
 
+// Whether log.dir's metrics are this run's own, started again with resume
+// auto before any checkpoint was written: its config.yaml is this config but
+// for what may change on resume (auto found no checkpoint to resume).
+bool same_run_without_checkpoint(const Config& cfg, const std::string& config_path) {
+  if (cfg.checkpoint.resume != "auto") return false;
+  std::error_code ec;
+  if (!fs::is_regular_file(config_path, ec)) return false;
+  try {
+    return !first_difference(with_resumable_settings(load_config(config_path), cfg), cfg).has_value();
+  } catch (const Error&) {
+    return false;  // not a config this version reads: not the same run
+  }
+}
+
 }  // namespace
 
 RunDir prepare_run_dir(const Config& cfg, const RunInfo& info, int64_t resume_step) {
@@ -95,11 +109,26 @@ RunDir prepare_run_dir(const Config& cfg, const RunInfo& info, int64_t resume_st
   if (resume_step >= 0 && fs::exists(r.metrics_path, ec)) {
     truncate_metrics(r.metrics_path, resume_step);
     if (fs::is_directory(r.dir + "/tb", ec)) truncate_event_files(r.dir + "/tb", resume_step);  // likewise
-  } else if (fs::exists(r.metrics_path, ec) && fs::file_size(r.metrics_path, ec) > 0)
-    config_fail(cfg, "log.dir",
-                fmt::format("'{}' already holds metrics.jsonl from an earlier run; pick a new directory "
-                            "(log.dir=...) or move that one away",
-                            r.dir));
+  } else if (fs::exists(r.metrics_path, ec) && fs::file_size(r.metrics_path, ec) > 0) {
+    if (!same_run_without_checkpoint(cfg, r.config_path))
+      config_fail(cfg, "log.dir",
+                  fmt::format("'{}' already holds metrics.jsonl from an earlier run; pick a new directory "
+                              "(log.dir=...) or move that one away",
+                              r.dir));
+    int n = 1;
+    while (fs::exists(fmt::format("{}.{}", r.metrics_path, n), ec) || fs::exists(fmt::format("{}/tb.{}", r.dir, n), ec))
+      ++n;
+    fs::rename(r.metrics_path, fmt::format("{}.{}", r.metrics_path, n), ec);
+    LATTICE_INPUT_CHECK(!ec, "log.dir: cannot move '{}' aside: {}", r.metrics_path, ec.message());
+    if (fs::is_directory(r.dir + "/tb", ec)) {
+      fs::rename(r.dir + "/tb", fmt::format("{}/tb.{}", r.dir, n), ec);
+      LATTICE_INPUT_CHECK(!ec, "log.dir: cannot move '{}/tb' aside: {}", r.dir, ec.message());
+    }
+    r.note = fmt::format(
+        "log.dir: the earlier run of this config in '{}' wrote no checkpoint; it starts again from "
+        "step 1 (its metrics.jsonl moved to metrics.jsonl.{})",
+        r.dir, n);
+  }
   fs::create_directories(r.dir, ec);
   LATTICE_CHECK(!ec, "log.dir: cannot create '{}': {}", r.dir, ec.message());
   write_file(r.config_path, to_yaml(cfg));

@@ -21,6 +21,7 @@ namespace lattice {
 
 struct RunDir {
   std::string dir, config_path, run_info_path, metrics_path;
+  std::string note;  // what was done to an earlier run's files, or ""
 };
 
 struct RunInfo {
@@ -32,7 +33,11 @@ struct RunInfo {
 // Creates log.dir (and parents) and writes config.yaml and run_info.json.
 // resume_step >= 0: the run resumes from that step's checkpoint; metrics.jsonl
 // keeps its lines up to that step (later ones are logged again). Otherwise an
-// existing metrics.jsonl is refused.
+// existing metrics.jsonl is refused, except when the same run (the same
+// config.yaml but for what may change on resume) is started again with
+// checkpoint.resume auto before it wrote any checkpoint (killed, requeued):
+// its metrics.jsonl and tb/ move aside to metrics.jsonl.N and tb.N, and
+// RunDir::note says so.
 RunDir prepare_run_dir(const Config& cfg, const RunInfo& info, int64_t resume_step = -1);
 // The provenance JSON (version, git commit, build flags, BLAS and MPI versions, layout).
 std::string run_info_json(const Config& cfg, const RunInfo& info);

@@ -1,6 +1,7 @@
 #include "booster/tensorboard.h"
 
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -191,8 +192,11 @@ void TensorBoardWriter::write_record(std::string_view data) {
   put_fixed(rec, masked_crc32c(rec.data(), 8));
   rec.append(data);
   put_fixed(rec, masked_crc32c(data.data(), data.size()));
-  LATTICE_CHECK(std::fwrite(rec.data(), 1, rec.size(), f_) == rec.size() && std::fflush(f_) == 0,
-                "log.tensorboard: cannot write '{}'", path_);
+  errno = 0;
+  if (std::fwrite(rec.data(), 1, rec.size(), f_) == rec.size() && std::fflush(f_) == 0) return;
+  LATTICE_INPUT_FAIL("log.tensorboard: cannot write '{}': {} — free space (or fix the disk) and start the same command "
+                     "again: it resumes from the last checkpoint",
+                     path_, errno ? std::strerror(errno) : "write error");
 }
 
 }  // namespace lattice

@@ -354,6 +354,10 @@ struct ConfigDifference {
   std::string key, a, b;
 };
 std::optional<ConfigDifference> first_difference(const Config& a, const Config& b);
+// `saved` with the settings that may change on resume (ARCHITECTURE.md §5:
+// parallel.*, runtime.threads, log.*, checkpoint.*, train.stop_at_step)
+// taken from `now`: first_difference of the result and `now` is what may not.
+Config with_resumable_settings(Config saved, const Config& now);
 
 // Layout of a job of `world_size` ranks: dp and microbatches derived and checked:
 //   tp * pp * dp == world_size, global_batch == micro_batch * microbatches * dp.

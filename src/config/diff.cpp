@@ -31,6 +31,15 @@ std::string text_of(const YAML::Node& n) {
 
 }  // namespace
 
+Config with_resumable_settings(Config saved, const Config& now) {
+  saved.parallel = now.parallel;
+  saved.runtime.threads = now.runtime.threads;
+  saved.log = now.log;
+  saved.checkpoint = now.checkpoint;
+  saved.train.stop_at_step = now.train.stop_at_step;
+  return saved;
+}
+
 std::optional<ConfigDifference> first_difference(const Config& a, const Config& b) {
   const YAML::Node ya = YAML::Load(to_yaml(a)), yb = YAML::Load(to_yaml(b));
   for (const std::string& key : config_key_paths()) {

@@ -278,6 +278,28 @@ TEST_F(Resume, BadResumesAreOneLine) {
   EXPECT_EQ(fs::file_size(aside + "/model-00001-of-00001.safetensors"), half);
 }
 
+// A run killed before its first checkpoint (a Slurm requeue, say) starts over
+// when the same command runs again: its metrics move aside, nothing is lost.
+// Another config is still refused, and so is resume never.
+TEST_F(Resume, TheSameRunStartsOverWhenItWroteNoCheckpoint) {
+  train("n", "train.stop_at_step=4", 0);
+  fs::remove_all(dir + "/n/checkpoints");  // as if killed before its first checkpoint
+  const std::string first = bytes_of(dir + "/n/metrics.jsonl");
+  CmdResult other = run("train r.yaml log.dir=n optimizer.lr=0.01", dir);
+  EXPECT_NE(other.status, 0) << other.out;
+  EXPECT_NE(other.out.find("already holds metrics.jsonl"), std::string::npos) << other.out;
+  CmdResult never = run("train r.yaml log.dir=n checkpoint.resume=never", dir);
+  EXPECT_NE(never.status, 0) << never.out;
+  CmdResult r = train("n", "", 0);
+  EXPECT_NE(r.out.find("wrote no checkpoint; it starts again from step 1 (its metrics.jsonl moved to "
+                       "metrics.jsonl.1)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(bytes_of(dir + "/n/metrics.jsonl.1"), first);
+  train("whole", "", 0);
+  expect_exact(losses(dir + "/n"), losses(dir + "/whole"));
+}
+
 // No run writes over (or, through checkpoint.keep_last, deletes) another
 // run's checkpoints, and a damaged only checkpoint is named, not silently
 // replaced by a fresh start.
