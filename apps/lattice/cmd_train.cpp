@@ -165,6 +165,8 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   const Layout layout = resolve_layout(cfg, mpi.world_size());
   check_structure(cfg, layout);
   check_run_paths(cfg);  // every rank, before anything is allocated
+  // Rank 0 holds log.dir and checkpoint.dir for the job's life: a second job on them is refused.
+  const std::vector<DirLock> locks = mpi.world_rank() == 0 ? lock_run_dirs(cfg) : std::vector<DirLock>{};
   auto mesh = create_job_mesh(cfg, comm::Group(comm::make_world_communicator(cfg.runtime.comm_timeout_s)));
   // The plugin opens and checks the data before the run directory is written.
   auto plugin = std::make_unique<HybridParallelPlugin>(cfg, mesh);

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "booster/plugin.h"
 #include "config/config.h"
@@ -49,6 +51,27 @@ std::string run_info_json(const Config& cfg, const RunInfo& info);
 // directories or can be created. Throws ConfigError (config_fail) naming the
 // key, where it was set, the path and the fix.
 void check_run_paths(const Config& cfg);
+
+// An exclusive advisory lock (flock) on `<dir>/lattice.lock`, created with
+// its directory, held until destruction or the process's end (a killed job
+// releases it). Two jobs writing one log.dir or checkpoint.dir at once (a
+// Slurm requeue while the old job still runs, two experiments sharing a
+// directory) would interleave their checkpoints and metrics: the second is
+// refused with one line naming `key`, the directory and the holder (host,
+// pid, start time).
+class DirLock {
+ public:
+  DirLock() = default;
+  DirLock(const Config& cfg, const std::string& key, const std::string& dir);
+  ~DirLock();
+  DirLock(DirLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  DirLock& operator=(DirLock&& o) noexcept;
+
+ private:
+  int fd_ = -1;
+};
+// Rank 0's locks on log.dir and checkpoint.dir for the job's life.
+std::vector<DirLock> lock_run_dirs(const Config& cfg);
 
 // <log.dir>/ranks/rank_NNNNN.log
 std::string rank_log_path(const Config& cfg, int rank);
