@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "checkpoint/atomic_dir.h"
+#include "checkpoint/checksum.h"
 #include "checkpoint/index.h"
 #include "checkpoint/safetensors.h"
 #include "comm/gather_strings.h"
@@ -138,6 +140,43 @@ void load_stage(const checkpoint::IndexedTensors& in, const FlatParams& params, 
 
 }  // namespace
 
+std::vector<ShardPrint> fingerprint_shards(const std::vector<std::string>& paths) {
+  constexpr uint64_t kEnd = 64 << 10;
+  std::vector<ShardPrint> out;
+  for (const std::string& path : paths) {
+    std::ifstream f(path, std::ios::binary);
+    LATTICE_INPUT_CHECK(f.good(), "data.train: cannot read '{}'", path);
+    const uint64_t bytes = fs::file_size(path);
+    std::string head(std::min(bytes, kEnd), '\0'), tail(std::min(bytes, kEnd), '\0');
+    f.read(head.data(), std::streamsize(head.size()));
+    f.seekg(std::streamoff(bytes - tail.size()));
+    f.read(tail.data(), std::streamsize(tail.size()));
+    LATTICE_INPUT_CHECK(f.good(), "data.train: cannot read '{}'", path);
+    checkpoint::Checksum64 sum;
+    sum.update(head.data(), head.size());
+    sum.update(tail.data(), tail.size());
+    out.push_back({fs::path(path).filename().string(), bytes, checkpoint::checksum_hex(sum.digest())});
+  }
+  return out;
+}
+
+namespace {
+
+// How `now` differs from `then`, first difference only ("" when equal).
+std::string shard_difference(const std::vector<ShardPrint>& then, const std::vector<ShardPrint>& now) {
+  for (size_t i = 0; i < std::max(then.size(), now.size()); ++i) {
+    if (i >= now.size()) return fmt::format("'{}' is gone", then[i].file);
+    if (i >= then.size()) return fmt::format("'{}' is new", now[i].file);
+    const ShardPrint &a = then[i], &b = now[i];
+    if (a.file != b.file) return fmt::format("shard {} is '{}', the checkpoint's was '{}'", i + 1, b.file, a.file);
+    if (a.bytes != b.bytes) return fmt::format("'{}' is {} bytes, it was {}", b.file, b.bytes, a.bytes);
+    if (a.xxh64 != b.xxh64) return fmt::format("'{}' holds other tokens", b.file);
+  }
+  return "";
+}
+
+}  // namespace
+
 std::string trainer_state_json(const TrainerState& s) {
   nlohmann::ordered_json j;
   j["format"] = "lattice-trainer-state";
@@ -162,6 +201,11 @@ std::string trainer_state_json(const TrainerState& s) {
   j["optimizer"] = s.optimizer;
   j["arch"] = s.arch;
   if (s.loss_scaler) j["loss_scaler"] = optim::loss_scaler_state_json(*s.loss_scaler);
+  if (!s.data_train.empty()) {
+    j["data_train"] = nlohmann::ordered_json::array();
+    for (const ShardPrint& p : s.data_train)
+      j["data_train"].push_back({{"file", p.file}, {"bytes", p.bytes}, {"xxh64", p.xxh64}});
+  }
   return j.dump(2) + "\n";
 }
 
@@ -195,6 +239,10 @@ TrainerState read_trainer_state(const std::string& step_dir) {
     s.optimizer = j.value("optimizer", std::string());
     s.arch = j.value("arch", std::string());
     if (j.contains("loss_scaler")) s.loss_scaler = optim::loss_scaler_state_from_json(j["loss_scaler"]);
+    if (j.contains("data_train"))
+      for (const json& p : j.at("data_train"))
+        s.data_train.push_back(
+            {p.at("file").get<std::string>(), p.at("bytes").get<uint64_t>(), p.at("xxh64").get<std::string>()});
   } catch (const json::exception& e) {
     LATTICE_FAIL("{}: {}", path, e.what());
   } catch (const Error& e) {
@@ -331,7 +379,8 @@ std::optional<std::string> resolve_resume(const Config& cfg, comm::Group& world,
   return cfg.checkpoint.dir + "/" + checkpoint::step_dir_name(int64_t(step));
 }
 
-void check_resume_config(const Config& cfg, const TrainerState& state, const std::string& step_dir) {
+void check_resume_config(const Config& cfg, const TrainerState& state, const std::string& step_dir,
+                         const std::vector<ShardPrint>& data_train) {
   if (state.config.empty()) {  // model only (lattice convert --from-hf): its tensors must be this model's, all of them
     std::set<std::string> ours;
     for (const ParamSpec& s : model_param_specs(cfg.model)) ours.insert(s.name);
@@ -346,7 +395,16 @@ void check_resume_config(const Config& cfg, const TrainerState& state, const std
   }
   const Config saved = with_resumable_settings(parse_config(state.config, step_dir + "/" + kTrainerState), cfg);
   std::optional<ConfigDifference> d = first_difference(saved, cfg);
-  if (!d) return;
+  if (!d) {
+    if (state.data_train.empty() || data_train.empty()) return;  // an older checkpoint, or a caller without data
+    const std::string diff = shard_difference(state.data_train, data_train);
+    if (diff.empty()) return;
+    throw ConfigError(fmt::format("{}: data.train: the shards matching '{}' are not the ones checkpoint {} was "
+                                  "trained on: {} — restore them, or start a new run in new directories "
+                                  "(log.dir=..., and checkpoint.dir=... where it is set)",
+                                  cfg.source, cfg.data.train, step_dir, diff),
+                      "data.train");
+  }
   throw ConfigError(
       fmt::format(
           "{}: {} is {} but checkpoint {} was written with {} — on resume only parallel.*, runtime.threads, log.*, "

@@ -35,6 +35,17 @@
 
 namespace lattice {
 
+// One training shard as a checkpoint remembers it: its file name (not the
+// directory: the data may move with data.train), size and the XXH64 of its
+// first and last 64 KiB (a cheap check that reads 128 KiB, not the shard).
+struct ShardPrint {
+  std::string file;
+  uint64_t bytes = 0;
+  std::string xxh64;
+  bool operator==(const ShardPrint&) const = default;
+};
+std::vector<ShardPrint> fingerprint_shards(const std::vector<std::string>& paths);
+
 struct TrainerState {
   int64_t step = 0;               // optimizer steps completed (the directory's number)
   int64_t optimizer_updates = 0;  // updates applied (steps minus skipped ones): Adam's bias correction
@@ -49,6 +60,9 @@ struct TrainerState {
   std::string optimizer, arch;
   // fp16 runs: the dynamic loss scale after `step` (absent otherwise).
   std::optional<optim::LossScalerState> loss_scaler;
+  // The training shards the run read (empty in a model-only checkpoint and
+  // in checkpoints from before 2026-11-25).
+  std::vector<ShardPrint> data_train;
 };
 
 std::string trainer_state_json(const TrainerState& s);
@@ -76,6 +90,11 @@ std::optional<std::string> resolve_resume(const Config& cfg, comm::Group& world,
 // only parallel.*, runtime.threads, log.*, checkpoint.* and train.stop_at_step
 // may differ (ARCHITECTURE.md §5). A model-only checkpoint is checked for the
 // model's shape only, by the load itself.
-void check_resume_config(const Config& cfg, const TrainerState& state, const std::string& step_dir);
+// and, when the checkpoint has them, that `data_train` (this run's training
+// shards, fingerprint_shards) are the ones it was trained on: a shard deleted,
+// added, regenerated or truncated under the same data.train would resume on
+// another token stream without a word.
+void check_resume_config(const Config& cfg, const TrainerState& state, const std::string& step_dir,
+                         const std::vector<ShardPrint>& data_train = {});
 
 }  // namespace lattice

@@ -138,6 +138,7 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
                                                                           .seed = cfg.runtime.seed});
   };
   train_ = dataset(cfg.data.train, "data.train");
+  train_print_ = fingerprint_shards(train_->shard_paths());
   if (!cfg.data.val.empty()) val_ = dataset(cfg.data.val, "data.val");
   inputs_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
   targets_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
@@ -349,13 +350,14 @@ void HybridParallelPlugin::save_checkpoint(const std::string& step_dir, int64_t 
   st.optimizer = std::string(enum_name(cfg_.optimizer.name));
   st.arch = std::string(enum_name(cfg_.model.arch));
   if (scaler_.enabled()) st.loss_scaler = scaler_.state();
+  st.data_train = train_print_;
   RankState rs{params_, *optimizer_, zero_, mesh_};
   lattice::save_checkpoint(step_dir, rs, st, cfg_.checkpoint.keep_last);
 }
 
 TrainerState HybridParallelPlugin::load_checkpoint(const std::string& step_dir) {
   TrainerState st = read_trainer_state(step_dir);
-  check_resume_config(cfg_, st, step_dir);
+  check_resume_config(cfg_, st, step_dir, train_print_);
   RankState rs{params_, *optimizer_, zero_, mesh_};
   lattice::load_checkpoint(step_dir, rs);
   params_.refresh_shadow();

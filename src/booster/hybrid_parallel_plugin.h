@@ -36,6 +36,7 @@
 #include <optional>
 #include <vector>
 
+#include "booster/checkpointing.h"
 #include "booster/context_pool.h"
 #include "booster/device_groups.h"
 #include "booster/grad_buckets.h"
@@ -134,6 +135,7 @@ class HybridParallelPlugin final : public Plugin {
   // optimizer_ itself when parallel.zero = 1, else null
   optim::ZeroOptimizer* zero_ = nullptr;
   std::unique_ptr<data::TokenDataset> train_, val_;
+  std::vector<ShardPrint> train_print_;     // the training shards, for the checkpoints (fingerprint_shards)
   Tensor inputs_, targets_;                 // (microbatches, B, T) i32: this dp rank's share of the step
   Tensor device_inputs_, device_targets_;   // the same on device_ (the same tensors on the CPU)
   int64_t updates_ = 0;                     // applied (non-skipped) updates, for Adam's bias correction

@@ -278,6 +278,39 @@ TEST_F(Resume, BadResumesAreOneLine) {
   EXPECT_EQ(fs::file_size(aside + "/model-00001-of-00001.safetensors"), half);
 }
 
+// The checkpoint remembers its training shards (name, size, XXH64 of the
+// first and last 64 KiB): a shard regenerated, added or truncated under the
+// same data.train is one line naming it, not a resume on other tokens.
+TEST_F(Resume, OtherTrainingShardsUnderTheSameGlobAreRefused) {
+  train("s", "train.stop_at_step=4", 0);
+  const std::string shard = dir + "/d/t_train_000000.bin", kept = bytes_of(shard);
+  auto refused = [&](const std::string& why) {
+    CmdResult r = run("train r.yaml log.dir=s", dir);
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_NE(r.out.find("data.train: the shards matching 'd/t_train_*.bin' are not the ones checkpoint"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find(why), std::string::npos) << r.out;
+  };
+  std::string other = kept;
+  other[other.size() - 4] ^= 1;  // the low byte of the second-last token: another byte id
+  std::ofstream(shard, std::ios::binary | std::ios::trunc) << other;
+  refused("'t_train_000000.bin' holds other tokens");
+  // Prepared again from a shorter text: a valid shard of other tokens.
+  std::ofstream(dir + "/b.txt") << bytes_of(dir + "/a.txt").substr(100);
+  ASSERT_EQ(run("data prepare --input b.txt --tokenizer bytes --out d/t", dir).status, 0);
+  refused("'t_train_000000.bin' is " + std::to_string(fs::file_size(shard)) + " bytes, it was " +
+          std::to_string(kept.size()));
+  std::ofstream(shard, std::ios::binary | std::ios::trunc) << kept;
+  fs::copy_file(shard, dir + "/d/t_train_000001.bin");
+  refused("'t_train_000001.bin' is new");
+  fs::remove(dir + "/d/t_train_000001.bin");
+  // The shards as they were: the run resumes.
+  CmdResult r = train("s", "", 0);
+  EXPECT_NE(r.out.find("resuming from"), std::string::npos) << r.out;
+}
+
 // A run killed before its first checkpoint (a Slurm requeue, say) starts over
 // when the same command runs again: its metrics move aside, nothing is lost.
 // Another config is still refused, and so is resume never.
