@@ -162,6 +162,7 @@ void check_keys(const YAML::Node& map, const std::string& section, const Locator
                fmt::format("duplicate key (first set at {}) — each key may appear once in its section",
                            format_location(loc.source(), cfg.locations[path])));
     cfg.locations[path] = loc.locate(path, key.Mark());
+    if (value.IsNull() && value.Mark().line != key.Mark().line) loc.empty_value_at(path, key.Mark());
     if (is_section(path)) {
       if (value.IsMap()) {
         check_keys(value, path, loc, cfg);

@@ -22,8 +22,10 @@ KeyLocation Locator::locate(const std::string& path, const YAML::Mark& mark) con
 }
 
 void Locator::fail(const std::string& path, const YAML::Mark& mark, const std::string& what) const {
+  const auto empty = empty_values_.find(path);
+  const YAML::Mark& at = empty == empty_values_.end() ? mark : empty->second;
   throw ConfigError(
-      fmt::format("{}: {}: {}", format_location(source_, locate(path, mark)), path.empty() ? "config" : path, what),
+      fmt::format("{}: {}: {}", format_location(source_, locate(path, at)), path.empty() ? "config" : path, what),
       path);
 }
 

@@ -28,10 +28,14 @@ class Locator {
   KeyLocation locate(const std::string& path, const YAML::Mark& mark) const;
   // Throws ConfigError "LOCATION: PATH: what".
   [[noreturn]] void fail(const std::string& path, const YAML::Mark& mark, const std::string& what) const;
+  // `key: ` with nothing after it: yaml-cpp marks the empty value where the
+  // next token starts (the next line), so errors about it point at its key.
+  void empty_value_at(const std::string& path, const YAML::Mark& key) const { empty_values_[path] = key; }
 
  private:
   std::string source_;
   std::map<std::string, std::string> overrides_;
+  mutable std::map<std::string, YAML::Mark> empty_values_;
 };
 
 std::string format_location(const std::string& source, const KeyLocation& loc);
