@@ -399,19 +399,18 @@ void check_resume_config(const Config& cfg, const TrainerState& state, const std
     if (state.data_train.empty() || data_train.empty()) return;  // an older checkpoint, or a caller without data
     const std::string diff = shard_difference(state.data_train, data_train);
     if (diff.empty()) return;
-    throw ConfigError(fmt::format("{}: data.train: the shards matching '{}' are not the ones checkpoint {} was "
-                                  "trained on: {} — restore them, or start a new run in new directories "
-                                  "(log.dir=..., and checkpoint.dir=... where it is set)",
-                                  cfg.source, cfg.data.train, step_dir, diff),
-                      "data.train");
+    config_fail(cfg, "data.train",
+                fmt::format("the shards matching '{}' are not the ones checkpoint {} was trained on: {} — restore "
+                            "them, or start a new run in new directories (log.dir=..., and checkpoint.dir=... where "
+                            "it is set)",
+                            cfg.data.train, step_dir, diff));
   }
-  throw ConfigError(
-      fmt::format(
-          "{}: {} is {} but checkpoint {} was written with {} — on resume only parallel.*, runtime.threads, log.*, "
-          "checkpoint.* and train.stop_at_step may change; restore the setting, or start a new run in new "
-          "directories (log.dir=..., and checkpoint.dir=... where it is set)",
-          cfg.source, d->key, d->b, step_dir, d->a),
-      d->key);
+  config_fail(
+      cfg, d->key,
+      fmt::format("{} here, but checkpoint {} was written with {} — on resume only parallel.*, runtime.threads, "
+                  "log.*, checkpoint.* and train.stop_at_step may change; restore the setting, or start a new "
+                  "run in new directories (log.dir=..., and checkpoint.dir=... where it is set)",
+                  d->b, step_dir, d->a));
 }
 
 }  // namespace lattice
