@@ -8,10 +8,12 @@
 #include "booster/version_info.h"
 #include "cli.h"
 #include "config/config.h"
+#include "core/blas_core.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
   using namespace lattice;
+  reexec_for_blas_kernels(argv);  // first: OpenBLAS chose its kernels when it was loaded (core/blas_core.h)
   cli::Args args(argv + 1, argv + argc);
   try {
     if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {

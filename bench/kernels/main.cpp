@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "comm/self_communicator.h"
+#include "core/blas_core.h"
 #include "core/kernels/cpu/matmul.h"
 #include "core/kernels/cpu/matmul_bf16.h"
 #include "core/ops.h"
@@ -249,6 +250,7 @@ std::vector<Kernel> attention_gemm_kernels(const Shapes& d) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  reexec_for_blas_kernels(argv);  // the kernels lattice runs (core/blas_core.h)
   try {
     const Options o = parse_options(argc, argv);
     set_num_threads(o.threads);

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 
 #include "comm/self_communicator.h"
 #include "core/error.h"
@@ -77,27 +76,7 @@ int64_t valid_targets(const Tensor& y) {
   return std::count_if(p, p + y.numel(), [](int32_t t) { return t != kIgnoreIndex; });
 }
 
-bool cpu_has_avx2() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("flags", 0) == 0) return (line + " ").find(" avx2 ") != std::string::npos;
-  return false;
-}
-
 }  // namespace
-
-std::string blas_core_warning() {
-  const std::string core = lattice::blas_core();
-  for (const char* old : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Nano"})
-    if (core == old && cpu_has_avx2())
-      return fmt::format(
-          "WARNING: OpenBLAS chose its '{}' kernels on a CPU with AVX2 (it does not know this CPU "
-          "model); sgemm runs several times below the hardware. Set OPENBLAS_CORETYPE=SkylakeX "
-          "(AVX-512) or Haswell (AVX2) to override; the PyTorch child inherits it.",
-          core);
-  return "";
-}
 
 SgemmRate measure_sgemm(const BenchConfig& cfg, int reps) {
   SgemmRate r;

@@ -31,13 +31,6 @@ struct SgemmRate {
 };
 SgemmRate measure_sgemm(const BenchConfig& cfg, int reps);
 
-// The kernel set OpenBLAS picked at load time (openblas_get_corename), and a
-// warning when it is a pre-AVX2 set on a CPU that has AVX2: OpenBLAS releases
-// that do not know a CPU model fall back to "Prescott" (SSE3) kernels, several
-// times slower; OPENBLAS_CORETYPE=SkylakeX (or Haswell) in the environment
-// overrides the choice. The warning is empty when there is nothing to say.
-std::string blas_core_warning();
-
 struct LatticeResult {
   int64_t n_params = 0;       // all parameters
   int64_t n_flop_params = 0;  // N of the FLOP model (without wpe)

@@ -49,6 +49,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/blas_core.h"
 #include "core/error.h"
 #include "core/kernels/cpu/matmul.h"
 #include "core/ops.h"
@@ -403,6 +404,7 @@ void print_raw(const std::vector<Row>& rows, const std::string& precision, bool 
 }  // namespace
 
 int main(int argc, char** argv) {
+  reexec_for_blas_kernels(argv);  // as lattice does (core/blas_core.h); the PyTorch child inherits OPENBLAS_CORETYPE
   try {
     const Options o = parse_options(argc, argv);
     std::string cmdline = argv[0];
@@ -412,7 +414,7 @@ int main(int argc, char** argv) {
                     first_line_with("/proc/cpuinfo", "model name"), first_line_with("/proc/meminfo", "MemTotal"),
                     std::thread::hardware_concurrency(), blas_config(), lattice::blas_core()));
     if (const char* ct = std::getenv("OPENBLAS_CORETYPE")) say(std::string("OPENBLAS_CORETYPE=") + ct);
-    if (std::string w = blas_core_warning(); !w.empty()) say(w);
+    if (std::string n = blas_core_restart_note(); !n.empty()) say(n);
     const bool bf16 = o.precision != "fp32";
     if (bf16) cpu::set_matmul_dtype(DType::bf16);  // throws where the CPU has no AVX512-BF16
     say("precision: " + o.precision + (bf16 ? " (Lattice's matmuls; PyTorch stays fp32)" : ""));

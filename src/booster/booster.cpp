@@ -8,6 +8,7 @@
 #include "checkpoint/atomic_dir.h"
 #include "core/allocator.h"
 #include "core/backend.h"
+#include "core/blas_core.h"
 #include "core/kernels/cpu/matmul.h"
 #include "core/timer.h"
 #include "optim/lr_schedule.h"
@@ -56,6 +57,7 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
   if (logger_) metrics = std::make_unique<MetricsWriter>(metrics_path);
   const optim::LrSchedule schedule = lr_schedule(cfg_);
   const int64_t last = cfg_.train.stop_at_step > 0 ? cfg_.train.stop_at_step : cfg_.train.steps;
+  if (metrics && !blas_core_restart_note().empty()) print_("blas: " + blas_core_restart_note());
   double peak = cfg_.runtime.peak_flops;
   if (peak <= 0 && resumed.step < last && plugin_->device().is_cuda()) {  // the GPU's datasheet peak
     const std::string gpu = cuda_backend().device_name(plugin_->device().index);

@@ -20,6 +20,7 @@
 #include "booster/version_info.h"
 #include "checkpoint/atomic_dir.h"
 #include "core/allocator.h"
+#include "core/blas_core.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "core/timer.h"
@@ -55,7 +56,8 @@ std::string run_info_json(const Config& cfg, const RunInfo& info) {
   j["git_commit"] = kLatticeGitCommit;
   j["build"] = {{"type", kLatticeBuildType}, {"cxx_flags", kLatticeCxxFlags}, {"cuda", kLatticeCuda}};
   j["blas"] = blas_config();
-  j["blas_core"] = blas_core();  // the kernel set OpenBLAS picked for this CPU
+  j["blas_core"] = blas_core();  // the kernel set OpenBLAS runs on this CPU
+  j["blas_core_note"] = blas_core_restart_note();  // "" unless lattice restarted for better kernels
   j["mpi"] = mpi_library_version();
   j["config"] = cfg.source;
   j["layout"] = {{"world", info.world_size}, {"tp", info.tp}, {"pp", info.pp}, {"dp", info.dp}};

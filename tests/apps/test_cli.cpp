@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli_runner.h"
+#include "core/blas_core.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -211,6 +212,32 @@ TEST_F(Cli, ThreadsZeroTakesOmpNumThreads) {
   CmdResult r = lattice::test::run_lattice(one_step + "runtime.threads=2 log.dir=t3", dir, 0, "OMP_NUM_THREADS=1");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("1 rank(s) x 2 thread(s)"), std::string::npos) << r.out;  // the key wins
+}
+
+// OpenBLAS releases that do not know a CPU run their SSE3 kernels on it
+// (Debian 12's on Sapphire and Emerald Rapids); lattice restarts with the set
+// the CPU's instructions allow, unless OPENBLAS_CORETYPE says otherwise.
+TEST_F(Cli, RunsTheOpenBlasKernelsTheCpuAllows) {
+  const std::string one_step =
+      "train tiny.yaml train.steps=1 optimizer.schedule.warmup_steps=0 train.eval_every=0 log.dir=";
+  auto info = [&](const std::string& d) { return nlohmann::json::parse(std::ifstream(dir + "/" + d + "/run_info.json")); };
+  CmdResult a = lattice::test::run_lattice(one_step + "auto", dir, 0, "-u OPENBLAS_CORETYPE");
+  ASSERT_EQ(a.status, 0) << a.out;
+  const std::string core = info("auto")["blas_core"], note = info("auto")["blas_core_note"];
+  const std::string best = lattice::better_blas_core("Prescott", lattice::host_cpu_isa());  // "" without AVX
+  if (!best.empty()) {
+    EXPECT_FALSE(lattice::blas_core_is_pre_avx(core)) << core << " on a CPU that runs " << best;
+  }
+  EXPECT_EQ(note.empty(), a.out.find("blas: OpenBLAS picked its") == std::string::npos) << a.out;
+  if (!note.empty()) {
+    EXPECT_NE(note.find("OPENBLAS_CORETYPE=" + core), std::string::npos) << note;
+  }
+
+  CmdResult b = lattice::test::run_lattice(one_step + "user", dir, 0, "OPENBLAS_CORETYPE=Prescott");  // the user's
+  ASSERT_EQ(b.status, 0) << b.out;
+  EXPECT_EQ(info("user")["blas_core"], "Prescott");
+  EXPECT_EQ(info("user")["blas_core_note"], "");
+  EXPECT_EQ(b.out.find("blas:"), std::string::npos) << b.out;
 }
 
 TEST_F(Cli, SameConfigIsBitwiseReproducible) {

@@ -164,7 +164,9 @@ TEST_F(Fp16, ResumeIsBitIdenticalAndKeepsItsPrecision) {
   std::ofstream(dir + "/fp32.yaml") << fp32;
   CmdResult bad = lattice::test::run_lattice("train fp32.yaml log.dir=split", dir);
   EXPECT_NE(bad.status, 0);
-  EXPECT_NE(bad.out.find("runtime.precision is fp32 but checkpoint"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("fp32.yaml:6:"), std::string::npos) << bad.out;  // where the key was set
+  EXPECT_NE(bad.out.find("runtime.precision: fp32 here, but checkpoint"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("was written with fp16"), std::string::npos) << bad.out;
   EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
   const Metrics split = train("split", "", 0);
   ASSERT_EQ(split.train.size(), whole.train.size());
