@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/mpi_runtime.h"
+#include "config/config.h"
 
 namespace lattice::cli {
 
@@ -29,7 +30,17 @@ int sample(const Args& args);
 // $LATTICE_MPI_PROGRESS_US says): an exception, or a bad value of that
 // variable, becomes one line and, on a multi-rank job, the end of the whole
 // job (rank 0 reports first).
-int run_with_mpi(int* argc, char*** argv, const std::function<int(const comm::MpiRuntime&)>& body);
+// MPI's start is bounded by start_timeout_s (runtime.comm_timeout_s: a rank
+// that never joins ends the job with one line instead of hanging it).
+int run_with_mpi(int* argc, char*** argv, double start_timeout_s,
+                 const std::function<int(const comm::MpiRuntime&)>& body);
+// The config's runtime.comm_timeout_s, read before MPI starts; the default
+// when the config does not load (its error is reported once MPI has started).
+double start_timeout_s(const std::string& path, const std::vector<std::string>& overrides);
+// Every rank must run the same config (the same file and overrides): the
+// first key whose value differs from rank 0's is one ConfigError on every
+// rank, located at the key. A collective over the world, before any other.
+void check_same_config(const Config& cfg, const comm::MpiRuntime& mpi);
 // Whether a launcher (mpirun/mpiexec of Open MPI, MPICH or Intel MPI, or
 // Slurm's srun) started this process as one rank of a job.
 bool under_mpi_launcher();

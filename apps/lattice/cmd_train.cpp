@@ -161,6 +161,7 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
     if (logger) std::fputs(to_yaml(cfg).c_str(), stdout);
     return 0;
   }
+  check_same_config(cfg, mpi);  // collective: the first
   set_num_threads(cfg.runtime.threads);
   const Layout layout = resolve_layout(cfg, mpi.world_size());
   check_structure(cfg, layout);
@@ -233,7 +234,8 @@ int train(int* argc, char*** argv, const Args& args) {
       check_run_paths(cfg);
     }
   }
-  return run_with_mpi(argc, argv, [&](const comm::MpiRuntime& mpi) { return run(a, mpi); });
+  return run_with_mpi(argc, argv, start_timeout_s(a.path, a.overrides),
+                      [&](const comm::MpiRuntime& mpi) { return run(a, mpi); });
 }
 
 }  // namespace lattice::cli

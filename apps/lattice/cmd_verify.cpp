@@ -15,6 +15,7 @@
 
 #include "booster/booster.h"
 #include "booster/hybrid_parallel_plugin.h"
+#include "booster/run_dir.h"
 #include "cli.h"
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
@@ -50,6 +51,8 @@ double rel(double a, double ref) { return std::fabs(a - ref) / std::max(std::fab
 int verify(const std::string& path, const std::vector<std::string>& overrides, std::optional<double> tolerance_opt,
            const comm::MpiRuntime& mpi) {
   Config cfg = load_config(path, overrides);
+  check_data_paths(cfg);  // as train does: located at their keys, before any MPI work
+  check_same_config(cfg, mpi);  // collective: the first
   const double tolerance = tolerance_opt.value_or(layout_loss_tolerance(cfg.runtime.precision));
   set_num_threads(cfg.runtime.threads);
   const Layout layout = resolve_layout(cfg, mpi.world_size());  // the layout must fit the job
@@ -77,13 +80,16 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
     const bool a = ref.skipped[i], b = got.skipped[i];
     return a && b ? "both" : a ? "1 rank" : b ? "layout" : "-";
   };
+  // A loss that is not finite on either side fails the check: NaN compares
+  // false, and std::max would drop it (a diverged run read as PASS).
   double worst = 0;
+  auto take = [&](double d) { worst = std::isnan(d) || std::isnan(worst) ? NAN : std::max(worst, d); };
   std::string table =
       fmt::format("{:>5}  {:>14}  {:>14}  {:>9}  {:>12}  {:>12}  {:>9}{}\n", "step", "loss (1 rank)", "loss (layout)",
                   "rel diff", "norm (1)", "norm (layout)", "rel diff", fp16 ? "  skipped" : "");
   std::string skips_differ;  // the steps skipped by one run only
   for (size_t i = 0; i < ref.loss.size(); ++i) {
-    worst = std::max(worst, rel(got.loss[i], ref.loss[i]));
+    take(std::isfinite(got.loss[i]) && std::isfinite(ref.loss[i]) ? rel(got.loss[i], ref.loss[i]) : NAN);
     table += fmt::format("{:>5}  {:>14.9g}  {:>14.9g}  {:>9.2e}  {:>12.6g}  {:>12.6g}  {:>9.2e}{}\n", i + 1,
                          ref.loss[i], got.loss[i], rel(got.loss[i], ref.loss[i]), ref.norm[i], got.norm[i],
                          rel(got.norm[i], ref.norm[i]), fp16 ? fmt::format("  {:>7}", skip_text(i)) : "");
@@ -95,14 +101,24 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
         "fp16: step {} skipped by one run only (non-finite gradients on one side of a 16-bit rounding): the runs "
         "apply different updates from there on\n",
         skips_differ);
-  const bool ok = worst <= tolerance;
+  // Step 1's gradients come from the same weights on both sides: their norm
+  // checks backward, which the losses (forward's) see only from step 2 on. A
+  // step both runs skipped (fp16) has no norm to compare.
+  const double norm1 = ref.skipped[0] && got.skipped[0] ? 0.0
+                       : std::isfinite(got.norm[0]) && std::isfinite(ref.norm[0]) ? rel(got.norm[0], ref.norm[0])
+                                                                                   : NAN;
+  const bool ok = worst <= tolerance && norm1 <= tolerance;
   if (mpi.world_rank() == 0) {
     std::fputs(fmt::format("verify-layout {}: tp={} pp={} dp={} against one rank, {} steps\n{}", cfg.source, layout.tp,
                            layout.pp, layout.dp, cfg.train.steps, table)
                    .c_str(),
                stdout);
-    std::fputs(fmt::format("{}: largest relative loss difference {:.2e} (tolerance {:.0e})\n", ok ? "PASS" : "FAIL",
-                           worst, tolerance)
+    std::fputs(fmt::format("{}: largest relative loss difference {:.2e}, step 1 grad norm {:.2e} (tolerance {:.0e}){}\n",
+                           ok ? "PASS" : "FAIL", worst, norm1, tolerance,
+                           std::isnan(worst) || std::isnan(norm1)
+                               ? " — a loss or norm is not finite: the runs diverged, and the comparison says "
+                                 "nothing (lower optimizer.lr, or look at the data)"
+                               : "")
                    .c_str(),
                stdout);
   }
@@ -135,7 +151,8 @@ int verify_layout(int* argc, char*** argv, const Args& args) {
     }
   }
   if (path.empty()) LATTICE_INPUT_FAIL("verify-layout: no config file given (usage: lattice verify-layout CONFIG ...)");
-  return run_with_mpi(argc, argv, [&](const comm::MpiRuntime& mpi) { return verify(path, overrides, tolerance, mpi); });
+  return run_with_mpi(argc, argv, start_timeout_s(path, overrides),
+                      [&](const comm::MpiRuntime& mpi) { return verify(path, overrides, tolerance, mpi); });
 }
 
 }  // namespace lattice::cli

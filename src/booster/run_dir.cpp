@@ -346,7 +346,7 @@ void check_resume_path(const Config& cfg) {
 
 }  // namespace
 
-void check_run_paths(const Config& cfg) {
+void check_data_paths(const Config& cfg) {
   check_shards(cfg, "data.train", cfg.data.train, "train");
   check_shards(cfg, "data.val", cfg.data.val, "val");
   std::error_code ec;
@@ -356,6 +356,10 @@ void check_run_paths(const Config& cfg) {
                 fmt::format("'{}' is not a directory — point it at the gpt2 tokenizer files, or remove it for the "
                             "default",
                             cfg.data.vocab_dir));
+}
+
+void check_run_paths(const Config& cfg) {
+  check_data_paths(cfg);
   check_resume_path(cfg);
   check_output_dir(cfg, "log.dir", cfg.log.dir);
   check_output_dir(cfg, "checkpoint.dir", cfg.checkpoint.dir);

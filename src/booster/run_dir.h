@@ -51,6 +51,8 @@ std::string run_info_json(const Config& cfg, const RunInfo& info);
 // directories or can be created. Throws ConfigError (config_fail) naming the
 // key, where it was set, the path and the fix.
 void check_run_paths(const Config& cfg);
+// Its data part alone (data.train, data.val, data.vocab_dir): verify-layout writes nothing.
+void check_data_paths(const Config& cfg);
 
 // An exclusive advisory lock (flock) on `<dir>/lattice.lock`, created with
 // its directory, held until destruction or the process's end (a killed job

@@ -24,4 +24,13 @@ inline std::string describe_p2p(bool is_send, int peer, const std::vector<int>& 
   return fmt::format("{} rank {} (world rank {})", is_send ? "send to" : "recv from", peer, world);
 }
 
+// "timed out after 0.5 s (runtime.comm_timeout_s) — ...": the limit, its key
+// and what to look at, the end of every timeout message.
+inline std::string describe_timeout(double timeout_s) {
+  return fmt::format(
+      "timed out after {} s (runtime.comm_timeout_s) — a rank of the group is stopped, dead or far behind (its own "
+      "error line, if any, says why); raise runtime.comm_timeout_s only if its steps are really that slow",
+      timeout_s);
+}
+
 }  // namespace lattice::comm

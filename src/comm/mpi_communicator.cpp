@@ -107,7 +107,7 @@ class MpiWork final : public Work {
 
   std::string timeout_message() const {
     const std::string group = describe_group(comm_->name(), comm_->world_ranks());
-    if (collective_) return fmt::format("{} on {} timed out after {} s", parts_[0].op, group, timeout_s_);
+    if (collective_) return fmt::format("{} on {} {}", parts_[0].op, group, describe_timeout(timeout_s_));
     std::string pending;
     for (size_t i = 0; i < reqs_.size(); ++i) {
       if (reqs_[i] == MPI_REQUEST_NULL) continue;  // completed
@@ -118,8 +118,8 @@ class MpiWork final : public Work {
       pending +=
           fmt::format("{}{}", pending.empty() ? "" : ", ", describe_p2p(is_send, parts_[i].peer, comm_->world_ranks()));
     }
-    if (reqs_.size() == 1) return fmt::format("{} of {} timed out after {} s", pending, group, timeout_s_);
-    return fmt::format("batch_send_recv on {} timed out after {} s; still pending: {}", group, timeout_s_, pending);
+    if (reqs_.size() == 1) return fmt::format("{} of {} {}", pending, group, describe_timeout(timeout_s_));
+    return fmt::format("batch_send_recv on {} (still pending: {}) {}", group, pending, describe_timeout(timeout_s_));
   }
 
   // Cancels pending receives (MPI_Cancel then MPI_Wait, which returns at once

@@ -204,6 +204,10 @@ void validate_train(const Config& c) {
           t.global_batch, t.micro_batch);
   require(t.seq_len <= c.model.max_seq_len, c, "train.seq_len",
           "{} exceeds model.max_seq_len ({}) — lower seq_len or raise max_seq_len", t.seq_len, c.model.max_seq_len);
+  // A masked-LM window is framed [CLS] tokens [SEP] (models/bert/bert_mlm.h).
+  require(arch_traits(c.model.arch).causal || t.seq_len >= 3, c, "train.seq_len",
+          "{} is too short for {}: a masked-LM window needs at least 3 positions ([CLS], a token, [SEP])", t.seq_len,
+          enum_name(c.model.arch));
   require_non_negative(c, "train.eval_every", t.eval_every, "0 turns evaluation off");
   require_non_negative(c, "train.eval_steps", t.eval_steps, "the validation batches per evaluation");
   if (t.eval_every > 0) {

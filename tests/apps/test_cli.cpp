@@ -3,6 +3,7 @@
 // the run directory of ARCHITECTURE.md §5.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -262,6 +263,39 @@ TEST_F(Cli, LayoutErrorsUnderMpirun) {
   expect_one_line_error(run("train tiny.yaml parallel.order=[tp,tp,pp]", dir, 2), {"parallel.order", "tp"});
 }
 
+// Ranks started with different configs (per-host files, an MPMD launch) are
+// refused before anything runs: before, a different learning rate trained
+// silently wrong and a different model shape crashed in MPI.
+TEST_F(Cli, RanksWithDifferentConfigsAreRefused) {
+  write(dir + "/other.yaml", tiny_config());
+  for (const std::string& cmd : {std::string("train"), std::string("verify-layout")}) {
+    const std::string common = cmd + " tiny.yaml parallel.tp=2 log.dir=mpmd";
+    // rank 0 as given, rank 1 with one key changed (run_lattice puts `-np 1 BIN` before the args)
+    CmdResult r = run(common + " : -np 1 '" + bin() + "' " + common + " optimizer.lr=0.001", dir, 1);
+    expect_one_line_error(r, {"tiny.yaml:3:", "optimizer.lr: 0.01 on rank 0 but 0.001 on rank 1",
+                              "every rank must run the same config"});
+    r = run(common + " : -np 1 '" + bin() + "' " + common + " model.n_layer=3", dir, 1);
+    expect_one_line_error(r, {"model.n_layer: 2 on rank 0 but 3 on rank 1"});
+  }
+  EXPECT_FALSE(fs::exists(dir + "/mpmd"));  // nothing written
+  // The same settings from another file are the same config.
+  CmdResult same = run("train tiny.yaml parallel.tp=2 train.steps=6 log.dir=same : -np 1 '" + bin() +
+                           "' train other.yaml parallel.tp=2 train.steps=6 log.dir=same",
+                       dir, 1);
+  EXPECT_EQ(same.status, 0) << same.out;
+}
+
+// A rank that never joins MPI's start (here it stops itself before it starts
+// lattice) kept the others in MPI_Init for ever; runtime.comm_timeout_s bounds it.
+TEST_F(Cli, ARankThatNeverStartsEndsTheJobAtTheTimeout) {
+  const std::string args = "train tiny.yaml parallel.tp=2 runtime.comm_timeout_s=3 log.dir=stalled";
+  const auto start = std::chrono::steady_clock::now();
+  CmdResult r = run(args + " : -np 1 sh -c \"kill -STOP \\$\\$; exec '" + bin() + "' " + args + "\"", dir, 1);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  expect_one_line_error(r, {"rank 0: MPI start-up did not complete within 3 s (runtime.comm_timeout_s)"});
+  EXPECT_LT(seconds, 60) << r.out;
+}
+
 TEST_F(Cli, TensorParallelRunMatchesOneRank) {
   CmdResult one = run("train tiny.yaml train.steps=6 log.dir=r1", dir);
   CmdResult two = run("train tiny.yaml train.steps=6 log.dir=r2 parallel.tp=2 runtime.threads=1", dir, 2);
@@ -395,6 +429,16 @@ TEST_F(Cli, VerifyLayoutPassesFailsAndChecksTheWorld) {
   EXPECT_EQ(strict.status, 1) << strict.out;
   EXPECT_NE(strict.out.find("FAIL"), std::string::npos) << strict.out;
   expect_one_line_error(run("verify-layout tiny.yaml parallel.tp=2", dir, 3), {"3 ranks", "tp (2)"});
+  // Runs that diverge to NaN on both sides compare nothing: FAIL (std::max dropped the NaN rows: PASS).
+  CmdResult nan = run("verify-layout tiny.yaml train.steps=3 parallel.tp=2 runtime.threads=1 optimizer.lr=1e12 "
+                      "optimizer.grad_clip=0 optimizer.schedule.warmup_steps=0",
+                      dir, 2);
+  EXPECT_EQ(nan.status, 1) << nan.out;
+  EXPECT_NE(nan.out.find("FAIL: largest relative loss difference nan"), std::string::npos) << nan.out;
+  EXPECT_NE(nan.out.find("not finite"), std::string::npos) << nan.out;
+  // Its data paths are checked as train's are: located at the key.
+  expect_one_line_error(run("verify-layout tiny.yaml data.train=nope_*.bin", dir),
+                        {"override 'data.train=nope_*.bin'", "no file matches"});
 }
 
 // A rank killed in the middle of training (SIGKILL) ends the whole job

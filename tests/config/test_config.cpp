@@ -538,6 +538,8 @@ TEST(Config, ValidateChecks) {
        "optimizer.schedule.warmup_steps: must be in [0, train.steps = 20] (got 21)"},
       {{"optimizer.schedule.min_lr=0.1"}, "optimizer.schedule.min_lr: must be in [0, optimizer.lr = 0.001] (got 0.1)"},
       {{"optimizer.lr=0"}, "optimizer.lr: must be positive (got 0)"},
+      {{"model.arch=bert", "model.vocab_size=261", "train.seq_len=2"},
+       "train.seq_len: 2 is too short for bert: a masked-LM window needs at least 3 positions"},
       {{"optimizer.betas=[0.9, 1.0]"}, "optimizer.betas[1]: must be in [0, 1) (got 1)"},
       {{"parallel.zero=2"}, "parallel.zero: must be 0 or 1 (got 2)"},
       {{"parallel.head_chunk_tokens=-64"}, "parallel.head_chunk_tokens: must not be negative (got -64)"},

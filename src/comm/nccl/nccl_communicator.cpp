@@ -433,7 +433,7 @@ void NcclWork::wait() {
   if (done_) return;
   if (poll_until([&] { return test(); }, deadline_after(timeout_s_))) return;
   const bool p2p = what_.rfind("send", 0) == 0 || what_.rfind("recv", 0) == 0;
-  error_ = fmt::format("{} {} {} timed out after {} s", what_, p2p ? "of" : "on", comm_->group(), timeout_s_);
+  error_ = fmt::format("{} {} {} {}", what_, p2p ? "of" : "on", comm_->group(), describe_timeout(timeout_s_));
   comm_->abandon(std::move(keep_));  // the communicator is aborted, not destroyed, when it goes
   LATTICE_FAIL("{}", error_);
 }
