@@ -169,6 +169,7 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   // Rank 0 holds log.dir and checkpoint.dir for the job's life: a second job on them is refused.
   const std::vector<DirLock> locks = mpi.world_rank() == 0 ? lock_run_dirs(cfg) : std::vector<DirLock>{};
   auto mesh = create_job_mesh(cfg, comm::Group(comm::make_world_communicator(cfg.runtime.comm_timeout_s)));
+  check_checkpoint_dir_shared(cfg, mesh.world());  // collective, after rank 0's locks
   // The plugin opens and checks the data before the run directory is written.
   auto plugin = std::make_unique<HybridParallelPlugin>(cfg, mesh);
   std::string rank_map = mesh::format_rank_map(mesh, plugin->device().str());  // collective

@@ -19,6 +19,7 @@
 #include "booster/tensorboard.h"
 #include "booster/version_info.h"
 #include "checkpoint/atomic_dir.h"
+#include "comm/gather_strings.h"
 #include "core/allocator.h"
 #include "core/blas_core.h"
 #include "core/error.h"
@@ -203,6 +204,32 @@ std::vector<DirLock> lock_run_dirs(const Config& cfg) {
   if (!fs::equivalent(cfg.log.dir, cfg.checkpoint.dir, ec))
     locks.emplace_back(cfg, "checkpoint.dir", cfg.checkpoint.dir);
   return locks;
+}
+
+void check_checkpoint_dir_shared(const Config& cfg, comm::Group& world) {
+  if (world.size() == 1) return;
+  // Rank 0's lock note (host, pid, start time) is unique to this job: a rank
+  // that reads another one, or none, sees another directory.
+  std::ifstream in(cfg.checkpoint.dir + "/lattice.lock");
+  std::string note;
+  std::getline(in, note);
+  std::error_code ec;
+  const std::string cwd = fs::current_path(ec).string();
+  const std::vector<std::string> seen = comm::all_gather_strings(world, note + '\0' + host_name() + '\0' + cwd);
+  auto part = [](const std::string& s, int i) {
+    size_t b = 0;
+    for (int k = 0; k < i; ++k) b = s.find('\0', b) + 1;
+    return s.substr(b, s.find('\0', b) - b);
+  };
+  for (int r = 1; r < world.size(); ++r) {
+    if (part(seen[size_t(r)], 0) == part(seen[0], 0)) continue;
+    config_fail(cfg, "checkpoint.dir",
+                fmt::format("'{}' is not one directory for the whole job: rank {} (host {}, in {}) does not see the "
+                            "lattice.lock that rank 0 (host {}) holds there — every rank writes its share of each "
+                            "checkpoint there: put it on a file system all ranks share",
+                            cfg.checkpoint.dir, r, part(seen[size_t(r)], 1), part(seen[size_t(r)], 2),
+                            part(seen[0], 1)));
+  }
 }
 
 // ---- paths checked before anything is allocated ----

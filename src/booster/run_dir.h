@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "booster/plugin.h"
+#include "comm/communicator.h"
 #include "config/config.h"
 
 namespace lattice {
@@ -74,6 +75,13 @@ class DirLock {
 };
 // Rank 0's locks on log.dir and checkpoint.dir for the job's life.
 std::vector<DirLock> lock_run_dirs(const Config& cfg);
+
+// Every rank writes its share of each checkpoint into checkpoint.dir, so it
+// must be one directory for the whole job (not node-local scratch, nor a
+// relative path read in different working directories): each rank must see
+// the lattice.lock rank 0 holds there (lock_run_dirs first). A ConfigError
+// naming the first rank that does not. Collective over `world`.
+void check_checkpoint_dir_shared(const Config& cfg, comm::Group& world);
 
 // <log.dir>/ranks/rank_NNNNN.log
 std::string rank_log_path(const Config& cfg, int rank);

@@ -32,16 +32,15 @@ inline std::string file_bytes(const std::string& path) {
   return ss.str();
 }
 
-// env: "VAR=value ..." set for the command (under mpirun every local rank inherits it).
-inline CmdResult run_lattice(const std::string& args, const std::string& cwd, int ranks = 0,
-                             const std::string& env = "") {
-  // ranks > 0: under mpirun; -q keeps Open MPI's own abort banner out of the output.
-  std::string launcher = ranks > 0 ? std::string(LATTICE_MPIEXEC) +
-                                         " -q --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -np " +
-                                         std::to_string(ranks) + " "
-                                   : "";
-  std::string cmd = "cd '" + cwd + "' && " + (env.empty() ? "" : "env " + env + " ") + launcher + "'" + lattice_bin() +
-                    "' " + args + " 2>&1";
+// The launcher as the tests use it, up to its first app context: -q keeps
+// Open MPI's own abort banner out of the output.
+inline std::string mpirun() {
+  return std::string(LATTICE_MPIEXEC) + " -q --oversubscribe --bind-to none -x OMP_NUM_THREADS=1";
+}
+
+// A shell command line run in `cwd`; stdout and stderr together.
+inline CmdResult run_command(const std::string& command, const std::string& cwd) {
+  const std::string cmd = "cd '" + cwd + "' && " + command + " 2>&1";
   CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   char buf[4096];
@@ -50,6 +49,13 @@ inline CmdResult run_lattice(const std::string& args, const std::string& cwd, in
   int st = pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+// env: "VAR=value ..." set for the command (under mpirun every local rank inherits it).
+inline CmdResult run_lattice(const std::string& args, const std::string& cwd, int ranks = 0,
+                             const std::string& env = "") {
+  const std::string launcher = ranks > 0 ? mpirun() + " -np " + std::to_string(ranks) + " " : "";
+  return run_command((env.empty() ? "" : "env " + env + " ") + launcher + "'" + lattice_bin() + "' " + args, cwd);
 }
 
 }  // namespace lattice::test

@@ -296,6 +296,23 @@ TEST_F(Cli, ARankThatNeverStartsEndsTheJobAtTheTimeout) {
   EXPECT_LT(seconds, 60) << r.out;
 }
 
+// checkpoint.dir on node-local scratch (here: a relative path read in two
+// working directories) trained to the first checkpoint and then failed in a
+// write; it is refused at start-up, naming the rank that sees another directory.
+TEST_F(Cli, ACheckpointDirNotSharedByEveryRankIsRefused) {
+  fs::create_directories(dir + "/hostA");
+  fs::create_directories(dir + "/hostB");
+  const std::string args = "train " + dir + "/tiny.yaml parallel.pp=2 data.train=" + dir + "/d/t_train_*.bin data.val=" +
+                           dir + "/d/t_val_*.bin log.dir=run";
+  const std::string rank = " -np 1 -wdir ";
+  CmdResult r = lattice::test::run_command(lattice::test::mpirun() + rank + "hostA '" + bin() + "' " + args + " :" +
+                                               rank + "hostB '" + bin() + "' " + args,
+                                           dir);
+  expect_one_line_error(r, {"checkpoint.dir: 'run/checkpoints' is not one directory for the whole job: rank 1",
+                            "/hostB", "put it on a file system all ranks share"});
+  EXPECT_FALSE(fs::exists(dir + "/hostA/run/metrics.jsonl"));  // nothing trained
+}
+
 TEST_F(Cli, TensorParallelRunMatchesOneRank) {
   CmdResult one = run("train tiny.yaml train.steps=6 log.dir=r1", dir);
   CmdResult two = run("train tiny.yaml train.steps=6 log.dir=r2 parallel.tp=2 runtime.threads=1", dir, 2);
