@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,6 +19,7 @@
 #include "checkpoint/atomic_dir.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/index.h"
+#include "checkpoint/posix_file.h"
 #include "checkpoint/safetensors.h"
 #include "comm/gather_strings.h"
 #include "models/registry.h"
@@ -253,7 +256,33 @@ TrainerState read_trainer_state(const std::string& step_dir) {
   return s;
 }
 
-void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerState& state, int keep_last) {
+namespace {
+
+// A checkpoint write that the system refused (a full disk, a read-only or
+// foreign directory): one line naming checkpoint.dir and the fix, and the
+// checkpoint the same command resumes from (the .tmp directory is replaced
+// by the next write, or removed by keep_last).
+[[noreturn]] void fail_checkpoint_write(const checkpoint::WriteError& e, const std::string& step_dir) {
+  const int err = e.error_number();
+  const bool full = err == ENOSPC || err == EDQUOT, denied = err == EACCES || err == EPERM || err == EROFS;
+  const std::string parent = fs::path(step_dir).parent_path().string();
+  const std::string fix = full     ? "free space (or fix the disk)"
+                          : denied ? fmt::format("make '{}' writable", parent)
+                                   : "fix the disk";
+  std::string then = fmt::format("it starts again from step 1 (no checkpoint in '{}' is complete yet)", parent);
+  const std::vector<int64_t> steps = checkpoint::list_step_dirs(parent);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const std::string name = checkpoint::step_dir_name(*it);
+    std::error_code ec;
+    if (!fs::exists(parent + "/" + name + "/" + std::string(checkpoint::kManifestName), ec)) continue;
+    then = fmt::format("it resumes from {}, the last complete checkpoint", name);
+    break;
+  }
+  LATTICE_INPUT_FAIL("checkpoint.dir: cannot write '{}': {} — {} and start the same command again: {}", e.path(),
+                     std::strerror(err), fix, then);
+}
+
+void write_checkpoint(const std::string& step_dir, RankState& r, const TrainerState& state, int keep_last) {
   mesh::ProcessGroupMesh& mesh = r.mesh;
   const mesh::Coord me = mesh.this_coord();
   const int stages = mesh.size(mesh::Axis::pp);
@@ -307,6 +336,16 @@ void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerSta
     if (keep_last > 0) checkpoint::keep_last(fs::path(step_dir).parent_path().string(), keep_last);
   }
   mesh.world().barrier()->wait();  // nobody goes on (or exits) before the commit
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerState& state, int keep_last) {
+  try {
+    write_checkpoint(step_dir, r, state, keep_last);
+  } catch (const checkpoint::WriteError& e) {
+    fail_checkpoint_write(e, step_dir);
+  }
 }
 
 void load_checkpoint(const std::string& step_dir, RankState& r) {

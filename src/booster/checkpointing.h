@@ -8,7 +8,10 @@
 // in parallel. Rank 0 then writes the two indexes and trainer_state.json and
 // commits (checkpoint/atomic_dir.h: manifest last, rename, `latest`), and
 // prunes to checkpoint.keep_last. A tied replica is not written: the owner's
-// tensor is the logical one.
+// tensor is the logical one. A write the file system refuses (a full disk, a
+// read-only directory: checkpoint::WriteError) is one InputError line naming
+// checkpoint.dir, the file, the fix and the checkpoint a restart resumes from;
+// the unfinished .tmp directory stays (the next write of the step replaces it).
 //
 // load_checkpoint (no communication): every rank memory-maps the files through
 // the indexes and copies its tp slice of each logical tensor into its

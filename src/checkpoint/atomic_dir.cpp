@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -34,7 +33,7 @@ void check_flat_name(const std::string& name, const std::string& where) {
 
 void rename_or_throw(const std::string& from, const std::string& to) {
   if (std::rename(from.c_str(), to.c_str()) != 0)
-    LATTICE_FAIL("cannot rename {} to {}: {}", from, to, std::strerror(errno));
+    throw_write_error(to, "cannot rename " + from + " to it", errno, __FILE__, __LINE__);
 }
 
 std::string parent_of(const std::string& dir) {
@@ -126,9 +125,9 @@ void CheckpointWriter::begin(const std::string& final_dir) {
   recorded_.clear();
   std::error_code ec;
   fs::remove_all(tmp_dir(), ec);
-  LATTICE_CHECK(!ec, "checkpoint {}: cannot remove a stale directory: {}", tmp_dir(), ec.message());
+  if (ec) throw_write_error(tmp_dir(), "cannot remove a stale directory", ec.value(), __FILE__, __LINE__);
   fs::create_directories(tmp_dir(), ec);
-  LATTICE_CHECK(!ec, "checkpoint {}: cannot create: {}", tmp_dir(), ec.message());
+  if (ec) throw_write_error(tmp_dir(), "cannot create", ec.value(), __FILE__, __LINE__);
   active_ = true;
 }
 

@@ -18,21 +18,36 @@ namespace {
 // One write(2)/read(2) moves at most this much (Linux caps a call near 2 GiB).
 constexpr size_t kMaxIo = size_t(1) << 30;
 
-int open_or_throw(const std::string& path, int flags, const char* what) {
+// open(2), retried on EINTR: the descriptor, or -1 with errno set.
+int open_retrying(const std::string& path, int flags) {
   int fd;
   do fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
   while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+int open_or_throw(const std::string& path, int flags, const char* what) {
+  int fd = open_retrying(path, flags);
   if (fd < 0) LATTICE_FAIL("{}: cannot open {}: {}", path, what, std::strerror(errno));
   return fd;
 }
 
 }  // namespace
 
+void throw_write_error(const std::string& path, const std::string& what, int error_number, const char* file, int line) {
+  std::string f = file;  // from src/ on, as LATTICE_FAIL reports it
+  if (auto pos = f.find("/src/"); pos != std::string::npos) f = f.substr(pos + 1);
+  throw WriteError(fmt::format("{}: {}: {}", path, what, std::strerror(error_number)), path, error_number, f.c_str(),
+                   line);
+}
+
 PosixFile PosixFile::open_read(const std::string& path) {
   return PosixFile(open_or_throw(path, O_RDONLY, "for reading"), path);
 }
 PosixFile PosixFile::create(const std::string& path) {
-  return PosixFile(open_or_throw(path, O_WRONLY | O_CREAT | O_TRUNC, "for writing"), path);
+  int fd = open_retrying(path, O_WRONLY | O_CREAT | O_TRUNC);
+  if (fd < 0) throw_write_error(path, "cannot create", errno, __FILE__, __LINE__);
+  return PosixFile(fd, path);
 }
 PosixFile PosixFile::open_dir(const std::string& path) {
   return PosixFile(open_or_throw(path, O_RDONLY | O_DIRECTORY, "as a directory"), path);
@@ -70,19 +85,19 @@ void PosixFile::write_all(const void* buf, size_t bytes) {
   while (bytes > 0) {
     ssize_t put = ::write(fd_, p, std::min(bytes, kMaxIo));
     if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) LATTICE_FAIL("{}: write failed: {}", path_, put < 0 ? std::strerror(errno) : "no progress");
+    if (put <= 0) throw_write_error(path_, "write failed", put < 0 ? errno : EIO, __FILE__, __LINE__);
     p += put;
     bytes -= size_t(put);
   }
 }
 
 void PosixFile::sync() {
-  if (::fsync(fd_) != 0) LATTICE_FAIL("{}: fsync failed: {}", path_, std::strerror(errno));
+  if (::fsync(fd_) != 0) throw_write_error(path_, "fsync failed", errno, __FILE__, __LINE__);
 }
 
 void PosixFile::close() {
   int fd = std::exchange(fd_, -1);
-  if (fd >= 0 && ::close(fd) != 0) LATTICE_FAIL("{}: close failed: {}", path_, std::strerror(errno));
+  if (fd >= 0 && ::close(fd) != 0) throw_write_error(path_, "close failed", errno, __FILE__, __LINE__);
 }
 
 void fsync_path(const std::string& path) {

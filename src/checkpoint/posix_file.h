@@ -1,6 +1,9 @@
 // PosixFile: an owned file descriptor with the few POSIX calls that the
 // checkpoint code needs. Every failure is a lattice::Error that names the file
-// and the system's reason; partial writes and EINTR are retried.
+// and the system's reason; partial writes and EINTR are retried. A failure to
+// create, write, sync or close is a WriteError, which also carries the path and
+// errno, so the caller that knows which setting chose the directory can say
+// how to fix it (save_checkpoint: checkpoint.dir).
 //
 // Invariants: write_all() either writes every byte or throws; sync() is
 // fsync(2), so after it returns the bytes are on stable storage.
@@ -11,7 +14,24 @@
 #include <string>
 #include <string_view>
 
+#include "core/error.h"
+
 namespace lattice::checkpoint {
+
+class WriteError : public Error {
+ public:
+  WriteError(std::string message, std::string path, int error_number, const char* file, int line)
+      : Error(std::move(message), "", file, line), path_(std::move(path)), errno_(error_number) {}
+  const std::string& path() const { return path_; }
+  int error_number() const { return errno_; }  // ENOSPC, EACCES, ...
+
+ private:
+  std::string path_;
+  int errno_;
+};
+// Throws WriteError("`path`: `what`: <strerror(error_number)>").
+[[noreturn]] void throw_write_error(const std::string& path, const std::string& what, int error_number,
+                                    const char* file, int line);
 
 class PosixFile {
  public:

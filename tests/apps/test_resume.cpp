@@ -189,6 +189,34 @@ TEST_F(Resume, KilledDuringACheckpointWriteResumesFromThePreviousOne) {
   EXPECT_FALSE(fs::exists(dir + "/k/checkpoints/step_0000006.tmp")) << "the stale write is replaced";
 }
 
+// A checkpoint write the disk refuses is one line naming checkpoint.dir, the
+// file, the system's reason, the fix and the checkpoint the same command
+// resumes from, which it then does. The write of step 6 pauses after its
+// model file; its optimizer file is made /dev/full there (every write: ENOSPC).
+TEST_F(Resume, AFullDiskDuringACheckpointWriteIsOneLine) {
+  const std::string tmp = "f/checkpoints/step_0000006.tmp";
+  const std::string out =
+      shell("cd '" + dir + "' || exit 1; LATTICE_TEST_CHECKPOINT_PAUSE_S=3 LATTICE_TEST_CHECKPOINT_PAUSE_STEP=6 '" +
+            lattice::test::lattice_bin() + "' train r.yaml log.dir=f checkpoint.every=3 >f.log 2>&1 & pid=$!; " +
+            "for i in $(seq 600); do ls " + tmp + "/model-* >/dev/null 2>&1 && break; sleep 0.05; done; " +
+            "ln -s /dev/full " + tmp + "/optimizer-00001-of-00001.safetensors; wait $pid; echo \"rc=$?\"; cat f.log");
+  EXPECT_NE(out.find("rc="), std::string::npos) << out;
+  EXPECT_EQ(out.find("rc=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("lattice: error: checkpoint.dir: cannot write '" + tmp +
+                     "/optimizer-00001-of-00001.safetensors': No space left on device — free space (or fix the "
+                     "disk) and start the same command again: it resumes from step_0000003, the last complete "
+                     "checkpoint\n"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find(".cpp:"), std::string::npos) << "no source location: " << out;
+  EXPECT_TRUE(fs::exists(dir + "/" + tmp)) << out;
+  fs::remove(dir + "/" + tmp + "/optimizer-00001-of-00001.safetensors");
+  CmdResult r = train("f", "checkpoint.every=3", 0);
+  EXPECT_NE(r.out.find("step_0000003 (step 3"), std::string::npos) << r.out;
+  EXPECT_EQ(losses(dir + "/f").size(), 12u);
+  EXPECT_TRUE(fs::exists(ckpt("f", 6, "manifest.json")));
+}
+
 TEST_F(Resume, Sigusr1ToMpirunAndSigtermToRanksCheckpointAndExitZero) {
   // USR1 goes to mpirun (the child of `timeout`), as a user or a batch script sends it.
   const std::string out =

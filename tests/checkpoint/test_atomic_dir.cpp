@@ -3,10 +3,12 @@
 // detection naming the file, and keep_last.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/atomic_dir.h"
+#include "checkpoint/posix_file.h"
 #include "checkpoint_test_util.h"
 #include "support/test_support.h"
 
@@ -106,6 +108,21 @@ TEST(CheckpointWriter, RewritingAStepReplacesIt) {
   EXPECT_NO_THROW(verify_checkpoint_dir(dir));
   EXPECT_EQ(test::read_bytes(dir + "/notes.txt"), "unrecorded 2");
   EXPECT_FALSE(fs::exists(dir + ".old"));
+}
+
+// A directory that cannot be created is a WriteError: the path and errno,
+// for save_checkpoint's one line naming checkpoint.dir.
+TEST(CheckpointWriter, CreateFailuresAreWriteErrors) {
+  std::string parent = test::make_temp_dir("ckpt");
+  test::write_bytes(parent + "/file", "x");
+  CheckpointWriter w;
+  try {
+    w.begin(parent + "/file/step_0000001");
+    ADD_FAILURE() << "begin() under a file succeeded";
+  } catch (const WriteError& e) {
+    EXPECT_EQ(e.path(), parent + "/file/step_0000001.tmp");
+    EXPECT_EQ(e.error_number(), ENOTDIR);
+  }
 }
 
 TEST(CheckpointWriter, MisuseIsAnError) {

@@ -1,6 +1,10 @@
 // PosixFile and its helpers: round trips, sizes, and errors that name the file.
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <functional>
+#include <utility>
+
 #include "checkpoint/posix_file.h"
 #include "checkpoint_test_util.h"
 #include "support/test_support.h"
@@ -41,10 +45,28 @@ TEST(PosixFile, ErrorsNameTheFile) {
   std::string dir = test::make_temp_dir("posix");
   std::string msg = error_text([&] { PosixFile::open_read(dir + "/absent"); });
   EXPECT_HAS(msg, dir + "/absent: cannot open for reading");
-  EXPECT_HAS(error_text([&] { PosixFile::create(dir + "/no/such/dir/f"); }), "cannot open for writing");
+  EXPECT_HAS(error_text([&] { PosixFile::create(dir + "/no/such/dir/f"); }), dir + "/no/such/dir/f: cannot create");
   write_file_synced(dir + "/f", "0123456789");
   EXPECT_HAS(error_text([&] { PosixFile::open_dir(dir + "/f"); }), dir + "/f: cannot open as a directory");
   EXPECT_HAS(error_text([&] { read_text_file(dir + "/f", 4); }), dir + "/f: 10 bytes, more than the 4 expected");
+}
+
+// Failures to create or write carry the path and errno (WriteError), so the
+// caller can name the setting that chose the directory and the fix.
+TEST(PosixFile, WriteFailuresCarryThePathAndErrno) {
+  auto write_error = [](const std::function<void()>& f) -> std::pair<std::string, int> {
+    try {
+      f();
+    } catch (const WriteError& e) {
+      return {e.path(), e.error_number()};
+    }
+    return {"", 0};
+  };
+  std::string dir = test::make_temp_dir("posix");
+  EXPECT_EQ(write_error([&] { PosixFile::create(dir + "/no/f"); }), std::make_pair(dir + "/no/f", ENOENT));
+  PosixFile full = PosixFile::create("/dev/full");  // every write: ENOSPC
+  EXPECT_EQ(write_error([&] { full.write_all("x", 1); }), std::make_pair(std::string("/dev/full"), ENOSPC));
+  EXPECT_HAS(error_text([&] { full.write_all("x", 1); }), "/dev/full: write failed: No space left on device");
 }
 
 TEST(PosixFile, MoveTransfersOwnership) {
