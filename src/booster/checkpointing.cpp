@@ -369,11 +369,19 @@ std::optional<std::string> resolve_resume(const Config& cfg, comm::Group& world,
   if (mode == "never") return std::nullopt;
   if (mode != "auto") {  // a step directory, which must verify (checked by rank 0)
     if (world.rank() == 0) {
-      LATTICE_CHECK(fs::is_directory(mode),
-                    "checkpoint.resume: '{}' is not a directory — name a step directory (…/step_NNNNNNN), or use "
-                    "auto or never",
-                    mode);
-      checkpoint::verify_checkpoint_dir(mode);
+      if (!fs::is_directory(mode))
+        config_fail(cfg, "checkpoint.resume",
+                    fmt::format("'{}' is not a directory — name a step directory (…/step_NNNNNNN), or use auto or "
+                                "never",
+                                mode));
+      try {
+        checkpoint::verify_checkpoint_dir(mode);
+      } catch (const Error& e) {  // as resume: auto reports the checkpoints it skips
+        config_fail(cfg, "checkpoint.resume",
+                    fmt::format("'{}' does not verify: {} — name another step directory, or use auto, which "
+                                "resumes from the newest checkpoint of checkpoint.dir that verifies",
+                                mode, e.message()));
+      }
     }
     world.barrier()->wait();
     return mode;

@@ -69,6 +69,13 @@ std::string manifest_text(const std::map<std::string, FileDigest>& files) {
   return manifest.dump(1) + "\n";
 }
 
+// The name `latest` holds, without the trailing newline.
+std::string read_latest(const std::string& path) {
+  std::string name = read_text_file(path, kMaxLatestBytes);
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return name;
+}
+
 std::map<std::string, FileDigest> read_manifest(const std::string& dir) {
   std::string path = dir + "/" + std::string(kManifestName);
   json manifest;
@@ -196,6 +203,7 @@ std::string CheckpointWriter::commit() {
 
   const std::string latest = parent + "/" + std::string(kLatestName);
   write_file_synced(latest + ".tmp", base_name(final_dir_) + "\n");
+  if (fs::is_directory(latest, ec)) fs::remove(latest, ec);  // an empty one only: a hint, never data
   rename_or_throw(latest + ".tmp", latest);
   fsync_path(parent);
   active_ = false;
@@ -262,8 +270,13 @@ std::optional<LatestCheckpoint> find_latest_complete(const std::string& parent, 
     const std::string latest_path = parent + "/" + std::string(kLatestName);
     std::error_code ec;
     if (!fs::exists(latest_path, ec)) return found;
-    std::string name = read_text_file(latest_path, kMaxLatestBytes);
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    std::string name;
+    try {
+      name = read_latest(latest_path);
+    } catch (const Error& e) {  // a directory, say: as unusable as any bad latest
+      found.skipped.push_back(fmt::format("checkpoint {} (latest is only a hint)", e.message()));
+      return found;
+    }
     if (!parse_step_dir_name(name))
       found.skipped.push_back(
           fmt::format("checkpoint {}: names '{}', not a step_NNNNNNN directory", latest_path, name));
@@ -284,8 +297,7 @@ std::vector<std::string> keep_last(const std::string& parent, int n) {
   std::string keep_latest;
   std::error_code ec;
   std::string latest_path = parent + "/" + std::string(kLatestName);
-  if (fs::exists(latest_path, ec)) keep_latest = read_text_file(latest_path, kMaxLatestBytes);
-  while (!keep_latest.empty() && (keep_latest.back() == '\n' || keep_latest.back() == ' ')) keep_latest.pop_back();
+  if (fs::is_regular_file(latest_path, ec)) keep_latest = read_latest(latest_path);
 
   std::vector<std::pair<int64_t, std::string>> complete;
   for (const auto& entry : list_step_entries(parent, ""))

@@ -294,11 +294,19 @@ TEST_F(Resume, BadResumesAreOneLine) {
   const uintmax_t half = fs::file_size(victim) / 2;
   fs::resize_file(victim, half);
   // Naming the damaged directory itself is refused with the file named.
-  one_line(run("train r.yaml log.dir=c2 checkpoint.resume=" + dir + "/c/checkpoints/step_0000006", dir),
-           {"model-00001-of-00001.safetensors"});
+  CmdResult named = run("train r.yaml log.dir=c2 checkpoint.resume=" + dir + "/c/checkpoints/step_0000006", dir);
+  one_line(named, {"override 'checkpoint.resume=", "checkpoint.resume: '" + dir + "/c/checkpoints/step_0000006'",
+                   "/c/checkpoints/step_0000006/model-00001-of-00001.safetensors: truncated: " + std::to_string(half),
+                   "name another step directory, or use auto"});
+  EXPECT_EQ(named.out.find(".cpp:"), std::string::npos) << "no source location: " << named.out;
+  // latest is only a hint: a directory there (rm latest; mkdir latest) is noted and replaced.
+  fs::remove(dir + "/c/checkpoints/latest");
+  fs::create_directory(dir + "/c/checkpoints/latest");
   CmdResult r = train("c", "", 0);
   EXPECT_NE(r.out.find("step_0000006"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("resuming from step_0000003 instead"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("latest: read failed: Is a directory (latest is only a hint)"), std::string::npos) << r.out;
+  EXPECT_EQ(bytes_of(dir + "/c/checkpoints/latest"), "step_0000012\n");
   EXPECT_EQ(losses(dir + "/c").size(), 12u);
   // The run writes step 6 again: the damaged one was moved aside, its bytes kept.
   const std::string aside = dir + "/c/checkpoints/step_0000006.damaged";

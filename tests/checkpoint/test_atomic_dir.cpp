@@ -220,6 +220,18 @@ TEST_F(Damaged, TheNewestCompleteStepWinsOverLatest) {
   EXPECT_EQ(found->step, 20);
   ASSERT_EQ(found->skipped.size(), 1u);
   EXPECT_HAS(found->skipped[0], "not a step_NNNNNNN directory");
+  // Unreadable (rm latest; mkdir latest): noted like the others, and the next
+  // commit replaces it (keep_last reads it too).
+  fs::remove(parent_ + "/latest");
+  fs::create_directory(parent_ + "/latest");
+  found = find_latest_complete(parent_);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->step, 20);
+  ASSERT_EQ(found->skipped.size(), 1u);
+  EXPECT_HAS(found->skipped[0], "latest: read failed: Is a directory (latest is only a hint)");
+  EXPECT_EQ(keep_last(parent_, 1), std::vector<std::string>{parent_ + "/step_0000010"});
+  commit_step(parent_, 30);
+  EXPECT_EQ(latest_of(parent_), "step_0000030\n");
 }
 
 TEST(FindLatestComplete, NothingToResume) {
