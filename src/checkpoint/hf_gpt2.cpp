@@ -34,6 +34,15 @@ bool is_mask_buffer(const std::string& name) {
   return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
 }
 
+// The archs `convert --to-hf` exports, and how.
+struct HfExporter {
+  ModelArch arch;
+  void (*write)(const LogicalModel&, const std::string&);
+  const char* hf_class;
+};
+const HfExporter kHfExporters[] = {{ModelArch::gpt2, write_hf_gpt2, kClass},
+                                   {ModelArch::llama, write_hf_llama, kLlamaHfClass}};
+
 }  // namespace
 
 HfTensorName gpt2_hf_name(const ParamSpec& spec) {
@@ -46,7 +55,7 @@ HfTensorName gpt2_hf_name(const ParamSpec& spec) {
 
 std::string gpt2_hf_config_json(const ModelConfig& m) {
   LATTICE_INPUT_CHECK(m.arch == ModelArch::gpt2,
-                      "model.arch: '{}' cannot be exported as HF GPT2LMHeadModel (convert --to-hf handles gpt2, llama)",
+                      "model.arch: '{}' cannot be exported as HF GPT2LMHeadModel (a gpt2 model only)",
                       enum_name(m.arch));
   LATTICE_INPUT_CHECK(m.d_ff == 4 * m.d_model, "model.d_ff: {} cannot be exported; HF GPT-2 here uses 4 * d_model = {}",
                       m.d_ff, 4 * m.d_model);
@@ -162,13 +171,18 @@ ConvertSummary convert_to_hf(const std::string& step_dir, const std::string& out
                        step_dir, name);
   }
   LogicalModel m = read_logical_model(step_dir);
-  // The arch of the checkpoint's config; write_hf_gpt2 refuses the others.
-  if (m.config.arch == ModelArch::llama) {
-    write_hf_llama(m, out_dir);
-    return {m.config, m.numel(), out_dir, kLlamaHfClass};
-  }
-  write_hf_gpt2(m, out_dir);
-  return {m.config, m.numel(), out_dir, kClass};
+  // The exporter of the checkpoint's arch.
+  for (const HfExporter& e : kHfExporters)
+    if (e.arch == m.config.arch) {
+      e.write(m, out_dir);
+      return {m.config, m.numel(), out_dir, e.hf_class};
+    }
+  std::string archs;
+  for (const HfExporter& e : kHfExporters) archs += fmt::format("{}{}", archs.empty() ? "" : ", ", enum_name(e.arch));
+  LATTICE_INPUT_FAIL(
+      "{}: model.arch is '{}', and there is no Hugging Face exporter for {} models (convert --to-hf exports {}); "
+      "the checkpoint itself trains and samples with lattice",
+      step_dir, enum_name(m.config.arch), enum_name(m.config.arch), archs);
 }
 
 ConvertSummary convert_from_hf(const std::string& hf_dir, const std::string& out_parent) {

@@ -60,7 +60,8 @@ struct ConvertSummary {
   std::string hf_class;    // "GPT2LMHeadModel" or "LlamaForCausalLM"
 };
 // lattice convert --to-hf STEP_DIR OUT_DIR: a verified checkpoint to HF, as
-// GPT-2 or LLaMA (checkpoint/hf_llama.h) by the arch of its config.
+// GPT-2 or LLaMA (checkpoint/hf_llama.h) by the arch of its config; another
+// arch is one InputError line naming the archs there are exporters for.
 ConvertSummary convert_to_hf(const std::string& step_dir, const std::string& out_dir);
 // lattice convert --from-hf HF_DIR PARENT: a model-only PARENT/step_0000000,
 // read as GPT-2 or LLaMA by config.json's model_type.

@@ -306,4 +306,16 @@ TEST_F(HfConvert, RefusalsOnExportAndOutputDirectories) {
   test::write_bytes(shard, bytes.substr(0, bytes.size() - 4));
   EXPECT_HAS(test::error_text([&] { convert_to_hf(s.out, dir + "/hf"); }), "model-00001-of-00001.safetensors");
   EXPECT_FALSE(fs::exists(dir + "/hf"));
+  // An arch without an exporter is said to have none (not refused as a bad GPT-2).
+  LogicalModel neox;
+  neox.config = m;
+  neox.config.arch = ModelArch::neox;
+  neox.config.rope_theta = 10000;
+  for (const ParamSpec& spec : model_param_specs(neox.config))
+    neox.tensors.emplace_back(spec.name, Tensor::zeros(spec.shape, DType::f32));
+  const std::string neox_dir = write_model_checkpoint(neox, dir + "/neox");
+  EXPECT_HAS(test::error_text([&] { convert_to_hf(neox_dir, dir + "/hf"); }),
+             "model.arch is 'neox', and there is no Hugging Face exporter for neox models (convert --to-hf exports "
+             "gpt2, llama)");
+  EXPECT_FALSE(fs::exists(dir + "/hf"));
 }
