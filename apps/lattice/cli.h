@@ -53,6 +53,9 @@ struct LaunchedAs {
 };
 LaunchedAs launched_as();
 std::string usage();
+// The registered archs lattice sample continues (ArchTraits::causal), as
+// "gpt2, llama or neox".
+std::string causal_archs();
 // The checkpoint step directory that `path` names for `command` (sample,
 // convert): itself when it holds manifest.json, else the latest complete one
 // of `path` (a checkpoint directory) or of `path`/checkpoints (a run

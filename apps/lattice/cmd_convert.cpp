@@ -18,7 +18,7 @@ namespace {
 
 std::string describe(const checkpoint::ConvertSummary& s) {
   const ModelConfig& m = s.model;
-  const std::string heads = m.arch == ModelArch::gpt2 || m.n_kv_head == m.n_head
+  const std::string heads = !arch_traits(m.arch).grouped_query || m.n_kv_head == m.n_head
                                 ? fmt::format("{} heads", m.n_head)
                                 : fmt::format("{} heads ({} k/v)", m.n_head, m.n_kv_head);
   return fmt::format("{}: {} layers, {}, d_model {}, vocab {}, {} positions, {} head, {} parameters", enum_name(m.arch),

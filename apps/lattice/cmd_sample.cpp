@@ -102,6 +102,15 @@ SampleArgs parse_sample(const Args& args) {
 
 }  // namespace
 
+std::string causal_archs() {
+  std::vector<std::string> names;
+  for (const ModelEntry& e : model_registry())
+    if (arch_traits(e.arch).causal) names.emplace_back(enum_name(e.arch));
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return out;
+}
+
 int sample(const Args& args) {
   if (const LaunchedAs job = launched_as(); job.size > 1) {
     if (job.rank > 0) return 1;  // one line for the job: rank 0's
@@ -116,8 +125,8 @@ int sample(const Args& args) {
   if (!arch_traits(mc.arch).causal)
     LATTICE_INPUT_FAIL(
         "sample: the model in {} is {}, which is not a left-to-right language model; sample continues text with "
-        "gpt2, llama or neox models",
-        step_dir, enum_name(mc.arch));
+        "{} models",
+        step_dir, enum_name(mc.arch), causal_archs());
   if (a.tokenizer.empty()) {
     if (!m.data)
       LATTICE_INPUT_FAIL("sample: {} is a model-only checkpoint with no run config: pass --tokenizer gpt2|bytes",

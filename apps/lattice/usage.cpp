@@ -28,8 +28,9 @@ std::string usage() {
   lattice sample CHECKPOINT [--prompt TEXT | --prompt-file PATH] [--tokens N]
                  [--samples N] [--temperature X] [--top-k K] [--seed S]
                  [--tokenizer gpt2|bytes] [--vocab-dir DIR] [--threads N]
-      Continue the prompt with a trained gpt2, llama or neox model (one
-      process, fp32, CPU). CHECKPOINT: a step directory, a checkpoint
+      Continue the prompt with a trained )" +
+         causal_archs() + R"( model
+      (one process, fp32, CPU). CHECKPOINT: a step directory, a checkpoint
       directory or a run directory (its latest checkpoint). Defaults: 64
       tokens, 1 sample, temperature 1, top-k 0 (all ids), seed 1; temperature
       0 takes the most likely token. The tokenizer is the run's unless given.

@@ -92,7 +92,8 @@ ordered_json model_state_json(const ModelConfig& m) {
                     {"max_seq_len", m.max_seq_len},
                     {"tie_embeddings", m.tie_embeddings},
                     {"norm_eps", m.norm_eps}};
-  if (m.arch != ModelArch::gpt2) {  // GQA, the MLP width and rotary are free there
+  const ArchTraits& t = arch_traits(m.arch);
+  if (t.grouped_query || t.free_d_ff || t.rotary) {  // keys the arch takes (gpt2: none of them)
     j["n_kv_head"] = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
     j["d_ff"] = m.d_ff > 0 ? m.d_ff : 4 * m.d_model;
     j["rope_theta"] = m.rope_theta;
@@ -120,7 +121,7 @@ ModelConfig model_from_state_json(const json& j, const std::string& where) {
   LATTICE_CHECK(j.contains("norm_eps") && j["norm_eps"].is_number() && j["norm_eps"].get<double>() > 0,
                 "{}: model.norm_eps is missing or not a positive number", where);
   m.norm_eps = j["norm_eps"].get<double>();
-  // Written for archs other than gpt2 (model_state_json); absent: gpt2's values.
+  // Written for the archs that take them (model_state_json); absent: n_head, 4 * d_model, no rotary.
   if (j.contains("n_kv_head")) m.n_kv_head = state_int(j, "n_kv_head", where);
   if (j.contains("d_ff")) m.d_ff = state_int(j, "d_ff", where);
   if (j.contains("rope_theta")) {

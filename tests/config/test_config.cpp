@@ -509,8 +509,8 @@ TEST(Config, ValidateChecks) {
       {{"model.dropout=1"}, "model.dropout: must be in [0, 1) (got 1)"},
       {{"model.dropout=-0.1"}, "model.dropout: must be in [0, 1)"},
       {{"model.rope_theta=10000"}, "model.rope_theta: gpt2 uses learned positions"},
-      {{"model.arch=gpt3"},
-       "model.arch: unknown value 'gpt3' — expected one of gpt2|llama|bert|neox (did you mean 'gpt2'?)"},
+      {{"model.arch=gpt3"},  // the archs from the enum's names, so a new model needs no edit here
+       "model.arch: unknown value 'gpt3' — expected one of " + enum_choices<ModelArch>() + " (did you mean 'gpt2'?)"},
       {{"optimizer.name=adam"}, "optimizer.name: unknown value 'adam' — expected one of adamw|sgd"},
       {{"optimizer.schedule.decay=cos"}, "optimizer.schedule.decay: unknown value 'cos'"},
       {{"parallel.schedule=zb"}, "parallel.schedule: unknown value 'zb' — expected one of gpipe|1f1b|interleaved"},
