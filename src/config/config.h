@@ -61,8 +61,8 @@ constexpr double layout_loss_tolerance(Precision p) { return p == Precision::fp3
 template <class E>
 struct EnumNames;
 template <>
-struct EnumNames<ModelArch> {
-  static constexpr std::array<std::string_view, 4> names{"gpt2", "llama", "bert", "neox"};
+struct EnumNames<ModelArch> {  // sized by its list: a new model appends one name (docs/adding-a-model.md)
+  static constexpr auto names = std::to_array<std::string_view>({"gpt2", "llama", "bert", "neox"});
 };
 template <>
 struct EnumNames<PipeSchedule> {
