@@ -136,8 +136,8 @@ int verify_layout(int* argc, char*** argv, const Args& args) {
       const std::string v = i + 1 < args.size() ? args[++i] : "";
       double t = 0;
       auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), t);
-      if (ec != std::errc() || p != v.data() + v.size() || !(t > 0))
-        LATTICE_INPUT_FAIL("verify-layout: --tolerance expects a positive number, got '{}'", v);
+      if (ec != std::errc() || p != v.data() + v.size() || !(t > 0) || !std::isfinite(t))  // inf never fails
+        LATTICE_INPUT_FAIL("verify-layout: --tolerance expects a positive finite number, got '{}'", v);
       tolerance = t;
     } else if (args[i].rfind("--", 0) == 0) {
       LATTICE_INPUT_FAIL(

@@ -1,6 +1,7 @@
 #include "booster/booster.h"
 
 #include <cmath>
+#include <csignal>
 
 #include "booster/peak_flops.h"
 #include "booster/stop_signal.h"
@@ -84,6 +85,7 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
   sum.steps_done = resumed.step;
   int64_t skipped = resumed.skipped_steps;
   double elapsed = 0;
+  std::string removed_note;  // log.dir went away under the run
   for (int64_t step = resumed.step + 1; step <= last; ++step) {
     Timer timer;
     const double lr = optim::learning_rate(schedule, step);
@@ -125,6 +127,12 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
       if (tb) tb->scalars(step, tensorboard_scalars(r));
       print_(progress_line(r, last, elapsed / double(step - resumed.step) * double(last - step)));
     }
+    if (metrics && removed_note.empty() && metrics->removed()) {  // the next step stops with a checkpoint
+      removed_note = fmt::format("log.dir: '{}' was removed while the run wrote it (the metrics so far are gone)",
+                                 metrics->path());
+      print_(removed_note + " — stopping after the next step with a checkpoint");
+      request_stop(SIGTERM);
+    }
     if (eval_due(step, last)) {
       double val = plugin_->evaluate(cfg_.train.eval_steps);  // collective
       if (metrics) {
@@ -138,10 +146,9 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
     if (stop || step == last || (every > 0 && step % every == 0)) sum.last_checkpoint = checkpoint(step, skipped);
     if (stop) {
       if (logger_)
-        print_(
-            fmt::format("stopping after step {} on a stop request (SIGUSR1 or SIGTERM); start the same command "
-                        "again to resume (checkpoint.resume: auto)",
-                        step));
+        print_(fmt::format("stopping after step {} {}; start the same command again to resume (checkpoint.resume: "
+                           "auto)",
+                           step, removed_note.empty() ? "on a stop request (SIGUSR1 or SIGTERM)" : "(" + removed_note + ")"));
       sum.stopped = true;
       break;
     }

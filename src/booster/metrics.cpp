@@ -1,6 +1,7 @@
 #include "booster/metrics.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cmath>
@@ -21,6 +22,11 @@ std::string num(double v, const char* spec = "{:.9g}") {
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   f_ = std::fopen(path.c_str(), "a");
   LATTICE_CHECK(f_ != nullptr, "cannot open metrics file '{}' for writing", path);
+}
+
+bool MetricsWriter::removed() const {
+  struct stat st {};
+  return ::fstat(::fileno(f_), &st) == 0 && st.st_nlink == 0;
 }
 
 MetricsWriter::~MetricsWriter() {

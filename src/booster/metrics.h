@@ -39,6 +39,10 @@ class MetricsWriter {
 
   void log_train(const TrainRecord& r);
   void log_eval(int64_t step, double val_loss);
+  // The file was unlinked while open (log.dir deleted or moved away): what
+  // is written goes nowhere a reader can find.
+  bool removed() const;
+  const std::string& path() const { return path_; }
 
   static std::string train_json(const TrainRecord& r);
   static std::string eval_json(int64_t step, double val_loss);

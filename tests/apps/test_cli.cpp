@@ -458,6 +458,22 @@ TEST_F(Cli, VerifyLayoutPassesFailsAndChecksTheWorld) {
                         {"override 'data.train=nope_*.bin'", "no file matches"});
 }
 
+// log.dir deleted under a running job: the metrics went to an unlinked file
+// and the run ended "done" with nothing to show. It stops after the next step
+// with a checkpoint (recreating checkpoint.dir) and says why.
+TEST_F(Cli, ALogDirRemovedMidRunStopsWithACheckpoint) {
+  // `timeout` bounds the run if the removal went unnoticed (100000 steps).
+  CmdResult r = lattice::test::run_command(
+      "{ (sleep 2; rm -rf gone) & timeout 120 '" + bin() +
+          "' train tiny.yaml train.steps=100000 train.eval_every=0 checkpoint.every=0 log.every=50 log.dir=gone; }",
+      dir);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("log.dir: 'gone/metrics.jsonl' was removed while the run wrote it"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("start the same command again to resume"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(dir + "/gone/checkpoints/latest")) << r.out;
+}
+
 // A rank killed in the middle of training (SIGKILL) ends the whole job
 // promptly with a non-zero exit; nothing is left waiting in a collective.
 TEST_F(Cli, KilledRankEndsTheJobPromptly) {
