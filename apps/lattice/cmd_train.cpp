@@ -20,6 +20,7 @@
 #include "comm/mpi_runtime.h"
 #include "core/allocator.h"
 #include "core/threads.h"
+#include "data/shard.h"
 #include "mesh/process_group_mesh.h"
 
 namespace lattice::cli {
@@ -162,6 +163,7 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
     return 0;
   }
   check_same_config(cfg, mpi);  // collective: the first
+  if (mpi.world_rank() != 0) data::set_fault_report_delay(5);  // a shrunk shard: rank 0's line, once
   set_num_threads(cfg.runtime.threads);
   const Layout layout = resolve_layout(cfg, mpi.world_size());
   check_structure(cfg, layout);

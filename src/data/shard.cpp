@@ -7,7 +7,10 @@
 
 #include <array>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -19,7 +22,80 @@ namespace {
 
 constexpr const char* kFix = "regenerate it with `lattice data prepare`";
 
+// A shard truncated or rewritten in place while it is mapped: reading its
+// lost pages raises SIGBUS, which killed the rank with a backtrace and no
+// word about the data. The handler names the shard in one line and ends the
+// process (the launcher then ends the job); a fault elsewhere goes to the
+// handler that was there before (Open MPI's, or the default).
+struct MappedRange {
+  const char* begin = nullptr;
+  const char* end = nullptr;
+  char* path = nullptr;  // strdup'd: the handler only reads it
+};
+std::array<MappedRange, 8192> g_mapped;  // more shards than this go unnamed, not unread
+std::mutex g_mapped_mutex;
+struct sigaction g_previous_sigbus {};
+
+unsigned g_report_delay_s = 0;
+
+// Appends `s` to buf[0, cap) at *n (async-signal-safe: no allocation).
+void append(char* buf, size_t cap, size_t* n, const char* s) {
+  while (*s != '\0' && *n + 1 < cap) buf[(*n)++] = *s++;
+}
+
+void on_sigbus(int sig, siginfo_t* info, void* context) {
+  const char* at = static_cast<const char*>(info->si_addr);
+  for (const MappedRange& m : g_mapped) {
+    if (m.begin == nullptr || at < m.begin || at >= m.end) continue;
+    char line[4096];  // one write: lines of several ranks do not interleave
+    size_t n = 0;
+    append(line, sizeof line, &n, "lattice: error: data: shard ");
+    append(line, sizeof line, &n, m.path);
+    append(line, sizeof line, &n,
+           " shrank while the run read it (SIGBUS): it was truncated or rewritten in place — write shards to new "
+           "files (lattice data prepare writes and renames) and start the same command again to resume\n");
+    // Another rank's report ends the job first (its launcher's SIGTERM only
+    // interrupts the sleep; its SIGKILL follows).
+    for (unsigned left = g_report_delay_s; left > 0;) left = ::sleep(left);
+    if (::write(STDERR_FILENO, line, n) < 0) ::_exit(1);
+    ::_exit(1);
+  }
+  ::sigaction(sig, &g_previous_sigbus, nullptr);  // not a shard: returning faults again, into that handler
+  (void)context;
+}
+
+void register_mapping(const void* map, size_t bytes, const std::string& path) {
+  std::lock_guard lock(g_mapped_mutex);
+  static const bool installed = [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    return ::sigaction(SIGBUS, &sa, &g_previous_sigbus) == 0;
+  }();
+  (void)installed;
+  for (MappedRange& m : g_mapped) {
+    if (m.begin != nullptr) continue;
+    m.path = ::strdup(path.c_str());
+    m.end = static_cast<const char*>(map) + bytes;
+    m.begin = static_cast<const char*>(map);
+    return;
+  }
+}
+
+void unregister_mapping(const void* map) {
+  std::lock_guard lock(g_mapped_mutex);
+  for (MappedRange& m : g_mapped) {
+    if (m.begin != map) continue;
+    m.begin = m.end = nullptr;
+    std::free(std::exchange(m.path, nullptr));
+    return;
+  }
+}
+
 }  // namespace
+
+void set_fault_report_delay(unsigned seconds) { g_report_delay_s = seconds; }
 
 // ---------------------------------------------------------------- writing
 
@@ -107,6 +183,7 @@ Shard Shard::open(const std::string& path) {
   s.path_ = path;
   s.map_ = map;
   s.map_bytes_ = size_t(bytes);
+  register_mapping(map, size_t(bytes), path);
   const auto* header = static_cast<const int32_t*>(map);
   if (header[0] != kShardMagic)
     LATTICE_INPUT_FAIL("shard {}: magic {}, expected {} (not a token shard in the llm.c format); {}", path, header[0],
@@ -142,7 +219,10 @@ Shard& Shard::operator=(Shard&& o) noexcept {
 }
 
 void Shard::release() {
-  if (map_) ::munmap(map_, map_bytes_);
+  if (map_) {
+    unregister_mapping(map_);
+    ::munmap(map_, map_bytes_);
+  }
   map_ = nullptr;
   tokens_ = nullptr;
   n_tokens_ = 0;

@@ -50,6 +50,13 @@ class ShardWriter {
 void write_shard(const std::string& path, std::span<const int32_t> tokens);
 
 // A validated, memory-mapped shard. Move-only.
+// A mapped shard that shrinks under the run (truncated or rewritten in
+// place) ends the process with one line naming it, from a SIGBUS handler
+// installed with the first mapping. A rank other than 0 waits `seconds`
+// before that line, so a job whose ranks all read the shard prints it once
+// (rank 0's exit ends the job first), as fail_job does.
+void set_fault_report_delay(unsigned seconds);
+
 class Shard {
  public:
   static Shard open(const std::string& path);

@@ -474,6 +474,23 @@ TEST_F(Cli, ALogDirRemovedMidRunStopsWithACheckpoint) {
   EXPECT_TRUE(fs::exists(dir + "/gone/checkpoints/latest")) << r.out;
 }
 
+// A shard truncated in place under a running job: its lost pages raised
+// SIGBUS, which killed the run with a backtrace and no word about the data.
+TEST_F(Cli, AShardTruncatedMidRunIsNamed) {
+  fs::create_directories(dir + "/d2");
+  for (const char* f : {"t_train_000000.bin", "t_val_000000.bin"}) fs::copy_file(dir + "/d/" + f, dir + "/d2/" + f);
+  // `timeout` bounds the run if no read reached the lost pages (100000 steps).
+  CmdResult r = lattice::test::run_command(
+      "{ (sleep 2; truncate -s 1536 d2/t_train_000000.bin) & timeout 120 '" + bin() +
+          "' train tiny.yaml train.steps=100000 train.eval_every=0 checkpoint.every=0 log.every=50 log.dir=trunc "
+          "data.train=d2/t_train_*.bin data.val=d2/t_val_*.bin; }",
+      dir);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("lattice: error: data: shard d2/t_train_000000.bin shrank while the run read it (SIGBUS)"),
+            std::string::npos)
+      << r.out;
+}
+
 // A rank killed in the middle of training (SIGKILL) ends the whole job
 // promptly with a non-zero exit; nothing is left waiting in a collective.
 TEST_F(Cli, KilledRankEndsTheJobPromptly) {
