@@ -1,12 +1,16 @@
 // lattice train CONFIG [key=value ...] [--print-config]
 // One process per rank under mpirun (or srun); a single process without it.
 #include <fmt/format.h>
+#include <sched.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "booster/booster.h"
 #include "booster/hybrid_parallel_plugin.h"
@@ -16,9 +20,11 @@
 #include "booster/stop_signal.h"
 #include "checkpoint/atomic_dir.h"
 #include "cli.h"
+#include "comm/gather_strings.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
 #include "core/allocator.h"
+#include "core/error.h"
 #include "core/threads.h"
 #include "data/shard.h"
 #include "mesh/process_group_mesh.h"
@@ -154,6 +160,37 @@ int train_and_report(const Config& cfg, const comm::MpiRuntime& mpi, mesh::Proce
   return 0;
 }
 
+// More threads on a host than it has processors (threads per rank times its
+// ranks there), or a rank's threads above the processors it is bound to:
+// OpenMP regions then wait on descheduled threads, several times slower
+// (BENCHMARKS.md, runtime.threads). "" when neither; collective.
+std::string oversubscription_note(comm::Group& world) {
+  cpu_set_t bound;
+  CPU_ZERO(&bound);
+  const int mine = sched_getaffinity(0, sizeof bound, &bound) == 0 ? CPU_COUNT(&bound) : get_nprocs();
+  const std::vector<std::string> all = comm::all_gather_strings(
+      world, fmt::format("{} {} {} {}", num_threads(), mine, get_nprocs(), host_name()));
+  std::map<std::string, std::pair<int, int>> hosts;  // host -> (threads of its ranks, processors)
+  for (size_t r = 0; r < all.size(); ++r) {
+    std::istringstream in(all[r]);
+    int threads = 0, bound_to = 0, procs = 0;
+    std::string host;
+    in >> threads >> bound_to >> procs >> host;
+    if (threads > bound_to && bound_to < procs)  // bound to part of the host (mpirun --bind-to core)
+      return fmt::format("note: rank {} runs {} threads on the {} processor(s) it is bound to — launch with "
+                         "--bind-to none (or bind each rank to runtime.threads cores), or lower runtime.threads",
+                         r, threads, bound_to);
+    hosts[host].first += threads;
+    hosts[host].second = procs;
+  }
+  for (const auto& [host, use] : hosts)
+    if (use.first > use.second)
+      return fmt::format("note: host {} runs {} threads on {} processors (ranks there x runtime.threads): "
+                         "each step waits on descheduled threads — lower runtime.threads or the ranks per host",
+                         host, use.first, use.second);
+  return "";
+}
+
 int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   install_stop_signal_handlers();  // again, now that MPI has started (train() installed them first)
   const bool logger = mpi.world_rank() == 0;
@@ -175,6 +212,7 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   // The plugin opens and checks the data before the run directory is written.
   auto plugin = std::make_unique<HybridParallelPlugin>(cfg, mesh);
   std::string rank_map = mesh::format_rank_map(mesh, plugin->device().str());  // collective
+  const std::string oversubscribed = oversubscription_note(mesh.world());     // collective
   std::vector<std::string> notes;
   Start start;
   start.resume = resolve_resume(cfg, mesh.world(), &notes);  // collective
@@ -203,6 +241,7 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
     if (std::string map = plugin->stage_map(); !map.empty())
       std::fputs((map.back() == '\n' ? map : map + "\n").c_str(), stdout);
     if (!run.note.empty()) print_line(run.note);
+    if (!oversubscribed.empty()) print_line(oversubscribed);
     for (const std::string& n : notes) print_line(n);  // each begins "checkpoint <path>"
     if (start.resume)
       print_line(fmt::format("resuming from {} (step {}; written with tp={} pp={} dp={})", *start.resume,

@@ -1,7 +1,9 @@
 // The lattice binary as a user meets it: bad input gets one line naming the
 // key or file and a non-zero exit; a small job trains end to end and writes
 // the run directory of ARCHITECTURE.md §5.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/sysinfo.h>
 
 #include <chrono>
 #include <cstdio>
@@ -239,6 +241,20 @@ TEST_F(Cli, RunsTheOpenBlasKernelsTheCpuAllows) {
   EXPECT_EQ(info("user")["blas_core"], "Prescott");
   EXPECT_EQ(info("user")["blas_core_note"], "");
   EXPECT_EQ(b.out.find("blas:"), std::string::npos) << b.out;
+}
+
+// More threads than the host has processors ran several times slower
+// without a word (runtime.threads is capped at 64, not at the cores).
+TEST_F(Cli, MoreThreadsThanProcessorsAreNoted) {
+  const std::string one_step = "train tiny.yaml train.steps=1 optimizer.schedule.warmup_steps=0 train.eval_every=0 ";
+  const int procs = get_nprocs();
+  if (procs >= 64) GTEST_SKIP() << procs << " processors: 64 threads fit";
+  CmdResult many = run(one_step + "runtime.threads=64 log.dir=t64", dir);
+  ASSERT_EQ(many.status, 0) << many.out;
+  EXPECT_NE(many.out.find(fmt::format("runs 64 threads on {} processors", procs)), std::string::npos) << many.out;
+  CmdResult one = run(one_step + "runtime.threads=1 log.dir=t1", dir);
+  ASSERT_EQ(one.status, 0) << one.out;
+  EXPECT_EQ(one.out.find("note: host"), std::string::npos) << one.out;
 }
 
 TEST_F(Cli, SameConfigIsBitwiseReproducible) {
