@@ -57,7 +57,7 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
     // Another rank's report ends the job first (its launcher's SIGTERM only
     // interrupts the sleep; its SIGKILL follows).
     for (unsigned left = g_report_delay_s; left > 0;) left = ::sleep(left);
-    if (::write(STDERR_FILENO, line, n) < 0) ::_exit(1);
+    [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, line, n);
     ::_exit(1);
   }
   ::sigaction(sig, &g_previous_sigbus, nullptr);  // not a shard: returning faults again, into that handler
