@@ -109,7 +109,7 @@ auto logging_errors(const std::shared_ptr<RankLog>& log, F&& body) {
     if (log) log->line("error: " + e.describe());
     throw;
   } catch (const std::exception& e) {
-    if (log) log->line(std::string("error: ") + e.what());
+    if (log) log->line("error: " + describe_exception(e));
     throw;
   }
 }

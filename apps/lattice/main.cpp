@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     fmt::print(stderr, "lattice: error: {}\n", e.describe());
   } catch (const std::exception& e) {
-    fmt::print(stderr, "lattice: error: {}\n", e.what());
+    fmt::print(stderr, "lattice: error: {}\n", describe_exception(e));
   }
   return 1;
 }

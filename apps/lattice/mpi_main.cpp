@@ -150,7 +150,7 @@ int run_with_mpi(int* argc, char*** argv, double start_timeout_s,
     } catch (const Error& e) {
       line = e.describe();
     } catch (const std::exception& e) {
-      line = e.what();
+      line = describe_exception(e);
     }
   }
   if (mpi.world_size() > 1) fail_job(line, mpi);

@@ -380,8 +380,8 @@ void check_data_paths(const Config& cfg) {
   if (cfg.data.tokenizer == TokenizerName::gpt2 && !cfg.data.vocab_dir.empty() &&
       !fs::is_directory(cfg.data.vocab_dir, ec))
     config_fail(cfg, "data.vocab_dir",
-                fmt::format("'{}' is not a directory — point it at the gpt2 tokenizer files, or remove it for the "
-                            "default",
+                fmt::format("'{}' is not a directory — point it at the gpt2 tokenizer files (encoder.json, "
+                            "vocab.bpe), or remove it: train reads token ids only",
                             cfg.data.vocab_dir));
 }
 

@@ -196,7 +196,9 @@ void decode_value(const YAML::Node& n, const std::string& path, const Locator& l
 
 void decode_value(const YAML::Node& n, const std::string& path, const Locator& loc, std::array<double, 2>& out) {
   if (!n.IsSequence() || n.size() != 2)
-    loc.fail(path, n.Mark(), fmt::format("expected a list of 2 numbers like [0.9, 0.95], got {}", show(n)));
+    loc.fail(path, n.Mark(),
+             fmt::format("expected a list of 2 numbers like [0.9, 0.95], got {}",
+                         n.IsSequence() ? fmt::format("a list of {}", n.size()) : show(n)));
   for (size_t i = 0; i < 2; ++i) decode_value(n[i], fmt::format("{}[{}]", path, i), loc, out[i]);
 }
 

@@ -49,6 +49,11 @@ int tokenizer_size(TokenizerName t, ModelArch arch) {
 namespace {
 
 constexpr int kMaxDModel = std::numeric_limits<int32_t>::max() / 4;  // 4 * d_model, the default d_ff, fits an int
+// Bounds far above any real job on the per-layer and per-microbatch tables
+// every rank (and `lattice plan`) builds, so a typo is a config error, not an
+// allocation that fails after minutes or takes the machine's memory.
+constexpr int kMaxLayers = 100000;
+constexpr long long kMaxMicrobatches = 1000000;
 
 // Like config_fail, but located at `where` (a key that names the problem
 // better than the section, e.g. parallel.dp for a "parallel:" message).
@@ -76,6 +81,8 @@ void require_non_negative(const Config& cfg, const std::string& path, double v, 
 void validate_model(const Config& c) {
   const ModelConfig& m = c.model;
   require_positive(c, "model.n_layer", m.n_layer, "the number of transformer blocks");
+  require(m.n_layer <= kMaxLayers, c, "model.n_layer",
+          "{} is too large (at most {}): every rank builds a table per block — is it a typo?", m.n_layer, kMaxLayers);
   require_positive(c, "model.n_head", m.n_head, "the number of attention heads");
   require_positive(c, "model.d_model", m.d_model, "the hidden size");
   require(m.d_model <= kMaxDModel, c, "model.d_model",
@@ -340,8 +347,15 @@ Layout resolve_layout(const Config& c, int world) {
             "{} is not divisible by micro_batch ({}) * dp ({}) = {} — set train.global_batch to a multiple of {} "
             "(or a smaller train.micro_batch)",
             t.global_batch, t.micro_batch, out.dp, per_micro, per_micro);
+    require(t.global_batch / per_micro <= kMaxMicrobatches, c, "train.global_batch",
+            "{} / (micro_batch ({}) * dp ({})) = {} microbatches per step is too many (at most {}): the schedule "
+            "lists each — raise train.micro_batch or lower train.global_batch",
+            t.global_batch, t.micro_batch, out.dp, t.global_batch / per_micro, kMaxMicrobatches);
     out.microbatches = int(t.global_batch / per_micro);
   }
+  require(out.microbatches <= kMaxMicrobatches, c, "parallel.microbatches",
+          "{} is too many (at most {}): the schedule lists each — raise train.micro_batch", out.microbatches,
+          kMaxMicrobatches);
   require(t.global_batch == per_micro * out.microbatches, c, "train.global_batch",
           "{} != micro_batch ({}) * microbatches ({}) * dp ({}) = {} — omit parallel.microbatches to derive it",
           t.global_batch, t.micro_batch, out.microbatches, out.dp, per_micro * out.microbatches);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <new>
 
 namespace lattice {
 
@@ -34,6 +35,15 @@ std::string Error::describe() const {
                                 : fmt::format(" [{} at {}:{}]", expression_, file_, line_);
   }
   return fmt::format("{}: {}{}", who, message_, where);
+}
+
+std::string describe_exception(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) == nullptr) return e.what();
+  std::string who = g_rank >= 0 ? fmt::format("{} rank {}", host_name(), int(g_rank)) : host_name();
+  return fmt::format(
+      "{}: out of host memory (std::bad_alloc) — the config asks for more than this machine has; `lattice plan "
+      "CONFIG` predicts each rank's memory: lower the model size, batch or microbatches, or add ranks",
+      who);
 }
 
 void throw_input_error(std::string message, const char* expr, const char* file, int line) {

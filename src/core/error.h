@@ -47,6 +47,11 @@ void set_error_rank(int rank);
 int error_rank();
 std::string host_name();
 
+// The one line a report prints for an exception that is not a lattice::Error:
+// its what(), except std::bad_alloc, whose what() names nothing, becomes
+// "host rank R: out of host memory (std::bad_alloc) ..." with the fix.
+std::string describe_exception(const std::exception& e);
+
 [[noreturn]] void throw_error(std::string message, const char* expr, const char* file, int line);
 [[noreturn]] void throw_input_error(std::string message, const char* expr, const char* file, int line);
 

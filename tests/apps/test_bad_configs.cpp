@@ -166,6 +166,13 @@ std::vector<BadConfig> bad_sizes() {
        {"bad.yaml:3:3", "model.n_layer", "got 0", "at least 1"}},
       {"NegativeDModel", edit("  d_model: 32\n", "  d_model: -1\n"), "", 0,
        {"bad.yaml:5:3", "model.d_model", "got -1"}},
+      // Bounds on the per-block and per-microbatch tables: a typo fails here, not in an allocation.
+      {"TooManyLayers", edit("  n_layer: 2\n", "  n_layer: 100000000\n"), "", 0,
+       {"bad.yaml:3:3", "model.n_layer", "100000000", "at most 100000"}},
+      {"TooManyMicrobatches", edit("  global_batch: 8\n", "  global_batch: 4000000\n"), "", 0,
+       {"bad.yaml:13:3", "train.global_batch", "2000000 microbatches", "at most 1000000", "raise train.micro_batch"}},
+      {"BetasOfThree", kBase, "optimizer.betas=[0.9,0.95,0.99]", 0,
+       {"optimizer.betas", "list of 2 numbers", "got a list of 3"}},
       {"ZeroSteps", edit("  steps: 4\n", "  steps: 0\n"), "", 0, {"bad.yaml:12:3", "train.steps", "got 0"}},
       {"ZeroMicroBatch", edit("  micro_batch: 2\n", "  micro_batch: 0\n"), "", 0,
        {"bad.yaml:14:3", "train.micro_batch", "got 0"}},

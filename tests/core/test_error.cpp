@@ -20,3 +20,20 @@ TEST(Error, CarriesHostRankExpressionAndLocation) {
   }
   set_error_rank(-1);
 }
+
+// std::bad_alloc's what() is "std::bad_alloc": the report names the memory, the
+// rank and the fix instead. Other exceptions keep their own text.
+TEST(Error, OutOfMemoryIsNamedWithTheFix) {
+  set_error_rank(1);
+  std::string d;
+  try {
+    throw std::bad_alloc();
+  } catch (const std::exception& e) {
+    d = describe_exception(e);
+  }
+  EXPECT_NE(d.find(host_name() + " rank 1: out of host memory"), std::string::npos) << d;
+  EXPECT_NE(d.find("lattice plan"), std::string::npos) << d;
+  EXPECT_EQ(d.find('\n'), std::string::npos);
+  EXPECT_EQ(describe_exception(std::runtime_error("disk full")), "disk full");
+  set_error_rank(-1);
+}
