@@ -71,9 +71,12 @@ __global__ void __launch_bounds__(kRowThreads) masked_softmax_rows(float* s, S* 
   for (int64_t j = threadIdx.x; j < a.T; j += kRowThreads)
     if (allowed(a, p.b, p.i, j)) mx = fmaxf(mx, r[j]);
   mx = block_reduce<true>(mx);
+  // As the CPU's softmax_row: a row whose allowed scores are all -inf (an
+  // infinite q or k) attends to nothing, instead of exp(-inf - -inf) = NaN.
+  const bool any = mx != -INFINITY;
   float sum = 0.0f;
   for (int64_t j = threadIdx.x; j < a.T; j += kRowThreads) {
-    const float e = allowed(a, p.b, p.i, j) ? expf(r[j] - mx) : 0.0f;
+    const float e = any && allowed(a, p.b, p.i, j) ? expf(r[j] - mx) : 0.0f;
     r[j] = e;
     sum += e;
   }

@@ -7,6 +7,7 @@
 // says why; the argument checks that run before any CUDA call run anyway.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "core/backend.h"
@@ -71,6 +72,27 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                            Case{"masked", 3, 12, 2, 8, false, 0.0f, 0},
                                            Case{"masked_dropout", 3, 40, 4, 16, false, 0.2f, 4}),
                          [](const auto& info) { return info.param.name; });
+
+// A row whose every allowed score is -inf (an infinite q against keys that
+// all meet it with a negative weight) attends to nothing on the CPU
+// (softmax_row): zero probabilities and output, not exp(-inf - -inf) = NaN.
+class CudaAttentionEdge : public test::CudaOps {};
+
+TEST_F(CudaAttentionEdge, ARowOfMinusInfinityScoresIsZero) {
+  const int64_t B = 1, T = 4, NH = 1, HS = 8, C = NH * HS, row = 2;
+  Tensor qkv = test::random_tensor({B, T, 3 * C}, DType::f32, 3);
+  float* x = qkv.data<float>();
+  for (int64_t t = 0; t < T; ++t) x[t * 3 * C + C] = -1.0f;  // element 0 of every k
+  x[row * 3 * C] = INFINITY;                                 // element 0 of q at `row`: its scores are -inf
+  ops::Dropout d;
+  Tensor out = Tensor::empty({B, T, C}, DType::f32), att = Tensor::empty({B, NH, T, T}, DType::f32);
+  Tensor out_g = gpu(out), att_g = gpu(att);
+  ops::attention_forward(out, att, qkv, int(NH), d, 0);
+  ops::attention_forward(out_g, att_g, gpu(qkv), int(NH), d, 0);
+  for (int64_t j = 0; j < T; ++j) ASSERT_EQ(att.data<float>()[row * T + j], 0.0f) << "the CPU reference changed";
+  EXPECT_TENSOR_NEAR(host(att_g), att, kTol);
+  EXPECT_TENSOR_NEAR(host(out_g), out, kTol);
+}
 
 // Checked before any CUDA call: runs without a device too.
 TEST(CudaAttentionArgs, ShapesTheKernelsCannotTakeAreOneLineErrors) {
