@@ -233,7 +233,7 @@ struct DataConfig {
   std::string train;  // required: shard glob
   std::string val;    // shard glob; "" = no validation data
   TokenizerName tokenizer = TokenizerName::gpt2;
-  std::string vocab_dir;  // gpt2 tokenizer files; "" = the tokenizer's default
+  std::string vocab_dir;  // gpt2 tokenizer files (encoder.json, vocab.bpe); "" = none: there is no default
   bool operator==(const DataConfig&) const = default;
 };
 
