@@ -324,9 +324,11 @@ std::string layout_section(const JobPlan& p) {
   auto row = [&](const char* key, const std::string& value) { out += fmt::format("  {:<11}{}\n", key, value); };
   row("world", fmt::format("{} ranks: tp={} pp={} dp={}, order [{}] (fastest-varying first)", p.world_size, l.tp, l.pp,
                            l.dp, order));
-  row("model", fmt::format("{}, {} parameters, {} layers, d_model {}, {} heads, vocabulary {} (padded to {})",
+  std::string heads = fmt::format("{} heads", c.model.n_head);
+  if (c.model.n_kv_head != c.model.n_head) heads += fmt::format(" ({} key/value)", c.model.n_kv_head);
+  row("model", fmt::format("{}, {} parameters, {} layers, d_model {}, d_ff {}, {}, vocabulary {} (padded to {})",
                            enum_name(c.model.arch), thousands(logical), c.model.n_layer, c.model.d_model,
-                           c.model.n_head, c.model.vocab_size, padded_vocab(c.model.vocab_size, shard)));
+                           c.model.d_ff, heads, c.model.vocab_size, padded_vocab(c.model.vocab_size, shard)));
   std::string sched(enum_name(c.parallel.schedule));
   if (c.parallel.schedule == PipeSchedule::interleaved)
     sched += fmt::format(" ({} virtual stages)", c.parallel.virtual_stages);

@@ -76,6 +76,11 @@ TEST_F(CmdPlan, PrintsTheReportWithoutMpiOrData) {
   EXPECT_TRUE(has(d.out, "4 ranks: tp=1 pp=2 dp=2")) << d.out;
   EXPECT_TRUE(has(run("plan tiny.yaml parallel.pp=2", dir).out, "2 ranks: tp=1 pp=2 dp=1"));
   EXPECT_TRUE(has(run("plan tiny.yaml parallel.dp=2", dir).out, "2 ranks: tp=1 pp=1 dp=2"));
+  // The model row: the MLP width, and grouped-query attention's key/value heads.
+  EXPECT_TRUE(has(r.out, "4 layers, d_model 32, d_ff 128, 2 heads, vocabulary 260")) << r.out;
+  CmdResult g = run("plan tiny.yaml model.arch=llama model.n_head=4 model.n_kv_head=2 model.d_ff=96", dir);
+  ASSERT_EQ(g.status, 0) << g.out;
+  EXPECT_TRUE(has(g.out, "d_model 32, d_ff 96, 4 heads (2 key/value), vocabulary 260")) << g.out;
 }
 
 TEST_F(CmdPlan, PredictsGpt2SmallInGiB) {
