@@ -6,6 +6,7 @@
 #include "comm/describe.h"
 #include "comm/mpi_check.h"
 #include "comm/mpi_runtime.h"
+#include "comm/roll_call.h"
 #include "core/poll.h"
 
 namespace lattice::comm {
@@ -84,6 +85,7 @@ class MpiWork final : public Work {
   bool test() override {
     if (!error_.empty()) return false;  // timed out: it never completes
     if (done_) return true;
+    roll_call_answer();
     int flag = 0;
     MPI_CHECK(MPI_Testall(int(reqs_.size()), reqs_.data(), &flag, MPI_STATUSES_IGNORE));
     if (flag) finish();
@@ -93,6 +95,7 @@ class MpiWork final : public Work {
   void wait() override {
     LATTICE_CHECK(error_.empty(), "{}", error_);
     if (done_) return;
+    WaitingIn waiting(what());
     if (poll_until([&] { return test(); }, deadline_after(timeout_s_))) return;
     error_ = timeout_message();
     if (!collective_) cancel_pending();
@@ -105,9 +108,28 @@ class MpiWork final : public Work {
     keep_.clear();
   }
 
+  // What a roll call hears this rank is waiting in (comm/roll_call.h).
+  std::string what() const {
+    if (collective_) return fmt::format("{} on group {}", parts_[0].op, comm_->name());
+    if (parts_.size() == 1) {
+      const bool is_send = std::strcmp(parts_[0].op, "send") == 0;
+      const std::vector<int>& w = comm_->world_ranks();
+      const int peer = parts_[0].peer;
+      return fmt::format("{} world rank {} on group {}", is_send ? "send to" : "recv from",
+                         peer >= 0 && size_t(peer) < w.size() ? w[size_t(peer)] : -1, comm_->name());
+    }
+    return fmt::format("batch_send_recv on group {}", comm_->name());
+  }
+
+  // A collective's names its group, then what a roll call of the group hears:
+  // the rank it is waiting for is the one that does not answer.
   std::string timeout_message() const {
     const std::string group = describe_group(comm_->name(), comm_->world_ranks());
-    if (collective_) return fmt::format("{} on {} {}", parts_[0].op, group, describe_timeout(timeout_s_));
+    if (collective_) {
+      std::string heard = roll_call(comm_->world_ranks(), roll_call_grace_s(timeout_s_));
+      return fmt::format("{} on {} {}{}", parts_[0].op, group, describe_timeout(timeout_s_),
+                         heard.empty() ? "" : " — " + heard);
+    }
     std::string pending;
     for (size_t i = 0; i < reqs_.size(); ++i) {
       if (reqs_[i] == MPI_REQUEST_NULL) continue;  // completed

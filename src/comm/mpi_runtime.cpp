@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "comm/mpi_check.h"
+#include "comm/roll_call.h"
 
 namespace lattice::comm {
 
@@ -36,6 +37,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv, const MpiRuntimeOptions& options
   MPI_Comm_free(&node);
   g_node_local = local_;
 
+  roll_call_open();
   if (progress) progress_ = std::make_unique<MpiProgress>(options.progress_interval);  // checks MULTIPLE
   g_progress = progress_.get();
 }
@@ -44,6 +46,7 @@ MpiRuntime::~MpiRuntime() {
   g_progress = nullptr;
   g_node_local = {};
   progress_.reset();  // its thread calls MPI: joined before MPI ends
+  if (mpi_active()) roll_call_close();
   if (mpi_active()) MPI_Finalize();
 }
 

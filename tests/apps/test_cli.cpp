@@ -312,6 +312,22 @@ TEST_F(Cli, ARankThatNeverStartsEndsTheJobAtTheTimeout) {
   EXPECT_LT(seconds, 60) << r.out;
 }
 
+// A rank stopped mid-run (here it sends itself SIGSTOP 8 s after start) left
+// the others' report naming only the group; the roll call names the rank that
+// does not answer (comm/roll_call.h).
+TEST_F(Cli, ACollectiveTimeoutNamesTheStoppedRank) {
+  const std::string args = "train tiny.yaml parallel.dp=2 train.steps=100000 runtime.comm_timeout_s=3 "
+                           "runtime.peak_flops=1e9 log.dir=stopped";
+  CmdResult r =
+      run(args + " : -np 1 sh -c \"(sleep 8; kill -STOP \\$\\$) & exec '" + bin() + "' " + args + "\"", dir, 1);
+  EXPECT_NE(r.status, 0) << r.out;
+  const std::string error = r.out.substr(std::min(r.out.size(), r.out.find("lattice: error:")));
+  EXPECT_EQ(lines(error), 1) << r.out;
+  for (const char* s : {"rank 0: all_reduce on group dp (world ranks 0,1) timed out after 3 s",
+                        "roll call (2 s): no answer from world rank 1 (stopped, or busy outside communication)"})
+    EXPECT_NE(error.find(s), std::string::npos) << "missing '" << s << "' in: " << r.out;
+}
+
 // checkpoint.dir on node-local scratch (here: a relative path read in two
 // working directories) trained to the first checkpoint and then failed in a
 // write; it is refused at start-up, naming the rank that sees another directory.

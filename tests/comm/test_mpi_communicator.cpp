@@ -256,6 +256,46 @@ TEST(MpiCommunicator, RecvThatNobodySendsTimesOutNamingOpGroupAndPeer) {
   EXPECT_EQ(one.data<float>()[0], float(p));
 }
 
+// The last rank is busy outside communication while the others' all_reduce
+// times out: their report names it as the rank that did not answer the roll
+// call, and the others as waiting in the same all_reduce. It joins late, which
+// completes the collective MPI still holds, and the communicator goes on.
+TEST(MpiCommunicator, CollectiveTimeoutNamesTheRankThatDidNotAnswer) {
+  Groups g;
+  const int p = g.world->size(), r = g.world->rank();
+  if (p < 2) GTEST_SKIP() << "needs two ranks";
+  const int late = p - 1;
+  Tensor t = Tensor::from<float>({1.0f}, {1});
+  if (r == late) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // timeout 0.5 s + grace 0.5 s, with room
+    g.world->all_reduce(t, {})->wait();
+  } else {
+    WorkPtr w = g.world->all_reduce(t, {.timeout_s = 0.5});
+    try {
+      w->wait();
+      FAIL() << "the all_reduce finished without rank " << late;
+    } catch (const Error& e) {
+      const std::string m = e.message();
+      EXPECT_NE(m.find("all_reduce on group world"), std::string::npos) << m;
+      EXPECT_NE(m.find(fmt::format("roll call (0.5 s): no answer from world rank {} (stopped, or busy", late)),
+                std::string::npos)
+          << m;
+      std::string waiting;
+      for (int q = 0; q < late; ++q)
+        if (q != r) waiting += fmt::format("{}{}", waiting.empty() ? "" : ",", q);
+      if (!waiting.empty()) {
+        EXPECT_NE(m.find(fmt::format("{}: waiting in all_reduce on group world",
+                                     late == 2 ? "world rank " + waiting : "world ranks " + waiting)),
+                  std::string::npos)
+            << m;
+      }
+    }
+  }
+  Tensor one = Tensor::from<float>({1.0f}, {1});
+  g.world->all_reduce(one, {})->wait();
+  EXPECT_EQ(one.data<float>()[0], float(p));
+}
+
 TEST(MpiCommunicator, BadArgumentsAreRefusedBeforeAnyTransfer) {
   Groups g;
   const int p = g.world->size();
