@@ -26,6 +26,14 @@ int verify_layout(int* argc, char*** argv, const Args& args);
 int convert(const Args& args);
 // lattice sample CHECKPOINT [--prompt TEXT] [--tokens N] ...: text from a causal model, one process, no MPI
 int sample(const Args& args);
+// lattice eval CONFIG [key=value ...] [--checkpoint PATH] [--batches N]: a
+// checkpoint's loss on data.val, under mpirun in any layout (same error
+// handling as train); writes nothing.
+int eval(int* argc, char*** argv, const Args& args);
+// The job's structure, worked out as `lattice plan` does it (pure, nothing
+// allocated): the stage split and each stage's schedule and model chunks, so
+// their errors come before any path is checked or memory allocated.
+void check_structure(const Config& cfg, const Layout& layout);
 // Runs `body` inside an MpiRuntime (the progress thread as
 // $LATTICE_MPI_PROGRESS_US says): an exception, or a bad value of that
 // variable, becomes one line and, on a multi-rank job, the end of the whole

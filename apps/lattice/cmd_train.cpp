@@ -57,9 +57,8 @@ TrainArgs parse_train_args(const Args& args) {
   return t;
 }
 
-// The job's structure, worked out as `lattice plan` does it (pure, nothing
-// allocated): the stage split and each stage's schedule and model chunks, so
-// their errors come before any path is checked or memory allocated.
+}  // namespace
+
 void check_structure(const Config& cfg, const Layout& layout) {
   const pipeline::StageLayout stages = pipeline::make_stage_layout(stage_config_of(cfg, layout));
   for (int stage = 0; stage < layout.pp; ++stage) {
@@ -67,6 +66,8 @@ void check_structure(const Config& cfg, const Layout& layout) {
     stage_spans(cfg, stages, stage);
   }
 }
+
+namespace {
 
 void print_line(const std::string& line) {
   std::fputs((line + "\n").c_str(), stdout);

@@ -36,8 +36,9 @@ int main(int argc, char** argv) {
     if (cmd == "verify-layout") return cli::verify_layout(&argc, &argv, rest);
     if (cmd == "convert") return cli::convert(rest);
     if (cmd == "sample") return cli::sample(rest);
+    if (cmd == "eval") return cli::eval(&argc, &argv, rest);
     fmt::print(stderr,
-               "lattice: unknown command '{}' (expected train, plan, verify-layout, data, convert or sample; see "
+               "lattice: unknown command '{}' (expected train, eval, plan, verify-layout, data, convert or sample; see "
                "lattice --help)\n",
                cmd);
     return 2;

@@ -13,6 +13,12 @@ std::string usage() {
       on the same data and seeds for train.steps steps; print the per-step loss
       and grad-norm differences; exit 1 if a relative loss difference exceeds X
       (default 1e-5 under fp32, 1e-3 under bf16/fp16).
+  lattice eval CONFIG.yaml [key=value ...] [--checkpoint PATH] [--batches N]
+      The loss and perplexity of a checkpoint on data.val, alone or under
+      mpirun in any layout: PATH (a step, checkpoint or run directory) or the
+      newest checkpoint in checkpoint.dir, whose model.* and data.tokenizer
+      must be the config's; N batches of train.global_batch (default
+      train.eval_steps; 0: the whole set). Writes nothing.
   lattice plan CONFIG.yaml [--world N] [key=value ...]
       Dry run without MPI or allocation: rank map, groups, layer-to-stage map,
       tie groups, schedule table and predicted memory per rank.

@@ -348,10 +348,14 @@ void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerSta
   }
 }
 
+void load_model_tensors(const std::string& step_dir, FlatParams& params) {
+  load_stage(checkpoint::IndexedTensors::open(step_dir, kModelIndex), params, params.values(), "");
+  params.mark_written();          // the caller refreshes a 16-bit shadow (core/param.h)
+  params.mark_values_complete();  // every value was read from the checkpoint
+}
+
 void load_checkpoint(const std::string& step_dir, RankState& r) {
-  load_stage(checkpoint::IndexedTensors::open(step_dir, kModelIndex), r.params, r.params.values(), "");
-  r.params.mark_written();                                    // the caller refreshes a 16-bit shadow (core/param.h)
-  r.params.mark_values_complete();                            // every value was read from the checkpoint
+  load_model_tensors(step_dir, r.params);
   if (!fs::exists(step_dir + "/" + kOptimizerIndex)) return;  // model only: a fresh optimizer
   checkpoint::IndexedTensors in = checkpoint::IndexedTensors::open(step_dir, kOptimizerIndex);
   for (auto& [name, buf] : r.optimizer.state()) {
@@ -426,18 +430,40 @@ std::optional<std::string> resolve_resume(const Config& cfg, comm::Group& world,
   return cfg.checkpoint.dir + "/" + checkpoint::step_dir_name(int64_t(step));
 }
 
+namespace {
+
+// A model-only checkpoint (lattice convert --from-hf): its tensors must be this model's, all of them.
+void check_model_only_tensors(const Config& cfg, const std::string& step_dir) {
+  std::set<std::string> ours;
+  for (const ParamSpec& s : model_param_specs(cfg.model)) ours.insert(s.name);
+  for (const std::string& name : checkpoint::IndexedTensors::open(step_dir, kModelIndex).names())
+    if (!ours.count(name))
+      throw ConfigError(fmt::format("{}: checkpoint {} holds '{}', which this model ({}, {} layers) does not "
+                                    "have — set the model.* keys to the checkpoint's, or start from another "
+                                    "checkpoint",
+                                    cfg.source, step_dir, name, enum_name(cfg.model.arch), cfg.model.n_layer),
+                        "model");
+}
+
+}  // namespace
+
+void check_checkpoint_model(const Config& cfg, const TrainerState& state, const std::string& step_dir) {
+  if (state.config.empty()) return check_model_only_tensors(cfg, step_dir);
+  const Config saved = parse_config(state.config, step_dir + "/" + kTrainerState);
+  Config probe = cfg;  // cfg with the checkpoint's model and tokenizer: what differs is what may not
+  probe.model = saved.model;
+  probe.data.tokenizer = saved.data.tokenizer;
+  if (std::optional<ConfigDifference> d = first_difference(probe, cfg))
+    config_fail(cfg, d->key,
+                fmt::format("{} here, but the model in checkpoint {} has {} — set {} to the checkpoint's (its run's "
+                            "config is in trainer_state.json)",
+                            d->b, step_dir, d->a, d->key));
+}
+
 void check_resume_config(const Config& cfg, const TrainerState& state, const std::string& step_dir,
                          const std::vector<ShardPrint>& data_train) {
   if (state.config.empty()) {  // model only (lattice convert --from-hf): its tensors must be this model's, all of them
-    std::set<std::string> ours;
-    for (const ParamSpec& s : model_param_specs(cfg.model)) ours.insert(s.name);
-    for (const std::string& name : checkpoint::IndexedTensors::open(step_dir, kModelIndex).names())
-      if (!ours.count(name))
-        throw ConfigError(fmt::format("{}: checkpoint {} holds '{}', which this model ({}, {} layers) does not "
-                                      "have — set the model.* keys to the checkpoint's, or start from another "
-                                      "checkpoint",
-                                      cfg.source, step_dir, name, enum_name(cfg.model.arch), cfg.model.n_layer),
-                          "model");
+    check_model_only_tensors(cfg, step_dir);
     return;
   }
   const Config saved = with_resumable_settings(parse_config(state.config, step_dir + "/" + kTrainerState), cfg);

@@ -82,6 +82,8 @@ struct RankState {
 
 void save_checkpoint(const std::string& step_dir, RankState& r, const TrainerState& state, int keep_last);
 void load_checkpoint(const std::string& step_dir, RankState& r);
+// The model's tensors only (lattice eval): the optimizer state is not read.
+void load_model_tensors(const std::string& step_dir, FlatParams& params);
 
 // Which checkpoint a start resumes from (rank 0 decides, every rank gets the
 // answer; collective over `world`): the step directory, or nullopt to start
@@ -99,5 +101,11 @@ std::optional<std::string> resolve_resume(const Config& cfg, comm::Group& world,
 // another token stream without a word.
 void check_resume_config(const Config& cfg, const TrainerState& state, const std::string& step_dir,
                          const std::vector<ShardPrint>& data_train = {});
+
+// Throws one line when the model `state` holds is not cfg's (lattice eval):
+// model.* and data.tokenizer must be the checkpoint's; everything else (the
+// layout, batch, data, optimizer) may differ. A model-only checkpoint is
+// checked by its tensor names, as check_resume_config does.
+void check_checkpoint_model(const Config& cfg, const TrainerState& state, const std::string& step_dir);
 
 }  // namespace lattice

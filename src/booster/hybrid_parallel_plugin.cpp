@@ -366,6 +366,14 @@ TrainerState HybridParallelPlugin::load_checkpoint(const std::string& step_dir) 
   return st;
 }
 
+TrainerState HybridParallelPlugin::load_model(const std::string& step_dir) {
+  TrainerState st = read_trainer_state(step_dir);
+  check_checkpoint_model(cfg_, st, step_dir);
+  load_model_tensors(step_dir, params_);
+  params_.refresh_shadow();
+  return st;
+}
+
 std::vector<double> HybridParallelPlugin::max_over_ranks(std::vector<double> v) {
   if (mesh_.world().size() == 1 || v.empty()) return v;
   Tensor t = Tensor::from<double>(v, {int64_t(v.size())});

@@ -82,6 +82,9 @@ class HybridParallelPlugin final : public Plugin {
   bool write_trace(const std::string& path) const override;
   void save_checkpoint(const std::string& step_dir, int64_t step, int64_t skipped) override;
   TrainerState load_checkpoint(const std::string& step_dir) override;
+  // The model of any checkpoint whose model.* (and data.tokenizer) are this
+  // config's, without its optimizer state or training settings (lattice eval).
+  TrainerState load_model(const std::string& step_dir);
 
   Device device() const override { return placement_.device; }
   const RankPlacement& placement() const { return placement_; }

@@ -171,6 +171,47 @@ TEST_F(Cli, TrainsAndWritesTheRunDirectory) {
   EXPECT_EQ(fs::file_size(run_dir + "/metrics.jsonl"), size);
 }
 
+// lattice eval scores a checkpoint on data.val as the training run's own
+// evaluation did: the same number on one rank, within the layout contract's
+// tolerance in another layout under mpirun; it writes nothing, and a
+// checkpoint of another model is one line naming the key.
+TEST_F(Cli, EvalScoresACheckpointAsTrainingDid) {
+  CmdResult r = run("train tiny.yaml train.steps=20", dir);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string run_dir = dir + "/runs/tiny";
+  double trained = -1;
+  {
+    std::ifstream m(run_dir + "/metrics.jsonl");
+    for (std::string line; std::getline(m, line);)
+      if (auto j = nlohmann::json::parse(line); j.contains("val_loss")) trained = j["val_loss"].get<double>();
+  }
+  ASSERT_GT(trained, 0);
+  const auto size = fs::file_size(run_dir + "/metrics.jsonl");
+  auto val_loss = [](const CmdResult& e) {
+    const size_t at = e.out.find("val_loss ");
+    return at == std::string::npos ? -1.0 : std::stod(e.out.substr(at + 9));
+  };
+  CmdResult one = run("eval tiny.yaml train.steps=20", dir);
+  ASSERT_EQ(one.status, 0) << one.out;
+  EXPECT_NE(one.out.find("checkpoint runs/tiny/checkpoints/step_0000020 (step 20)"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("2 batch(es) of 8 x 32 tokens"), std::string::npos) << one.out;
+  EXPECT_NEAR(val_loss(one), trained, 1e-6 * trained) << one.out;  // metrics.jsonl rounds to 8 digits
+  // Any layout: tp=2 under mpirun, from the run directory given as --checkpoint.
+  CmdResult tp = run("eval tiny.yaml parallel.tp=2 --checkpoint runs/tiny", dir, 2);
+  ASSERT_EQ(tp.status, 0) << tp.out;
+  EXPECT_NEAR(val_loss(tp), val_loss(one), 1e-5 * val_loss(one)) << tp.out;
+  // --batches 1 scores less of the set: another number.
+  CmdResult b1 = run("eval tiny.yaml --batches 1", dir);
+  ASSERT_EQ(b1.status, 0) << b1.out;
+  EXPECT_NE(val_loss(b1), val_loss(one)) << b1.out;
+  EXPECT_EQ(fs::file_size(run_dir + "/metrics.jsonl"), size);  // nothing written
+  expect_one_line_error(run("eval tiny.yaml model.n_layer=3", dir),
+                        {"model.n_layer: 3 here, but the model in checkpoint", "has 2"});
+  expect_one_line_error(run("eval tiny.yaml log.dir=elsewhere", dir),
+                        {"checkpoint.dir: 'elsewhere/checkpoints' holds no complete checkpoint", "--checkpoint PATH"});
+  expect_one_line_error(run("eval tiny.yaml --batches -1", dir), {"--batches", "'-1'"});
+}
+
 // A run whose every step was skipped (fp16 overflow at a loss scale that
 // cannot back off) did not train: it says so, after the summary.
 TEST_F(Cli, ARunThatSkippedEveryStepSaysSo) {
