@@ -19,6 +19,7 @@
 #include "checkpoint/atomic_dir.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/index.h"
+#include "checkpoint/model_checkpoint.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/safetensors.h"
 #include "comm/gather_strings.h"
@@ -241,6 +242,7 @@ TrainerState read_trainer_state(const std::string& step_dir) {
     s.padded_vocab_size = j.value("padded_vocab_size", int64_t(0));
     s.optimizer = j.value("optimizer", std::string());
     s.arch = j.value("arch", std::string());
+    if (j.contains("model")) s.model = checkpoint::model_state_json(checkpoint::model_from_state_json(j["model"], path));
     if (j.contains("loss_scaler")) s.loss_scaler = optim::loss_scaler_state_from_json(j["loss_scaler"]);
     if (j.contains("data_train"))
       for (const json& p : j.at("data_train"))
@@ -433,7 +435,7 @@ std::optional<std::string> resolve_resume(const Config& cfg, comm::Group& world,
 namespace {
 
 // A model-only checkpoint (lattice convert --from-hf): its tensors must be this model's, all of them.
-void check_model_only_tensors(const Config& cfg, const std::string& step_dir) {
+void check_model_only_tensors(const Config& cfg, const TrainerState& state, const std::string& step_dir) {
   std::set<std::string> ours;
   for (const ParamSpec& s : model_param_specs(cfg.model)) ours.insert(s.name);
   for (const std::string& name : checkpoint::IndexedTensors::open(step_dir, kModelIndex).names())
@@ -443,12 +445,26 @@ void check_model_only_tensors(const Config& cfg, const std::string& step_dir) {
                                     "checkpoint",
                                     cfg.source, step_dir, name, enum_name(cfg.model.arch), cfg.model.n_layer),
                         "model");
+  // Keys the tensor shapes do not pin down (n_head at the same d_model,
+  // norm_eps, rope_theta) would otherwise load silently into another model;
+  // max_seq_len may differ (rotary archs have no position table, GPT-2's
+  // wpe shape is checked with the tensors).
+  if (state.model.is_null()) return;
+  const nlohmann::ordered_json mine = checkpoint::model_state_json(cfg.model);
+  for (const auto& [key, value] : state.model.items()) {
+    if (key == "max_seq_len" || (mine.contains(key) && mine[key] == value)) continue;  // positions: shapes
+    config_fail(cfg, "model." + key,
+                fmt::format("{} here, but checkpoint {} holds a model with {} — set model.{}: {} (the "
+                            "checkpoint's model keys are in its trainer_state.json)",
+                            mine.contains(key) ? mine[key].dump() : "unset", step_dir, value.dump(), key,
+                            value.dump()));
+  }
 }
 
 }  // namespace
 
 void check_checkpoint_model(const Config& cfg, const TrainerState& state, const std::string& step_dir) {
-  if (state.config.empty()) return check_model_only_tensors(cfg, step_dir);
+  if (state.config.empty()) return check_model_only_tensors(cfg, state, step_dir);
   const Config saved = parse_config(state.config, step_dir + "/" + kTrainerState);
   Config probe = cfg;  // cfg with the checkpoint's model and tokenizer: what differs is what may not
   probe.model = saved.model;
@@ -463,7 +479,7 @@ void check_checkpoint_model(const Config& cfg, const TrainerState& state, const 
 void check_resume_config(const Config& cfg, const TrainerState& state, const std::string& step_dir,
                          const std::vector<ShardPrint>& data_train) {
   if (state.config.empty()) {  // model only (lattice convert --from-hf): its tensors must be this model's, all of them
-    check_model_only_tensors(cfg, step_dir);
+    check_model_only_tensors(cfg, state, step_dir);
     return;
   }
   const Config saved = with_resumable_settings(parse_config(state.config, step_dir + "/" + kTrainerState), cfg);

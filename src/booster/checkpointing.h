@@ -25,6 +25,8 @@
 // `.tmp`, so a test can kill the job in the middle of a write.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -66,6 +68,9 @@ struct TrainerState {
   // The training shards the run read (empty in a model-only checkpoint and
   // in checkpoints from before 2026-11-25).
   std::vector<ShardPrint> data_train;
+  // The `model` object of a model-only checkpoint (lattice convert --from-hf),
+  // as model_state_json writes it; null when absent.
+  nlohmann::ordered_json model;
 };
 
 std::string trainer_state_json(const TrainerState& s);

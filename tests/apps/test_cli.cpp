@@ -608,3 +608,24 @@ TEST_F(Cli, ConvertBadArgumentsAreOneLineAndGoodOnesConvert) {
   EXPECT_TRUE(fs::exists(dir + "/hf/config.json") && fs::exists(dir + "/hf/model.safetensors"));
   expect_one_line_error(run("convert --to-hf ckpt/step_0000000 hf", dir), {"hf", "not empty"});
 }
+
+// Training from an imported HF model with model keys that the tensor shapes do
+// not pin down (n_head at the same d_model, norm_eps) would silently build
+// another model; the keys the checkpoint holds are compared and a mismatch is
+// one line naming the key and the checkpoint's value. Found by dogfooding.
+TEST_F(Cli, FromHfModelKeysTheShapesMissAreChecked) {
+  const char* src = std::getenv("LATTICE_SOURCE_DIR");
+  ASSERT_NE(src, nullptr);
+  ASSERT_EQ(run("convert --from-hf '" + std::string(src) + "/tests/checkpoint/data/hf_gpt2_tiny' ckpt", dir).status, 0);
+  write(dir + "/ft.yaml", R"(model: { arch: gpt2, n_layer: 2, n_head: 2, d_model: 32, vocab_size: 300, max_seq_len: 16 }
+train: { steps: 2, global_batch: 4, micro_batch: 4, seq_len: 16 }
+optimizer: { lr: 0.001 }
+data: { train: "d/t_train_*.bin", tokenizer: bytes }
+runtime: { threads: 1 }
+checkpoint: { resume: ckpt/step_0000000 }
+)");
+  expect_one_line_error(run("train ft.yaml log.dir=a model.n_head=4", dir), {"model.n_head", "4", "2", "ckpt"});
+  expect_one_line_error(run("train ft.yaml log.dir=b model.norm_eps=1e-6", dir), {"model.norm_eps", "1e-05"});
+  CmdResult ok = run("train ft.yaml log.dir=c", dir);
+  EXPECT_EQ(ok.status, 0) << ok.out;
+}
