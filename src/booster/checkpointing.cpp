@@ -494,12 +494,22 @@ void check_resume_config(const Config& cfg, const TrainerState& state, const std
                             "it is set)",
                             cfg.data.train, step_dir, diff));
   }
-  config_fail(
-      cfg, d->key,
-      fmt::format("{} here, but checkpoint {} was written with {} — on resume only parallel.*, runtime.threads, "
-                  "log.*, checkpoint.* and train.stop_at_step may change; restore the setting, or start a new "
-                  "run in new directories (log.dir=..., and checkpoint.dir=... where it is set)",
-                  d->b, step_dir, d->a));
+  // From another run's checkpoint (a path outside checkpoint.dir) the run is
+  // already in new directories: what starts from those weights with other
+  // settings is a model-only checkpoint.
+  std::error_code ec;
+  const bool own = fs::equivalent(fs::path(step_dir).parent_path(), cfg.checkpoint.dir, ec) && !ec;
+  const std::string fix =
+      own ? "restore the setting, or start a new run in new directories (log.dir=..., and checkpoint.dir=... where "
+            "it is set)"
+          : fmt::format("restore the setting, or, to train its weights with other settings, make a model-only "
+                        "checkpoint of them (gpt2, llama: lattice convert --to-hf {} HF_DIR, then lattice convert "
+                        "--from-hf HF_DIR NEW_DIR) and set checkpoint.resume=NEW_DIR/step_0000000",
+                        step_dir);
+  config_fail(cfg, d->key,
+              fmt::format("{} here, but checkpoint {} was written with {} — on resume only parallel.*, "
+                          "runtime.threads, log.*, checkpoint.* and train.stop_at_step may change; {}",
+                          d->b, step_dir, d->a, fix));
 }
 
 }  // namespace lattice
