@@ -181,8 +181,10 @@ ConvertSummary convert_to_hf(const std::string& step_dir, const std::string& out
   for (const HfExporter& e : kHfExporters) archs += fmt::format("{}{}", archs.empty() ? "" : ", ", enum_name(e.arch));
   LATTICE_INPUT_FAIL(
       "{}: model.arch is '{}', and there is no Hugging Face exporter for {} models (convert --to-hf exports {}); "
-      "the checkpoint itself trains and samples with lattice",
-      step_dir, enum_name(m.config.arch), enum_name(m.config.arch), archs);
+      "the checkpoint itself {}",
+      step_dir, enum_name(m.config.arch), enum_name(m.config.arch), archs,
+      arch_traits(m.config.arch).causal ? "trains and samples with lattice"
+                                         : "trains with lattice (lattice sample takes left-to-right models only)");
 }
 
 ConvertSummary convert_from_hf(const std::string& hf_dir, const std::string& out_parent) {
