@@ -145,10 +145,21 @@ void write_hf_dir(NamedTensors tensors, const std::string& config_json, const st
     size_t sa = dtype_size(a.second.dtype()), sb = dtype_size(b.second.dtype());
     return sa != sb ? sa > sb : a.first < b.first;
   });
-  prepare_out_dir(out_dir);
-  write_safetensors(out_dir + "/" + kWeights, tensors, {{"format", "pt"}});
-  write_file_synced(out_dir + "/config.json", config_json);
-  fsync_path(out_dir);
+  std::error_code ec;
+  const bool existed = fs::exists(out_dir, ec);
+  prepare_out_dir(out_dir);  // empty or new: every file in it is this command's
+  try {
+    write_safetensors(out_dir + "/" + kWeights, tensors, {{"format", "pt"}});
+    write_file_synced(out_dir + "/config.json", config_json);
+    fsync_path(out_dir);
+  } catch (const WriteError& e) {
+    // A partial model.safetensors would make the same command refuse the
+    // directory as not empty (and is no model): leave it as it was.
+    fs::remove(out_dir + "/" + kWeights, ec);
+    fs::remove(out_dir + "/config.json", ec);
+    if (!existed) fs::remove(out_dir, ec);
+    fail_output_write(e, out_dir, fmt::format("nothing was left in '{}'", out_dir));
+  }
 }
 
 }  // namespace lattice::checkpoint::hf

@@ -42,6 +42,8 @@ void check_no_checkpoints(const std::string& parent) {
                 parent);
   for (const auto& entry : fs::directory_iterator(parent, ec)) {
     std::string name = entry.path().filename().string();
+    // What an interrupted convert leaves (training writes no step 0); begin() replaces it.
+    if (name == step_dir_name(0) + ".tmp") continue;
     std::string stem = name.ends_with(".tmp") ? name.substr(0, name.size() - 4) : name;
     LATTICE_CHECK(name != kLatestName && !parse_step_dir_name(stem),
                   "{}: already holds checkpoints ('{}'); convert into a new or empty directory", parent, name);
@@ -154,12 +156,19 @@ std::string write_model_checkpoint(const LogicalModel& m, const std::string& par
                         {"padded_vocab_size", m.config.vocab_size},
                         {"arch", std::string(enum_name(m.config.arch))},
                         {"model", model_state_json(m.config)}};
-  CheckpointWriter writer;
-  writer.begin(parent + "/" + step_dir_name(step));
-  writer.write_safetensors(file, m.tensors, {{"format", "pt"}});
-  writer.write_file(kModelIndex, index_json(index));
-  writer.write_file(kTrainerState, state.dump(2) + "\n");
-  return writer.commit();
+  const std::string step_dir = parent + "/" + step_dir_name(step);
+  try {
+    CheckpointWriter writer;
+    writer.begin(step_dir);
+    writer.write_safetensors(file, m.tensors, {{"format", "pt"}});
+    writer.write_file(kModelIndex, index_json(index));
+    writer.write_file(kTrainerState, state.dump(2) + "\n");
+    return writer.commit();
+  } catch (const WriteError& e) {
+    std::error_code ec;
+    fs::remove_all(step_dir + ".tmp", ec);
+    fail_output_write(e, parent, fmt::format("no checkpoint was written to '{}'", parent));
+  }
 }
 
 LogicalModel read_logical_model(const std::string& step_dir) {

@@ -41,6 +41,14 @@ void throw_write_error(const std::string& path, const std::string& what, int err
                    line);
 }
 
+void fail_output_write(const WriteError& e, const std::string& dir, const std::string& after) {
+  const int err = e.error_number();
+  const std::string fix = err == ENOSPC || err == EDQUOT                 ? "free space (or fix the disk)"
+                          : err == EACCES || err == EPERM || err == EROFS ? fmt::format("make '{}' writable", dir)
+                                                                          : std::string("fix the disk");
+  LATTICE_INPUT_FAIL("{} — {} and run the command again; {}", e.message(), fix, after);
+}
+
 PosixFile PosixFile::open_read(const std::string& path) {
   return PosixFile(open_or_throw(path, O_RDONLY, "for reading"), path);
 }

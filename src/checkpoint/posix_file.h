@@ -33,6 +33,11 @@ class WriteError : public Error {
 [[noreturn]] void throw_write_error(const std::string& path, const std::string& what, int error_number,
                                     const char* file, int line);
 
+// A command's output write that the system refused, as one InputError line:
+// the failure, the fix for its errno (free space; make `dir` writable; fix the
+// disk) and `after` (what the command left, how to go on).
+[[noreturn]] void fail_output_write(const WriteError& e, const std::string& dir, const std::string& after);
+
 class PosixFile {
  public:
   static PosixFile open_read(const std::string& path);

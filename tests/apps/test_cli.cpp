@@ -609,6 +609,32 @@ TEST_F(Cli, ConvertBadArgumentsAreOneLineAndGoodOnesConvert) {
   expect_one_line_error(run("convert --to-hf ckpt/step_0000000 hf", dir), {"hf", "not empty"});
 }
 
+// A convert whose output write fails (here a file-size limit: EFBIG; a full
+// disk is ENOSPC) is one line and leaves nothing behind, so the same command
+// works once the cause is gone; a step_0000000.tmp an interrupted convert left
+// does not block the next. Found by dogfooding on a full tmpfs: the partial
+// model.safetensors made the rerun "not empty", the .tmp "already holds checkpoints".
+TEST_F(Cli, FailedConvertLeavesNothingAndRerunWorks) {
+  const char* src = std::getenv("LATTICE_SOURCE_DIR");
+  ASSERT_NE(src, nullptr);
+  const std::string hf = std::string(src) + "/tests/checkpoint/data/hf_gpt2_tiny";
+  auto limited = [&](const std::string& args) {
+    return lattice::test::run_command("trap '' XFSZ; ulimit -f 8; '" + bin() + "' " + args, dir);
+  };
+  expect_one_line_error(limited("convert --from-hf '" + hf + "' ckpt"), {"ckpt", "run the command again"});
+  EXPECT_FALSE(fs::exists(dir + "/ckpt/step_0000000.tmp"));
+  CmdResult in = run("convert --from-hf '" + hf + "' ckpt", dir);
+  ASSERT_EQ(in.status, 0) << in.out;
+  expect_one_line_error(limited("convert --to-hf ckpt/step_0000000 hf"), {"hf/model.safetensors", "nothing was left"});
+  EXPECT_FALSE(fs::exists(dir + "/hf"));
+  CmdResult out = run("convert --to-hf ckpt/step_0000000 hf", dir);
+  EXPECT_EQ(out.status, 0) << out.out;
+  fs::create_directories(dir + "/ckpt2/step_0000000.tmp");
+  CmdResult again = run("convert --from-hf '" + hf + "' ckpt2", dir);
+  EXPECT_EQ(again.status, 0) << again.out;
+  EXPECT_FALSE(fs::exists(dir + "/ckpt2/step_0000000.tmp"));
+}
+
 // Training from an imported HF model with model keys that the tensor shapes do
 // not pin down (n_head at the same d_model, norm_eps) would silently build
 // another model; the keys the checkpoint holds are compared and a mismatch is
