@@ -218,6 +218,15 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   Start start;
   start.resume = resolve_resume(cfg, mesh.world(), &notes);  // collective
   if (start.resume) start.resumed = plugin->load_checkpoint(*start.resume);
+  // A new run (nothing of its own to resume) from another run's weights: rank
+  // 0 picks the step directory and every rank loads that one.
+  std::string init_dir;
+  std::optional<TrainerState> init;
+  if (!start.resume && !cfg.checkpoint.init_from.empty()) {
+    if (logger) init_dir = step_dir_of("checkpoint.init_from", cfg.checkpoint.init_from);
+    init_dir = comm::all_gather_strings(mesh.world(), init_dir).front();
+    init = plugin->load_model(init_dir);
+  }
   std::string metrics_path;
   if (logger) {
     const comm::MpiProgress* progress = comm::mpi_progress();
@@ -248,6 +257,10 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
       print_line(fmt::format("resuming from {} (step {}; written with tp={} pp={} dp={})", *start.resume,
                              start.resumed.step, start.resumed.layout.tp, start.resumed.layout.pp,
                              start.resumed.layout.dp));
+    if (init)
+      print_line(fmt::format("initialized from {} (checkpoint.init_from; step {} of its run): its model weights, a "
+                             "fresh optimizer, from step 1",
+                             init_dir, init->step));
   }
   const std::shared_ptr<RankLog> rank_log = open_rank_log(cfg, mesh, *plugin, start);
   for (const std::string& n : notes)

@@ -469,6 +469,14 @@ void check_checkpoint_model(const Config& cfg, const TrainerState& state, const 
   Config probe = cfg;  // cfg with the checkpoint's model and tokenizer: what differs is what may not
   probe.model = saved.model;
   probe.data.tokenizer = saved.data.tokenizer;
+  // What the weights do not fix: training-time settings (dropout, the init of
+  // weights that are loaded anyway), the padding of the vocabulary (the
+  // checkpoint's tensors are unpadded) and the longest sequence (a learned
+  // position table of another size fails the load with its shape).
+  probe.model.dropout = cfg.model.dropout;
+  probe.model.init_std = cfg.model.init_std;
+  probe.model.vocab_multiple = cfg.model.vocab_multiple;
+  probe.model.max_seq_len = cfg.model.max_seq_len;
   if (std::optional<ConfigDifference> d = first_difference(probe, cfg))
     config_fail(cfg, d->key,
                 fmt::format("{} here, but the model in checkpoint {} has {} — set {} to the checkpoint's (its run's "
@@ -494,17 +502,16 @@ void check_resume_config(const Config& cfg, const TrainerState& state, const std
                             "it is set)",
                             cfg.data.train, step_dir, diff));
   }
-  // From another run's checkpoint (a path outside checkpoint.dir) the run is
-  // already in new directories: what starts from those weights with other
-  // settings is a model-only checkpoint.
+  // Other settings on the same weights are a new run that starts from them:
+  // checkpoint.init_from (in new directories when this is the run's own checkpoint.dir).
   std::error_code ec;
   const bool own = fs::equivalent(fs::path(step_dir).parent_path(), cfg.checkpoint.dir, ec) && !ec;
   const std::string fix =
-      own ? "restore the setting, or start a new run in new directories (log.dir=..., and checkpoint.dir=... where "
-            "it is set)"
-          : fmt::format("restore the setting, or, to train its weights with other settings, make a model-only "
-                        "checkpoint of them (gpt2, llama: lattice convert --to-hf {} HF_DIR, then lattice convert "
-                        "--from-hf HF_DIR NEW_DIR) and set checkpoint.resume=NEW_DIR/step_0000000",
+      own ? fmt::format("restore the setting, or, to train its weights with other settings, start a new run from "
+                        "them: checkpoint.init_from={} with a new log.dir (and checkpoint.dir where it is set)",
+                        step_dir)
+          : fmt::format("restore the setting, or, to train its weights with other settings, set "
+                        "checkpoint.init_from={} instead of checkpoint.resume",
                         step_dir);
   config_fail(cfg, d->key,
               fmt::format("{} here, but checkpoint {} was written with {} — on resume only parallel.*, "

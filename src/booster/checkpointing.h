@@ -107,10 +107,12 @@ std::optional<std::string> resolve_resume(const Config& cfg, comm::Group& world,
 void check_resume_config(const Config& cfg, const TrainerState& state, const std::string& step_dir,
                          const std::vector<ShardPrint>& data_train = {});
 
-// Throws one line when the model `state` holds is not cfg's (lattice eval):
-// model.* and data.tokenizer must be the checkpoint's; everything else (the
+// Throws one line when the model `state` holds is not cfg's (lattice eval,
+// checkpoint.init_from): model.* and data.tokenizer must be the checkpoint's,
+// except model.dropout, init_std, vocab_multiple and max_seq_len (a position
+// table of another size fails the load with its shape); everything else (the
 // layout, batch, data, optimizer) may differ. A model-only checkpoint is
-// checked by its tensor names, as check_resume_config does.
+// checked by its tensor names and model keys, as check_resume_config does.
 void check_checkpoint_model(const Config& cfg, const TrainerState& state, const std::string& step_dir);
 
 }  // namespace lattice

@@ -371,6 +371,22 @@ void check_resume_path(const Config& cfg) {
         fmt::format("'{}' holds no {}, so it is not a complete checkpoint — {}", r, checkpoint::kManifestName, fix));
 }
 
+// checkpoint.init_from: a readable directory (which checkpoint in it, and
+// whether its model is this config's, is decided at start: lattice train).
+void check_init_from_path(const Config& cfg) {
+  const std::string& p = cfg.checkpoint.init_from;
+  if (p.empty()) return;
+  const char* fix = "name a step, checkpoint or run directory of the run whose weights start this one";
+  std::error_code ec;
+  if (!fs::is_directory(p, ec))
+    config_fail(cfg, "checkpoint.init_from",
+                fmt::format("'{}' {} — {}", p, fs::exists(p, ec) ? "is a file, not a directory" : "does not exist",
+                            fix));
+  if (::access(p.c_str(), R_OK | X_OK) != 0)
+    config_fail(cfg, "checkpoint.init_from",
+                fmt::format("directory '{}' cannot be read ({}) — fix its permissions", p, std::strerror(errno)));
+}
+
 }  // namespace
 
 void check_data_paths(const Config& cfg) {
@@ -388,6 +404,7 @@ void check_data_paths(const Config& cfg) {
 void check_run_paths(const Config& cfg) {
   check_data_paths(cfg);
   check_resume_path(cfg);
+  check_init_from_path(cfg);
   check_output_dir(cfg, "log.dir", cfg.log.dir);
   check_output_dir(cfg, "checkpoint.dir", cfg.checkpoint.dir);
   check_checkpoint_dir_owner(cfg);

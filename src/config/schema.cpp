@@ -347,6 +347,7 @@ std::vector<Field> build_fields() {
       LATTICE_KEY(checkpoint, every, optional),
       LATTICE_KEY(checkpoint, keep_last, optional),
       LATTICE_KEY(checkpoint, resume, optional),
+      LATTICE_KEY(checkpoint, init_from, optional),
       LATTICE_KEY(log, dir, optional),
       LATTICE_KEY(log, every, optional),
       LATTICE_KEY(log, tensorboard, optional),

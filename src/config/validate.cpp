@@ -247,6 +247,11 @@ void validate_io(const Config& c) {
   require_non_negative(c, "checkpoint.every", c.checkpoint.every, "0 saves only at the end and on stop");
   require_non_negative(c, "checkpoint.keep_last", c.checkpoint.keep_last, "0 keeps every checkpoint");
   require(!c.checkpoint.resume.empty(), c, "checkpoint.resume", "is empty — use auto, never or a checkpoint path");
+  require(c.checkpoint.init_from.empty() || c.checkpoint.resume == "auto" || c.checkpoint.resume == "never", c,
+          "checkpoint.init_from",
+          "and checkpoint.resume ('{}') both name a checkpoint — resume continues a run (its optimizer and step), "
+          "init_from starts a new one from its weights: keep one",
+          c.checkpoint.resume);
   require_positive(c, "log.every", c.log.every, "the steps between metric lines");
 }
 

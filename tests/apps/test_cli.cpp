@@ -212,6 +212,41 @@ TEST_F(Cli, EvalScoresACheckpointAsTrainingDid) {
   expect_one_line_error(run("eval tiny.yaml --batches -1", dir), {"--batches", "'-1'"});
 }
 
+// checkpoint.init_from starts a new run from another run's weights with its
+// own settings (here another learning rate): a fresh optimizer from step 1,
+// in any layout; started again it resumes its own checkpoint instead.
+TEST_F(Cli, InitFromStartsANewRunFromAnotherRunsWeights) {
+  ASSERT_EQ(run("train tiny.yaml train.steps=20", dir).status, 0);
+  auto first_loss = [&](const std::string& run_dir) {
+    std::ifstream m(dir + "/" + run_dir + "/metrics.jsonl");
+    std::string line;
+    std::getline(m, line);
+    auto j = nlohmann::json::parse(line.empty() ? "{}" : line);
+    return j.contains("loss") && j["step"] == 1 ? j["loss"].get<double>() : -1.0;
+  };
+  const std::string ft = "train tiny.yaml train.steps=6 optimizer.lr=0.001 checkpoint.init_from=runs/tiny";
+  ASSERT_EQ(run("train tiny.yaml train.steps=6 optimizer.lr=0.001 log.dir=fresh", dir).status, 0);
+  CmdResult r = run(ft + " log.dir=ft", dir);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("initialized from runs/tiny/checkpoints/step_0000020 (checkpoint.init_from; step 20"),
+            std::string::npos)
+      << r.out;
+  const double fresh = first_loss("fresh"), init = first_loss("ft");
+  ASSERT_GT(init, 0);
+  EXPECT_LT(init, fresh - 0.5) << "step 1 from the trained weights: " << init << ", from scratch: " << fresh;
+  CmdResult pp = run(ft + " log.dir=ft_pp parallel.pp=2", dir, 2);
+  ASSERT_EQ(pp.status, 0) << pp.out;
+  EXPECT_NEAR(first_loss("ft_pp"), init, 1e-5 * init) << pp.out;
+  CmdResult again = run(ft + " log.dir=ft", dir);
+  EXPECT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(again.out.find("nothing to do"), std::string::npos) << again.out;
+  EXPECT_EQ(again.out.find("initialized from"), std::string::npos) << again.out;
+  expect_one_line_error(run(ft + " log.dir=ft_bad model.n_head=1", dir),
+                        {"model.n_head: 1 here, but the model in checkpoint", "has 2"});
+  expect_one_line_error(run(ft + " log.dir=ft_bad checkpoint.init_from=nope", dir),
+                        {"checkpoint.init_from", "'nope' does not exist"});
+}
+
 // A run whose every step was skipped (fp16 overflow at a loss scale that
 // cannot back off) did not train: it says so, after the summary.
 TEST_F(Cli, ARunThatSkippedEveryStepSaysSo) {

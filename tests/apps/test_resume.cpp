@@ -287,10 +287,15 @@ TEST_F(Resume, BadResumesAreOneLine) {
   train("c", "train.stop_at_step=3", 0);
   // Another model on the same run directory: the key that differs is named.
   one_line(run("train r.yaml log.dir=c model.d_model=64", dir), {"model.d_model", "64", "32", "step_0000003"});
-  one_line(run("train r.yaml log.dir=c optimizer.lr=0.1", dir), {"optimizer.lr", "start a new run"});
-  // From c's checkpoint into new directories the run is new already: the fix named is a model-only checkpoint.
+  one_line(run("train r.yaml log.dir=c optimizer.lr=0.1", dir),
+           {"optimizer.lr", "start a new run from them: checkpoint.init_from=", "step_0000003", "new log.dir"});
+  // From c's checkpoint into new directories the run is new already: the fix
+  // named is checkpoint.init_from, and following it trains those weights.
   one_line(run("train r.yaml log.dir=c3 optimizer.lr=0.1 checkpoint.resume=c/checkpoints/step_0000003", dir),
-           {"optimizer.lr", "convert --to-hf c/checkpoints/step_0000003", "--from-hf", "checkpoint.resume=NEW_DIR"});
+           {"optimizer.lr", "set checkpoint.init_from=c/checkpoints/step_0000003 instead of checkpoint.resume"});
+  CmdResult init = run("train r.yaml log.dir=c3 optimizer.lr=0.1 checkpoint.init_from=c/checkpoints/step_0000003", dir);
+  EXPECT_EQ(init.status, 0) << init.out;
+  EXPECT_NE(init.out.find("initialized from c/checkpoints/step_0000003"), std::string::npos) << init.out;
   // A truncated file in the newest checkpoint: auto falls back to the previous one and says so.
   train("c", "train.stop_at_step=6 checkpoint.every=3", 0);
   const std::string victim = ckpt("c", 6, "model-00001-of-00001.safetensors");
