@@ -168,6 +168,14 @@ std::string HybridParallelPlugin::describe() const {
         " | note: data.train holds {} windows of {} tokens, fewer than the global batch of {}: each step "
         "sees some of them twice",
         train_->n_windows(), cfg_.train.seq_len + 1, cfg_.train.global_batch);
+  const int64_t whole = val_ ? (val_->n_windows() + cfg_.train.global_batch - 1) / cfg_.train.global_batch : 0;
+  if (val_ && cfg_.train.eval_steps > whole) {  // batches past the ones that cover the set once
+    s += fmt::format(
+        " | note: an evaluation reads train.eval_steps ({}) x global batch ({}) windows, but data.val holds {}: it "
+        "reads some of them more than once — set train.eval_steps to {} or less ({} reads the whole set once; 0 in "
+        "lattice eval --batches)",
+        cfg_.train.eval_steps, cfg_.train.global_batch, val_->n_windows(), whole, whole);
+  }
   return s;
 }
 

@@ -97,6 +97,21 @@ TEST(HybridParallelPlugin, DescribeNotesATrainingSetSmallerThanABatch) {
             std::string::npos)
       << small.describe();
   EXPECT_EQ(enough.describe().find("note:"), std::string::npos) << enough.describe();
+  // An evaluation of more batches than the validation set holds re-reads it.
+  Config c = config(make_shards(dir), 2);
+  c.data.val = dir + "/small_train_*.bin";
+  c.train.eval_every = 5;
+  c.train.eval_steps = 2;
+  auto m3 = one_rank(), m4 = one_rank();
+  HybridParallelPlugin reread(c, m3);
+  EXPECT_NE(reread.describe().find("note: an evaluation reads train.eval_steps (2) x global batch (8) windows, but "
+                                   "data.val holds 5: it reads some of them more than once — set "
+                                   "train.eval_steps to 1 or less"),
+            std::string::npos)
+      << reread.describe();
+  c.train.eval_steps = 1;  // 8 windows from 5: the batch itself wraps, as the training note says for data.train
+  HybridParallelPlugin one_batch(c, m4);
+  EXPECT_EQ(one_batch.describe().find("note: an evaluation"), std::string::npos) << one_batch.describe();
 }
 
 TEST(HybridParallelPlugin, StepDataDependsOnlyOnSeedAndStep) {
