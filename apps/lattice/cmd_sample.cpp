@@ -127,6 +127,11 @@ int sample(const Args& args) {
         "sample: the model in {} is {}, which is not a left-to-right language model; sample continues text with "
         "{} models",
         step_dir, enum_name(mc.arch), causal_archs());
+  if (!a.tokenizer.empty() && m.data && a.tokenizer != enum_name(m.data->tokenizer))
+    LATTICE_INPUT_FAIL(
+        "sample: --tokenizer {}, but the model in {} was trained on {} tokens (its run's data.tokenizer): its ids "
+        "mean other text under {} — omit --tokenizer",
+        a.tokenizer, step_dir, enum_name(m.data->tokenizer), a.tokenizer);
   if (a.tokenizer.empty()) {
     if (!m.data)
       LATTICE_INPUT_FAIL("sample: {} is a model-only checkpoint with no run config: pass --tokenizer gpt2|bytes",

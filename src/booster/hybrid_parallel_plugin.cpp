@@ -133,6 +133,8 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
     return std::make_unique<data::TokenDataset>(data::TokenDatasetOptions{.pattern = pattern,
                                                                           .name = key,
                                                                           .vocab_size = cfg.model.vocab_size,
+                                                                          .tokenizer = std::string(
+                                                                              enum_name(cfg.data.tokenizer)),
                                                                           .seq_len = T,
                                                                           .global_batch = cfg.train.global_batch,
                                                                           .seed = cfg.runtime.seed});

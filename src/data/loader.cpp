@@ -57,6 +57,11 @@ TokenDataset::TokenDataset(TokenDatasetOptions options) : opts_(std::move(option
   LATTICE_CHECK(opts_.vocab_size >= 1, "{}: {} {} must be >= 1", name, opts_.vocab_key, opts_.vocab_size);
   for (const auto& path : match_glob(opts_.pattern, name)) {
     Shard s = Shard::open(path);
+    if (!opts_.tokenizer.empty() && !s.tokenizer().empty() && s.tokenizer() != opts_.tokenizer)
+      LATTICE_INPUT_FAIL(
+          "{}: shard {} holds {} tokens (lattice data prepare --tokenizer {}), but data.tokenizer is {} — set "
+          "data.tokenizer: {}, or prepare the data again with --tokenizer {}",
+          name, path, s.tokenizer(), s.tokenizer(), opts_.tokenizer, s.tokenizer(), opts_.tokenizer);
     validate_tokens(s);
     starts_.push_back(n_tokens_);
     n_tokens_ += s.size();

@@ -17,6 +17,7 @@
 //   from window 0, wrapping at the end.
 //
 // Invariants: every token is < vocab_size (checked for every shard on open);
+// every shard that records its tokenizer records options.tokenizer;
 // at least one window exists. fill_batch caches the current epoch's
 // permutation, so one TokenDataset must not be used by two threads at once.
 // Shapes: inputs and targets are (count, T) int32, row-major.
@@ -35,6 +36,9 @@ struct TokenDatasetOptions {
   std::string name = "data";                   // config key for messages, e.g. "data.train"
   int64_t vocab_size = 0;                      // every token id must be below it
   std::string vocab_key = "model.vocab_size";  // how messages name vocab_size
+  // "bytes" | "gpt2": a shard whose header records another tokenizer is
+  // refused (data.tokenizer); "" checks nothing.
+  std::string tokenizer;
   int64_t seq_len = 0;                         // T
   int64_t global_batch = 1;                    // sequences per step
   uint64_t seed = 0;

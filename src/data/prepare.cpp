@@ -115,7 +115,7 @@ class SplitWriter {
   void open(bool val) {
     auto& list = val ? summary_.val_shards : summary_.train_shards;
     list.push_back(shard_path(opts_.out_prefix, val ? "val" : "train", int(list.size())));
-    shard_.emplace(list.back() + ".tmp");
+    shard_.emplace(list.back() + ".tmp", opts_.tokenizer);  // the header records the tokenizer
   }
 
   const PrepareOptions& opts_;

@@ -99,7 +99,22 @@ void set_fault_report_delay(unsigned seconds) { g_report_delay_s = seconds; }
 
 // ---------------------------------------------------------------- writing
 
-ShardWriter::ShardWriter(std::string path) : path_(std::move(path)) {
+namespace {
+
+// The header's tokenizer codes (shard.h): index = code.
+constexpr std::array<const char*, 3> kTokenizerCodes = {"", "bytes", "gpt2"};
+
+int32_t tokenizer_code(const std::string& name) {
+  for (size_t i = 1; i < kTokenizerCodes.size(); ++i)
+    if (name == kTokenizerCodes[i]) return int32_t(i);
+  LATTICE_FAIL("shard: no header code for tokenizer '{}'", name);
+}
+
+}  // namespace
+
+ShardWriter::ShardWriter(std::string path, std::string tokenizer)
+    : path_(std::move(path)), tokenizer_(std::move(tokenizer)) {
+  if (!tokenizer_.empty()) tokenizer_code(tokenizer_);  // a name the header can hold, before the file exists
   file_ = std::fopen(path_.c_str(), "wb");
   if (!file_) LATTICE_INPUT_FAIL("shard {}: cannot create: {}", path_, std::strerror(errno));
   write_header();
@@ -114,6 +129,10 @@ void ShardWriter::write_header() {
   header[0] = kShardMagic;
   header[1] = kShardVersion;
   header[2] = int32_t(count_);
+  if (!tokenizer_.empty()) {
+    header[3] = kShardTokenizerTag;
+    header[4] = tokenizer_code(tokenizer_);
+  }
   if (std::fseek(file_, 0, SEEK_SET) != 0 ||
       std::fwrite(header.data(), sizeof(int32_t), header.size(), file_) != header.size())
     LATTICE_INPUT_FAIL("shard {}: cannot write the header: {}", path_, std::strerror(errno));
@@ -147,8 +166,8 @@ void ShardWriter::close() {
   if (rc != 0) LATTICE_INPUT_FAIL("shard {}: close failed: {}", path_, std::strerror(errno));
 }
 
-void write_shard(const std::string& path, std::span<const int32_t> tokens) {
-  ShardWriter w(path);
+void write_shard(const std::string& path, std::span<const int32_t> tokens, const std::string& tokenizer) {
+  ShardWriter w(path, tokenizer);
   w.append(tokens);
   w.close();
 }
@@ -198,6 +217,13 @@ Shard Shard::open(const std::string& path) {
         "bytes (truncated or corrupt); {}",
         path, count, expected_bytes, bytes, kFix);
   s.n_tokens_ = count;
+  if (header[3] == kShardTokenizerTag) {
+    if (header[4] < 1 || size_t(header[4]) >= kTokenizerCodes.size())
+      LATTICE_INPUT_FAIL("shard {}: the header names tokenizer code {}, which this build does not know (1 bytes, "
+                         "2 gpt2); {}",
+                         path, header[4], kFix);
+    s.tokenizer_ = kTokenizerCodes[size_t(header[4])];
+  }
   s.tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map) + kShardHeaderBytes);
   return s;
 }
@@ -214,6 +240,7 @@ Shard& Shard::operator=(Shard&& o) noexcept {
     map_bytes_ = std::exchange(o.map_bytes_, 0);
     tokens_ = std::exchange(o.tokens_, nullptr);
     n_tokens_ = std::exchange(o.n_tokens_, 0);
+    tokenizer_ = std::move(o.tokenizer_);
   }
   return *this;
 }

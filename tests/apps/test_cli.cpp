@@ -84,6 +84,14 @@ TEST_F(Cli, WrongTypeNamesKey) {
   expect_one_line_error(run("train tiny.yaml train.steps=many", dir), {"train.steps", "many"});
 }
 
+// The shards record their tokenizer (lattice data prepare): training them
+// under another data.tokenizer is one line with both fixes.
+TEST_F(Cli, ShardsOfAnotherTokenizerAreRefused) {
+  expect_one_line_error(run("train tiny.yaml data.tokenizer=gpt2 model.vocab_size=50304", dir),
+                        {"data.train: shard d/t_train_000000.bin holds bytes tokens", "data.tokenizer is gpt2",
+                         "set data.tokenizer: bytes, or prepare the data again with --tokenizer gpt2"});
+}
+
 TEST_F(Cli, MissingDataFile) {
   expect_one_line_error(run("train tiny.yaml data.train=d/nothing_*.bin", dir), {"data.train", "d/nothing_*.bin"});
   EXPECT_FALSE(fs::exists(dir + "/runs/tiny/metrics.jsonl"));

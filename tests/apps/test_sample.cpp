@@ -165,9 +165,10 @@ TEST_F(Sample, BadInputIsOneLine) {
   expect_one_line_error(run("sample runs/tiny --tokenizer words", dir), {"--tokenizer", "words"});
   expect_one_line_error(run("sample nowhere", dir), {"nowhere", "not a directory"});
   expect_one_line_error(run("sample d", dir), {"d holds no complete checkpoint"});
-  // The gpt2 tokenizer's 50257 ids do not fit this model's 260 (or its files are missing): either way one line.
+  // Another tokenizer than the run's would read its ids as other text: refused, naming both.
   CmdResult wrong = run("sample runs/tiny --tokenizer gpt2 --vocab-dir .", dir);
-  expect_one_line_error(wrong, {"gpt2"});
+  expect_one_line_error(wrong, {"--tokenizer gpt2, but the model in", "was trained on bytes tokens", "omit --tokenizer"});
+  EXPECT_EQ(run("sample runs/tiny --tokenizer bytes --tokens 2", dir).status, 0);  // the run's own: fine
   // One process: under mpirun with two ranks, one line for the job.
   expect_one_line_error(run("sample runs/tiny", dir, 2), {"one process", "mpirun"});
   expect_one_line_error(lattice::test::run_lattice("sample runs/tiny", dir, 0, "SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=0"),

@@ -173,6 +173,25 @@ TEST(TokenDataset, TokenOutsideTheVocabularyIsRejected) {
                       "model.vocab_size 50257");
 }
 
+// A shard recording another tokenizer than data.tokenizer is refused with
+// the fix; one recording none (llm.c's) is read as before.
+TEST(TokenDataset, ShardOfAnotherTokenizerIsRejected) {
+  std::string dir = test::make_temp_dir("loader");
+  std::vector<int32_t> tokens(200, 5);
+  write_shard(dir + "/d_train_000000.bin", tokens, "bytes");
+  TokenDatasetOptions o = options(dir);
+  o.tokenizer = "gpt2";
+  EXPECT_HAS(error_text([&] { TokenDataset d(o); }),
+             "data.train: shard " + dir +
+                 "/d_train_000000.bin holds bytes tokens (lattice data prepare --tokenizer bytes), but "
+                 "data.tokenizer is gpt2 — set data.tokenizer: bytes, or prepare the data again with --tokenizer gpt2");
+  o.tokenizer = "bytes";
+  EXPECT_EQ(TokenDataset(o).n_tokens(), 200);
+  write_shard(dir + "/d_train_000000.bin", tokens);  // no record: not checked
+  o.tokenizer = "gpt2";
+  EXPECT_EQ(TokenDataset(o).n_tokens(), 200);
+}
+
 TEST(TokenDataset, GlobMatchingNothingIsNamed) {
   std::string dir = test::make_temp_dir("loader");
   TokenDatasetOptions o = options(dir);

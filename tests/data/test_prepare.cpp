@@ -141,6 +141,8 @@ TEST(PrepareData, JoinsDocumentsWithEotAndSplitsValThenTrain) {
   EXPECT_EQ(Shard::open(s.val_shards[0]).size(), 2);
   EXPECT_EQ(Shard::open(s.val_shards[1]).size(), 1);  // the val split ends its last shard
   for (const auto& p : s.train_shards) EXPECT_EQ(Shard::open(p).size(), 2);
+  for (const auto* list : {&s.val_shards, &s.train_shards})
+    for (const auto& p : *list) EXPECT_EQ(Shard::open(p).tokenizer(), "bytes") << p;  // recorded in the header
   EXPECT_EQ(read_shards(s.val_shards), std::vector<int32_t>(stream.begin(), stream.begin() + 3));
   EXPECT_EQ(read_shards(s.train_shards), std::vector<int32_t>(stream.begin() + 3, stream.end()));
 }

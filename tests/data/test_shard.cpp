@@ -51,6 +51,33 @@ TEST(Shard, RoundTripKeepsTokensAndWritesTheLlmcHeader) {
   EXPECT_EQ(s.size(), 0);
 }
 
+// Lattice's writer records the tokenizer in two header ints llm.c leaves zero;
+// a shard without them (llm.c's) records none.
+TEST(Shard, HeaderRecordsTheTokenizerWhenGiven) {
+  std::string dir = test::make_temp_dir("shard");
+  std::vector<int32_t> tokens = {1, 2, 3};
+  write_shard(dir + "/g.bin", tokens, "gpt2");
+  write_shard(dir + "/b.bin", tokens, "bytes");
+  write_shard(dir + "/n.bin", tokens);
+  std::ifstream in(dir + "/g.bin", std::ios::binary);
+  std::array<int32_t, 256> header{};
+  in.read(reinterpret_cast<char*>(header.data()), sizeof(header));
+  EXPECT_EQ(header[3], kShardTokenizerTag);
+  EXPECT_EQ(header[4], 2);
+  EXPECT_EQ(Shard::open(dir + "/g.bin").tokenizer(), "gpt2");
+  EXPECT_EQ(Shard::open(dir + "/b.bin").tokenizer(), "bytes");
+  EXPECT_EQ(Shard::open(dir + "/n.bin").tokenizer(), "");
+  EXPECT_EQ(Shard::open(dir + "/g.bin").size(), 3);
+  // A code this build does not know is a located error, not a guess.
+  header[4] = 9;
+  {
+    std::fstream f(dir + "/g.bin", std::ios::binary | std::ios::in | std::ios::out);
+    f.write(reinterpret_cast<const char*>(header.data()), sizeof(header));
+  }
+  EXPECT_HAS(error_text([&] { Shard::open(dir + "/g.bin"); }), "tokenizer code 9");
+  EXPECT_ANY_THROW(write_shard(dir + "/x.bin", tokens, "sentencepiece"));
+}
+
 TEST(Shard, StreamingWriterAppendsInPiecesAndAllowsEmptyShards) {
   std::string dir = test::make_temp_dir("shard");
   {
