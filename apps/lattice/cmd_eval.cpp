@@ -105,11 +105,14 @@ int run(const EvalArgs& a, const comm::MpiRuntime& mpi) {
   HybridParallelPlugin plugin(cfg, mesh);
   const TrainerState st = plugin.load_model(step_dir);
   const int64_t batches = a.batches.value_or(cfg.train.eval_steps);
-  const double loss = plugin.evaluate(batches);
-  if (mpi.world_rank() == 0) {
+  if (mpi.world_rank() == 0) {  // before the evaluation, which may take a while
     std::printf("lattice eval %s | %s | %d rank(s) x %d thread(s)\n", cfg.source.c_str(), plugin.describe().c_str(),
                 mpi.world_size(), num_threads());
     std::printf("checkpoint %s (step %lld)\n", step_dir.c_str(), static_cast<long long>(st.step));
+    std::fflush(stdout);
+  }
+  const double loss = plugin.evaluate(batches);
+  if (mpi.world_rank() == 0) {
     const std::string what = batches > 0 ? fmt::format("{} batch(es) of {} x {} tokens", batches,
                                                        cfg.train.global_batch, cfg.train.seq_len)
                                          : "the whole set";

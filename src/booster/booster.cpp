@@ -21,6 +21,7 @@ optim::LrSchedule lr_schedule(const Config& cfg) {
   s.lr = cfg.optimizer.lr;
   s.min_lr = cfg.optimizer.schedule.min_lr;
   s.warmup_steps = cfg.optimizer.schedule.warmup_steps;
+  s.decay_steps = cfg.optimizer.schedule.decay_steps;
   s.total_steps = cfg.train.steps;
   s.decay = optim::decay_from_name(std::string(enum_name(cfg.optimizer.schedule.decay)));
   return s;

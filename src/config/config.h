@@ -223,6 +223,7 @@ struct OptimizerConfig {
   struct Schedule {
     int warmup_steps = 0;
     LrDecay decay = LrDecay::cosine;
+    int decay_steps = 0;  // 0 = every step after the warm-up; N = hold lr, then decay over the last N
     double min_lr = 0.0;
     bool operator==(const Schedule&) const = default;
   } schedule;

@@ -337,6 +337,7 @@ std::vector<Field> build_fields() {
       LATTICE_KEY(optimizer, grad_clip, optional),
       LATTICE_KEY(optimizer, momentum, optional),
       LATTICE_KEY(optimizer.schedule, warmup_steps, optional),
+      LATTICE_KEY(optimizer.schedule, decay_steps, optional),
       LATTICE_KEY(optimizer.schedule, decay, optional),
       LATTICE_KEY(optimizer.schedule, min_lr, optional),
       LATTICE_KEY(data, train, required),

@@ -238,6 +238,14 @@ void validate_optimizer(const Config& c) {
   require(o.schedule.warmup_steps >= 0 && o.schedule.warmup_steps <= c.train.steps, c,
           "optimizer.schedule.warmup_steps", "must be in [0, train.steps = {}] (got {})", c.train.steps,
           o.schedule.warmup_steps);
+  require(o.schedule.decay_steps >= 0 && o.schedule.decay_steps <= c.train.steps - o.schedule.warmup_steps, c,
+          "optimizer.schedule.decay_steps",
+          "must be in [0, train.steps - warmup_steps = {}] (got {}) — 0 decays over every step after the warm-up",
+          c.train.steps - o.schedule.warmup_steps, o.schedule.decay_steps);
+  require(o.schedule.decay_steps == 0 || o.schedule.decay != LrDecay::constant, c, "optimizer.schedule.decay_steps",
+          "is {}, but optimizer.schedule.decay is constant, which never decays — set decay: linear or cosine, or "
+          "decay_steps: 0",
+          o.schedule.decay_steps);
   require(o.schedule.min_lr >= 0 && o.schedule.min_lr <= o.lr, c, "optimizer.schedule.min_lr",
           "must be in [0, optimizer.lr = {}] (got {})", o.lr, o.schedule.min_lr);
 }
