@@ -8,8 +8,9 @@
 # Runs every tests/test_cuda_*, test_nccl_communicator, test_ops, test_lt_plan,
 # test_sdpa_plan and test_half_out_probe there, and test_self_communicator's
 # CUDA cases, each under its own time limit, as one process (the MPI tests in
-# MPI's singleton mode: test_cuda_training's one-rank layouts; the two-rank
-# NCCL test skips, saying why). Prints each test's output, then a table:
+# MPI's singleton mode: test_cuda_training's one-rank layouts; the NCCL test
+# on a one-rank communicator, its stalled-wait case skipping as it needs two
+# ranks). Prints each test's output, then a table:
 # test, status (Passed, Failed, Skipped: every case skipped, Timeout, NotRun:
 # out of time before GPU_FIRST_RUN_DEADLINE, seconds since the epoch, which
 # gpu-first-run.sh passes on), seconds.
@@ -31,7 +32,7 @@ while (( $# > 0 )); do
     --limit) limit="${2:?--limit needs seconds}"; shift 2 ;;
     --filter) filter="${2:?--filter needs a regex}"; shift 2 ;;
     --list) list=1; shift ;;
-    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 0 ;;
     -*) echo "gpu-tests.sh: unknown argument '$1' (usage: scripts/gpu-tests.sh [BUILD_DIR] [--limit S] [--filter RE] [--list])" >&2
         exit 2 ;;
     *) build="$1"; shift ;;
