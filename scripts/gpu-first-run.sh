@@ -145,7 +145,14 @@ if wanted train; then
 fi
 
 if wanted bench; then
-  part bench 2400 env STEPS=10 SKIP=3 bench/gpu/run.sh --precision bf16 --np "$gpus" --out "$out/bench"
+  bench_args=(--np "$gpus")
+  # Several ranks, and the NCCL rows, go through mpirun, which a bundle (scripts/gpu-bundle.sh) does not carry:
+  # without it, one rank and no NCCL rows rather than every run failing with "mpirun: command not found".
+  if (( gpus > 1 )) && ! command -v mpirun > /dev/null; then
+    echo "== bench: one rank and no NCCL rows: $gpus GPUs are visible but there is no mpirun here"
+    bench_args=(--np 1 --no-nccl)
+  fi
+  part bench 2400 env STEPS=10 SKIP=3 bench/gpu/run.sh --precision bf16 "${bench_args[@]}" --out "$out/bench"
 fi
 
 echo
