@@ -118,7 +118,8 @@ done < <(sed -n 's/^needs //p' "$dest/MANIFEST")
 ld_path="$dest/sys"
 for d in "${cuda_dirs[@]}"; do ld_path+=":$d"; done
 # The build's libstdc++ only where this machine's lacks a version the binaries ask for.
-if LD_LIBRARY_PATH="$ld_path" ldd "$dest/bin/lattice" 2>&1 | grep -qE "version .(GLIBCXX|CXXABI|GCC)_[0-9.]+. not found"; then
+# (ldd's output read whole first: under pipefail, `ldd | grep -q` is false when grep's early exit kills ldd with SIGPIPE.)
+if grep -qE "version .(GLIBCXX|CXXABI|GCC)_[0-9.]+. not found" <<< "$(LD_LIBRARY_PATH="$ld_path" ldd "$dest/bin/lattice" 2>&1)"; then
   ld_path="$dest/sys-cxx:$ld_path"
   echo "  libstdc++: the bundle's (this machine's is older than the build's)"
 fi
@@ -134,9 +135,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if (( check )); then
   bad=0
   for f in "$dest"/bin/* "$dest"/tests/* "$dest"/lib/*.so; do
-    if ldd "$f" 2>&1 | grep -q "not found"; then
+    deps="$(ldd "$f" 2>&1)"
+    if grep -q "not found" <<< "$deps"; then
       echo "gpu-bundle-run.sh: $f:" >&2
-      ldd "$f" 2>&1 | grep "not found" >&2
+      grep "not found" <<< "$deps" >&2
       bad=1
     fi
   done
