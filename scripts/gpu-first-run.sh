@@ -117,6 +117,15 @@ if wanted tests; then
 fi
 if wanted cudnn && (( sdpa_failed )); then
   part cudnn 600 env CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG="$out/cudnn-debug.log" "$build/tests/test_cuda_sdpa"
+  # The debug log records every cuDNN call: a log past the device tool's
+  # limit on a returned file would lose every log packed with it. Keep its
+  # first MiB (the first graphs) and last 6 MiB (the refusal).
+  if [[ -f "$out/cudnn-debug.log" ]] && (( $(stat -c %s "$out/cudnn-debug.log") > 8 * 1048576 )); then
+    { head -c 1048576 "$out/cudnn-debug.log"
+      printf '\n... [gpu-first-run.sh: cut to its first 1 MiB and last 6 MiB] ...\n'
+      tail -c 6291456 "$out/cudnn-debug.log"; } > "$out/cudnn-debug.log.cut"
+    mv "$out/cudnn-debug.log.cut" "$out/cudnn-debug.log"
+  fi
 fi
 
 if wanted sanitize; then

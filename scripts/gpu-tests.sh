@@ -47,6 +47,14 @@ for f in "$build"/tests/test_*; do
   [[ -x "$f" && "$t" =~ ^(test_cuda_[a-z0-9_]+|test_nccl_communicator|test_ops|test_lt_plan|test_sdpa_plan|test_half_out_probe|test_self_communicator)$ ]] || continue
   [[ -z "$filter" || "$t" =~ $filter ]] && tests+=("$t")
 done
+# test_cuda_sdpa first: cuDNN's fused attention is what docs/gpu.md says to
+# look at first, and a slow test before it must not leave it NotRun.
+for i in "${!tests[@]}"; do
+  if [[ "${tests[$i]}" == test_cuda_sdpa ]]; then
+    tests=(test_cuda_sdpa "${tests[@]:0:$i}" "${tests[@]:$((i + 1))}")
+    break
+  fi
+done
 if (( ${#tests[@]} == 0 )); then
   echo "gpu-tests.sh: no GPU tests under $build/tests${filter:+ matching '$filter'}" >&2
   exit 2
