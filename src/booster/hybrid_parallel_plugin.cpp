@@ -229,8 +229,20 @@ double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoor
     contexts_->give_back(v, mb);
   };
   const bool trace = cfg_.log.trace && base.train && base.step <= kTracedSteps;
-  pipeline::RunStats s =
-      pipeline::run_schedule(plan, *p2p_, cb, {.timeout_s = cfg_.runtime.comm_timeout_s, .trace = trace});
+  // The head's loss sums add up on the device, read once after the schedule:
+  // on a GPU, no host wait per microbatch (LanguageModel::set_loss_sum).
+  Tensor loss_sum = Tensor::zeros({1}, DType::f64, placement_.device);
+  for (size_t v = 0; v < chunks_.size(); ++v)
+    if (spans_[v].head) chunks_[v]->set_loss_sum(&loss_sum);
+  pipeline::RunStats s;
+  try {
+    s = pipeline::run_schedule(plan, *p2p_, cb, {.timeout_s = cfg_.runtime.comm_timeout_s, .trace = trace});
+  } catch (...) {
+    for (auto& chunk : chunks_) chunk->set_loss_sum(nullptr);
+    throw;
+  }
+  for (auto& chunk : chunks_) chunk->set_loss_sum(nullptr);
+  loss += loss_sum.on_host().data<double>()[0];
   trace_.insert(trace_.end(), s.trace.begin(), s.trace.end());
   if (stats) *stats = s;
   return loss;

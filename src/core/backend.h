@@ -134,6 +134,8 @@ class CudaBackend {
   virtual void add(int dev, float* out, const float* a, const float* b, int64_t n) = 0;
   virtual void scale(int dev, float* x, float s, int64_t n) = 0;
   virtual double sum_squares(int dev, const float* x, int64_t n) = 0;  // accumulated in double
+  // *acc += sum of x, in double, in stream order: no host wait (acc: one double on the device).
+  virtual void sum_into(int dev, double* acc, const float* x, int64_t n) = 0;
   virtual bool all_finite(int dev, const float* x, int64_t n) = 0;     // no NaN or infinity
   virtual void softmax_forward(int dev, float* out, const float* inp, int64_t N, int64_t K) = 0;
   virtual void softmax_backward(int dev, float* dinp, const float* dout, const float* out, int64_t N, int64_t K) = 0;

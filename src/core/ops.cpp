@@ -315,6 +315,18 @@ void scale_inplace(Tensor& x, double s) {
   });
 }
 
+void sum_into(Tensor& acc, const Tensor& x) {
+  LATTICE_CHECK(acc.numel() == 1 && acc.dtype() == DType::f64 && x.dtype() == DType::f32,
+                "sum_into: acc must be one f64 and x f32, got {} of {} and {}", acc.numel(), dtype_name(acc.dtype()),
+                dtype_name(x.dtype()));
+  LATTICE_CHECK(acc.device() == x.device(), "sum_into: acc on {}, x on {}", acc.device().str(), x.device().str());
+  if (x.device().is_cuda()) return cuda_backend().sum_into(x.device().index, acc.data<double>(), fp(x), x.numel());
+  const float* p = x.data<float>();
+  double s = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) s += double(p[i]);
+  acc.data<double>()[0] += s;
+}
+
 double sum_squares(const Tensor& x) {
   check_same("sum_squares", {&x});
   if (cuda_f32(x)) return cuda_backend().sum_squares(x.device().index, fp(x), x.numel());

@@ -279,6 +279,9 @@ void add(Tensor& out, const Tensor& a, const Tensor& b);
 void add_inplace(Tensor& acc, const Tensor& x);
 void scale_inplace(Tensor& x, double s);  // x *= s
 double sum_squares(const Tensor& x);      // sum x^2, accumulated in double
+// acc (1) f64 += the sum of x (f32), accumulated in double in index order on
+// the CPU; on a GPU in the device's stream order, without waiting for it.
+void sum_into(Tensor& acc, const Tensor& x);
 bool all_finite(const Tensor& x);
 // out (n) bf16 or f16 = inp (n) f32 rounded to nearest even (dtype.h's
 // f32_to_bf16 / f32_to_f16): the rounding a 16-bit matmul applies to an f32

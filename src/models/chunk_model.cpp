@@ -362,6 +362,10 @@ double ChunkModel::lm_head_forward(Context& ctx, const Tensor& feat, const LmHea
       head_chunk_backward(logits, feat_rows, lse, targets, *h.forward_dloss, vocab_start, head, dfeat_rows);
     }
   }
+  if (loss_sum_) {  // added where the losses lie; the caller reads it once (set_loss_sum)
+    ops::sum_into(*loss_sum_, h.losses);
+    return 0.0;
+  }
   const Tensor host = h.losses.on_host();
   double sum = 0;
   for (int64_t i = 0; i < host.numel(); ++i)

@@ -238,6 +238,7 @@ class ChunkModel : public LanguageModel {
   DType activation_dtype() const final { return act_dtype_; }
   void set_activation_dtype(DType dtype) final;
   void set_loss_weight(std::optional<float> dloss) final { loss_weight_ = dloss; }
+  void set_loss_sum(Tensor* acc) final { loss_sum_ = acc; }
   // Rows whose logits backward has computed again so far (lm_head_backward):
   // none when forward computes the head's gradients.
   int64_t head_rows_recomputed() const { return head_rows_recomputed_; }
@@ -402,6 +403,7 @@ class ChunkModel : public LanguageModel {
   std::unique_ptr<ChunkActivations> acts_;
   Workspace ws_;
   std::optional<float> loss_weight_;  // set_loss_weight's
+  Tensor* loss_sum_ = nullptr;        // set_loss_sum's
   int64_t head_rows_recomputed_ = 0;
   mutable Tensor shared_att_;  // shared_attention's; contexts made before a change of shape keep theirs
 };

@@ -95,6 +95,11 @@ class LanguageModel {
   // backward computes no logits again. backward() must then get the same
   // dloss. Evaluation forwards (StepCoords::train false) compute no gradients.
   virtual void set_loss_weight(std::optional<float> dloss) { (void)dloss; }
+  // When set (a (1) f64 tensor on the model's device), forwards of the chunk
+  // with the head add their loss sum to *acc where it lies (ops::sum_into: on
+  // a GPU no host wait per microbatch) and return 0; the caller reads *acc
+  // once (the plugin: once per step). nullptr: forward returns the sum.
+  virtual void set_loss_sum(Tensor* acc) { (void)acc; }
   virtual std::unique_ptr<ModelContext> make_context(int64_t B, int64_t T) const = 0;
   // What make_context(B, T) and the chunk's workspace allocate, without allocating.
   virtual ActivationBytes activation_bytes(int64_t B, int64_t T) const = 0;

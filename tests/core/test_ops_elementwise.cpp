@@ -50,6 +50,22 @@ TEST(OpsElementwise, SumSquaresIsDoubleAccurateAndThreadIndependent) {
   EXPECT_EQ(ops::sum_squares(Tensor::zeros({0}, DType::f32)), 0.0);
 }
 
+// sum_into adds in double, in index order: the same bits as the loop the
+// head's loss sum used to run on the host, so the loss a step reports is
+// unchanged on the CPU; it accumulates, and takes one f64 and f32 only.
+TEST(OpsElementwise, SumIntoAddsInDoubleInIndexOrder) {
+  Tensor x = Tensor::from<float>({0.1f, 1e8f, -1e8f, 0.3f, 7.0f}, {5});
+  double expect = 0;
+  for (int i = 0; i < 5; ++i) expect += double(x.data<float>()[i]);
+  Tensor acc = Tensor::from<double>({2.0}, {1});
+  ops::sum_into(acc, x);
+  EXPECT_EQ(acc.data<double>()[0], 2.0 + expect);
+  ops::sum_into(acc, x);
+  EXPECT_EQ(acc.data<double>()[0], (2.0 + expect) + expect);
+  Tensor wrong = Tensor::zeros({1}, DType::f32);
+  EXPECT_HAS(lattice::test::error_text([&] { ops::sum_into(wrong, x); }), "acc must be one f64");
+}
+
 TEST(OpsElementwise, AllFiniteFindsNanAndInf) {
   for (DType dt : {DType::f64, DType::f32}) {
     Tensor x = random_tensor({70000}, dt, 84);

@@ -122,6 +122,7 @@ class Backend final : public CudaBackend {
   void add(int dev, float* out, const float* a, const float* b, int64_t n) override;
   void scale(int dev, float* x, float s, int64_t n) override;
   double sum_squares(int dev, const float* x, int64_t n) override;
+  void sum_into(int dev, double* acc, const float* x, int64_t n) override;
   bool all_finite(int dev, const float* x, int64_t n) override;
   void softmax_forward(int dev, float* out, const float* inp, int64_t N, int64_t K) override;
   void softmax_backward(int dev, float* dinp, const float* dout, const float* out, int64_t N, int64_t K) override;

@@ -237,6 +237,14 @@ void Backend::scale16(int dev, DType act, void* x, float s, int64_t n) {
   run16(dev, act, [&](auto t) { launch_scale(kStream, as(t, x), s, n); });
 }
 
+void Backend::sum_into(int dev, double* acc, const float* x, int64_t n) {
+  // The partials live in the shared workspace: later users of it come after
+  // these kernels in stream order (every reduction runs on kStream).
+  std::lock_guard<std::mutex> lock(ws_mu_);
+  void* ws = workspace(dev, reduce_workspace_bytes());
+  run(dev, [&] { launch_sum_into(kStream, acc, x, n, ws); });
+}
+
 double Backend::sum_squares16(int dev, DType act, const void* x, int64_t n) {
   return reduce<double>(dev, [&](double* result, void* ws) {
     on_act16(act, [&](auto s) { launch_sum_squares(kStream, result, as(s, x), n, ws); });

@@ -154,6 +154,18 @@ void launch_reduce(cudaStream_t stream, T* result, const S* x, int64_t n, void* 
   reduce_final_kernel<<<1, kThreads, 0, stream>>>(result, partial, kReduceBlocks, op, init);
 }
 
+// *out = op(*out, the reduction of partial): launch_reduce's last step, accumulating.
+template <typename T, typename Op>
+__global__ void reduce_final_into_kernel(T* out, const T* partial, int n, Op op, T init) {
+  T acc = init;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) acc = op(acc, partial[i]);
+  acc = block_reduce(acc, op);
+  if (threadIdx.x == 0) *out = op(*out, acc);
+}
+
+struct PlainTerm {  // x in double
+  __device__ double operator()(float v) const { return double(v); }
+};
 struct SquareTerm {  // x^2 in double
   __device__ double operator()(float v) const { return double(v) * double(v); }
 };
@@ -287,6 +299,12 @@ size_t reduce_workspace_bytes() { return kReduceBlocks * sizeof(double); }
 template <typename S>
 void launch_sum_squares(cudaStream_t stream, double* result, const S* x, int64_t n, void* workspace) {
   launch_reduce(stream, result, x, n, workspace, SquareTerm{}, SumOp{}, 0.0);
+}
+
+void launch_sum_into(cudaStream_t stream, double* acc, const float* x, int64_t n, void* workspace) {
+  double* partial = static_cast<double*>(workspace);
+  reduce_partial_kernel<<<kReduceBlocks, kThreads, 0, stream>>>(partial, x, n, PlainTerm{}, SumOp{}, 0.0);
+  reduce_final_into_kernel<<<1, kThreads, 0, stream>>>(acc, partial, kReduceBlocks, SumOp{}, 0.0);
 }
 
 template <typename S>

@@ -101,6 +101,9 @@ void launch_dropout(cudaStream_t stream, Store* out, const Store* inp, const Rng
 // reduce_workspace_bytes() (the partials); the result is one device value.
 constexpr int kReduceBlocks = 1024;
 size_t reduce_workspace_bytes();
+// *acc += sum of x, accumulated in double (no host wait: the loss of a
+// microbatch added where it lies, read once per step).
+void launch_sum_into(cudaStream_t stream, double* acc, const float* x, int64_t n, void* workspace);
 // *result = sum of x squared, accumulated in double.
 template <typename S>
 void launch_sum_squares(cudaStream_t stream, double* result, const S* x, int64_t n, void* workspace);

@@ -7,6 +7,7 @@
 // (fp32 math, one rounding per store) the GPU matches the CPU's 16-bit
 // kernels bitwise, the sum of squares again to 1e-10. copy_rows (a strided
 // device copy) is bitwise the CPU's.
+#include <algorithm>
 #include <cmath>
 
 #include "support/act16.h"
@@ -70,6 +71,24 @@ TEST_F(CudaOps, SumSquaresMatchesCpu) {
     const double first = ops::sum_squares(x_g);
     EXPECT_NEAR(first, cpu, 1e-10 * cpu);
     EXPECT_EQ(ops::sum_squares(x_g), first);  // deterministic: fixed blocks, fixed tree
+  }
+}
+
+// The loss sums a step adds up where they lie (ops::sum_into): the device's
+// accumulator against the CPU's, over sizes of one and several grid passes,
+// added twice (it accumulates; it does not overwrite).
+TEST_F(CudaOps, SumIntoAccumulatesAsTheCpu) {
+  for (int64_t n : {int64_t(1), int64_t(1000), int64_t(300001)}) {
+    SCOPED_TRACE(n);
+    Tensor x = random_tensor({n}, DType::f32, 7 + uint64_t(n));
+    Tensor acc = Tensor::from<double>({0.5}, {1});
+    ops::sum_into(acc, x);
+    ops::sum_into(acc, x);
+    Tensor acc_g = gpu(Tensor::from<double>({0.5}, {1})), x_g = gpu(x);
+    ops::sum_into(acc_g, x_g);
+    ops::sum_into(acc_g, x_g);
+    const double cpu = acc.data<double>()[0], dev = host(acc_g).data<double>()[0];
+    EXPECT_NEAR(dev, cpu, 1e-10 * std::max(1.0, std::fabs(cpu)));
   }
 }
 
