@@ -1,5 +1,6 @@
 #include "comm/mpi_communicator.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -131,17 +132,26 @@ class MpiWork final : public Work {
                          heard.empty() ? "" : " — " + heard);
     }
     std::string pending;
+    std::vector<int> peers;  // world ranks of the pending transfers
+    const std::vector<int>& w = comm_->world_ranks();
     for (size_t i = 0; i < reqs_.size(); ++i) {
       if (reqs_[i] == MPI_REQUEST_NULL) continue;  // completed
       int flag = 0;
       MPI_Request_get_status(reqs_[i], &flag, MPI_STATUS_IGNORE);
       if (flag) continue;
       bool is_send = std::strcmp(parts_[i].op, "send") == 0;
-      pending +=
-          fmt::format("{}{}", pending.empty() ? "" : ", ", describe_p2p(is_send, parts_[i].peer, comm_->world_ranks()));
+      pending += fmt::format("{}{}", pending.empty() ? "" : ", ", describe_p2p(is_send, parts_[i].peer, w));
+      const int peer = parts_[i].peer;
+      if (peer >= 0 && size_t(peer) < w.size() && std::find(peers.begin(), peers.end(), w[size_t(peer)]) == peers.end())
+        peers.push_back(w[size_t(peer)]);
     }
-    if (reqs_.size() == 1) return fmt::format("{} of {} {}", pending, group, describe_timeout(timeout_s_));
-    return fmt::format("batch_send_recv on {} (still pending: {}) {}", group, pending, describe_timeout(timeout_s_));
+    // The peer may itself wait on another rank (a pipeline stage whose dp or
+    // tp partner is stopped): the roll call asks it, then the others.
+    const std::string heard = roll_call(peers, roll_call_grace_s(timeout_s_));
+    const std::string tail = heard.empty() ? "" : " — " + heard;
+    if (reqs_.size() == 1) return fmt::format("{} of {} {}{}", pending, group, describe_timeout(timeout_s_), tail);
+    return fmt::format("batch_send_recv on {} (still pending: {}) {}{}", group, pending, describe_timeout(timeout_s_),
+                       tail);
   }
 
   // Cancels pending receives (MPI_Cancel then MPI_Wait, which returns at once

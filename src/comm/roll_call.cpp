@@ -126,12 +126,19 @@ void roll_call_answer(bool now) {
   answer_all();
 }
 
-std::string roll_call(const std::vector<int>& world_ranks, double grace_s) {
-  if (g.comm == MPI_COMM_NULL) return "";
+namespace {
+
+struct Heard {
+  std::string report;        // "no answer from ...; world ranks 1,2: waiting in ..." ("" without peers)
+  bool all_answered = true;  // every asked rank answered
+};
+
+// Asks `world_ranks` (this rank skipped) and waits up to grace_s for answers.
+Heard ask(const std::vector<int>& world_ranks, double grace_s) {
   std::vector<int> peers;
   for (int r : world_ranks)
     if (r != g.rank) peers.push_back(r);
-  if (peers.empty()) return "";
+  if (peers.empty()) return {};
   const int64_t nonce = ++g.nonce;
   for (int r : peers) send(r, kQueryTag, with_nonce(nonce, ""));
   std::map<int, std::string> answers;
@@ -166,16 +173,39 @@ std::string roll_call(const std::vector<int>& world_ranks, double grace_s) {
       by_text[it->second].push_back(r);
     }
   }
-  std::string out = fmt::format("roll call ({:g} s):", grace_s);
-  const char* sep = " ";
+  Heard h;
+  h.all_answered = silent.empty();
+  const char* sep = "";
   if (!silent.empty()) {
-    out += fmt::format(" no answer from {} (stopped, or busy outside communication)", ranks_phrase(silent));
+    h.report += fmt::format("no answer from {} (stopped, or busy outside communication)", ranks_phrase(silent));
     sep = "; ";
   }
   for (const auto& [text, ranks] : by_text) {
-    out += fmt::format("{}{}: {}", sep, ranks_phrase(ranks), text);
+    h.report += fmt::format("{}{}: {}", sep, ranks_phrase(ranks), text);
     sep = "; ";
   }
+  return h;
+}
+
+}  // namespace
+
+std::string roll_call(const std::vector<int>& world_ranks, double grace_s) {
+  if (g.comm == MPI_COMM_NULL) return "";
+  Heard first = ask(world_ranks, grace_s);
+  if (first.report.empty()) return "";
+  std::string out = fmt::format("roll call ({:g} s): {}", grace_s, first.report);
+  if (!first.all_answered) return out;
+  // Every rank asked answered, each waiting on something else (a tp rank
+  // whose partner is stopped, a pipeline peer waiting on its dp group): the
+  // rank to look at is outside them, so ask the rest of the world too.
+  int size = 0;
+  MPI_Comm_size(g.comm, &size);
+  std::vector<int> rest;
+  for (int r = 0; r < size; ++r)
+    if (r != g.rank && std::find(world_ranks.begin(), world_ranks.end(), r) == world_ranks.end()) rest.push_back(r);
+  if (rest.empty()) return out;
+  Heard more = ask(rest, grace_s);
+  if (!more.report.empty()) out += "; the other ranks: " + more.report;
   return out;
 }
 

@@ -14,6 +14,11 @@
 //   roll call (2 s): no answer from world rank 3 (stopped, or busy outside
 //   communication); world ranks 1,2: waiting in all_reduce on group dp
 //
+// When every rank asked answers (each waits on someone else: a dp peer in
+// its tp all_reduce with a stopped partner, a pipeline peer), the rest of the
+// world is asked too, and the report goes on "; the other ranks: no answer
+// from world rank 3 (...); world rank 1: waiting in ...".
+//
 // Messages: a query is 8 bytes (the asker's nonce, so a late answer to an
 // earlier roll call is told apart and dropped); an answer is the nonce and the
 // text. Errors on the roll-call communicator are ignored (MPI_ERRORS_RETURN):
@@ -50,8 +55,10 @@ class WaitingIn {
 void roll_call_answer(bool now = false);
 
 // Asks `world_ranks` (this rank is skipped) what they are doing and waits up
-// to grace_s for the answers, answering others meanwhile. Returns the report
-// above; "" without an open roll call or without peers.
+// to grace_s for the answers, answering others meanwhile; when all of them
+// answer, asks the other ranks of the world the same way (up to grace_s
+// more). Returns the report above; "" without an open roll call or without
+// peers.
 std::string roll_call(const std::vector<int>& world_ranks, double grace_s);
 
 // The grace period for a collective that timed out after timeout_s:

@@ -412,6 +412,21 @@ TEST_F(Cli, ACollectiveTimeoutNamesTheStoppedRank) {
     EXPECT_NE(error.find(s), std::string::npos) << "missing '" << s << "' in: " << r.out;
 }
 
+// tp=2 x dp=2 with world rank 3 stopped: rank 0's dp all_reduce times out
+// waiting for rank 2, which answers the roll call from its tp all_reduce with
+// rank 3. The report named only rank 2 ("waiting in all_reduce on group tp");
+// when every rank asked answers, the other ranks are asked too.
+TEST_F(Cli, ACollectiveTimeoutNamesAStoppedRankOutsideTheGroup) {
+  const std::string args = "train tiny.yaml parallel.tp=2 parallel.dp=2 train.steps=100000 runtime.threads=1 "
+                           "runtime.comm_timeout_s=3 runtime.peak_flops=1e9 log.dir=stopped4";
+  CmdResult r =
+      run(args + " : -np 1 sh -c \"(sleep 8; kill -STOP \\$\\$) & exec '" + bin() + "' " + args + "\"", dir, 3);
+  EXPECT_NE(r.status, 0) << r.out;
+  const std::string error = r.out.substr(std::min(r.out.size(), r.out.find("lattice: error:")));
+  EXPECT_NE(error.find("no answer from world rank 3 (stopped, or busy outside communication)"), std::string::npos)
+      << r.out;
+}
+
 // checkpoint.dir on node-local scratch (here: a relative path read in two
 // working directories) trained to the first checkpoint and then failed in a
 // write; it is refused at start-up, naming the rank that sees another directory.
