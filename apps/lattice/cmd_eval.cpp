@@ -67,6 +67,10 @@ EvalArgs parse_eval_args(const Args& args) {
     }
   }
   if (e.path.empty()) LATTICE_INPUT_FAIL("eval: no config file given (usage: {})", kUsage);
+  // eval never evaluates on a schedule: without this, the training checks
+  // of eval_every answered for it ("data.val is not set — set ... eval_every:
+  // 0" for an empty data.val; train.eval_steps: 0, the whole set, refused).
+  e.overrides.push_back("train.eval_every=0");
   return e;
 }
 
@@ -105,10 +109,17 @@ int run(const EvalArgs& a, const comm::MpiRuntime& mpi) {
   HybridParallelPlugin plugin(cfg, mesh);
   const TrainerState st = plugin.load_model(step_dir);
   const int64_t batches = a.batches.value_or(cfg.train.eval_steps);
+  const int64_t whole = (plugin.val_windows() + cfg.train.global_batch - 1) / cfg.train.global_batch;
   if (mpi.world_rank() == 0) {  // before the evaluation, which may take a while
     std::printf("lattice eval %s | %s | %d rank(s) x %d thread(s)\n", cfg.source.c_str(), plugin.describe().c_str(),
                 mpi.world_size(), num_threads());
     std::printf("checkpoint %s (step %lld)\n", step_dir.c_str(), static_cast<long long>(st.step));
+    if (a.batches && batches > whole)  // the evaluation wraps around data.val (data/loader.h)
+      std::printf("note: --batches %lld x global batch %lld windows, but data.val holds %lld: the evaluation wraps "
+                  "around and reads some of them more than once — %lld batches (or --batches 0) read the whole set "
+                  "once\n",
+                  static_cast<long long>(batches), static_cast<long long>(cfg.train.global_batch),
+                  static_cast<long long>(plugin.val_windows()), static_cast<long long>(whole));
     std::fflush(stdout);
   }
   const double loss = plugin.evaluate(batches);

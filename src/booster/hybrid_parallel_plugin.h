@@ -75,6 +75,7 @@ class HybridParallelPlugin final : public Plugin {
   UpdateStats optimizer_step(int64_t step, double lr) override;
   double evaluate(int64_t batches) override;
   bool has_validation() const override { return val_ != nullptr; }
+  int64_t val_windows() const { return val_ ? val_->n_windows() : 0; }  // windows of data.val (0: none)
   int64_t param_count() const override;
   double flops_per_token() const override;
   int64_t local_peak_mem_bytes() const override;

@@ -212,12 +212,29 @@ TEST_F(Cli, EvalScoresACheckpointAsTrainingDid) {
   CmdResult b1 = run("eval tiny.yaml --batches 1", dir);
   ASSERT_EQ(b1.status, 0) << b1.out;
   EXPECT_NE(val_loss(b1), val_loss(one)) << b1.out;
+  // data.val's 2000 tokens are 62 windows of 32 + 1, 8 batches of 8: --batches
+  // 9 wraps around the set, and says so (it printed "9 batch(es)" alone).
+  CmdResult b8 = run("eval tiny.yaml --batches 8", dir), b9 = run("eval tiny.yaml --batches 9", dir);
+  ASSERT_EQ(b8.status, 0) << b8.out;
+  ASSERT_EQ(b9.status, 0) << b9.out;
+  EXPECT_EQ(b8.out.find("note: --batches"), std::string::npos) << b8.out;
+  EXPECT_NE(b9.out.find("note: --batches 9 x global batch 8 windows, but data.val holds 62: the evaluation wraps "
+                        "around and reads some of them more than once — 8 batches (or --batches 0) read the whole set "
+                        "once"),
+            std::string::npos)
+      << b9.out;
   EXPECT_EQ(fs::file_size(run_dir + "/metrics.jsonl"), size);  // nothing written
   expect_one_line_error(run("eval tiny.yaml model.n_layer=3", dir),
                         {"model.n_layer: 3 here, but the model in checkpoint", "has 2"});
   expect_one_line_error(run("eval tiny.yaml log.dir=elsewhere", dir),
                         {"checkpoint.dir: 'elsewhere/checkpoints' holds no complete checkpoint", "--checkpoint PATH"});
   expect_one_line_error(run("eval tiny.yaml --batches -1", dir), {"--batches", "'-1'"});
+  // eval's own checks, not train.eval_every's: an empty data.val is named as
+  // eval's need, and train.eval_steps=0 is the whole set, as documented.
+  expect_one_line_error(run("eval tiny.yaml data.val=", dir), {"data.val: is empty: eval scores the validation shards"});
+  CmdResult all = run("eval tiny.yaml train.eval_steps=0", dir);
+  ASSERT_EQ(all.status, 0) << all.out;
+  EXPECT_NE(all.out.find("(the whole set of data.val"), std::string::npos) << all.out;
 }
 
 // checkpoint.init_from starts a new run from another run's weights with its
