@@ -8,8 +8,10 @@
 // directory, as for sample) or the newest intact one in checkpoint.dir; its
 // model.* and data.tokenizer must be the config's, the rest may differ (a
 // model from `convert --from-hf` is checked by its tensor names). Batches:
-// --batches N, else train.eval_steps, else (0) the whole validation set.
-// Nothing is written: not the run directory, not a lock.
+// --batches N, else train.eval_steps, else (0) the whole validation set,
+// each window once. Only data.val is read (data.train need not exist), and
+// no optimizer state is allocated (PluginUse::evaluate). Nothing is written:
+// not the run directory, not a lock.
 #include <fmt/format.h>
 
 #include <charconv>
@@ -79,7 +81,7 @@ void check_eval_config(const Config& cfg, const Layout& layout) {
   if (cfg.data.val.empty())
     config_fail(cfg, "data.val", "is empty: eval scores the validation shards — set data.val=GLOB");
   check_structure(cfg, layout);
-  check_data_paths(cfg);
+  check_data_paths(cfg, /*train=*/false);  // eval reads data.val only
 }
 
 // --checkpoint PATH, else the newest complete checkpoint of checkpoint.dir.
@@ -106,7 +108,7 @@ int run(const EvalArgs& a, const comm::MpiRuntime& mpi) {
   std::string step_dir;
   if (mpi.world_rank() == 0) step_dir = pick_step_dir(cfg, a.checkpoint);
   step_dir = comm::all_gather_strings(mesh.world(), step_dir).front();
-  HybridParallelPlugin plugin(cfg, mesh);
+  HybridParallelPlugin plugin(cfg, mesh, std::nullopt, HalfWeights::shadow, PluginUse::evaluate);
   const TrainerState st = plugin.load_model(step_dir);
   const int64_t batches = a.batches.value_or(cfg.train.eval_steps);
   const int64_t whole = (plugin.val_windows() + cfg.train.global_batch - 1) / cfg.train.global_batch;

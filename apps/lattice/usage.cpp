@@ -18,7 +18,8 @@ std::string usage() {
       mpirun in any layout: PATH (a step, checkpoint or run directory) or the
       newest checkpoint in checkpoint.dir, whose model.* and data.tokenizer
       must be the config's; N batches of train.global_batch (default
-      train.eval_steps; 0: the whole set). Writes nothing.
+      train.eval_steps; 0: the whole set, each window once). Reads data.val
+      only; writes nothing.
   lattice plan CONFIG.yaml [--world N] [key=value ...]
       Dry run without MPI or allocation: rank map, groups, layer-to-stage map,
       tie groups, schedule table and predicted memory per rank.

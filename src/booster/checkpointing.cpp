@@ -126,17 +126,20 @@ void load_stage(const checkpoint::IndexedTensors& in, const FlatParams& params, 
                 const std::string& prefix) {
   for (const ParamEntry& e : params.entries()) {
     const std::string name = prefix + e.spec.name;
-    LATTICE_CHECK(in.contains(name),
+    LATTICE_INPUT_CHECK(in.contains(name),
                   "checkpoint {}: no tensor '{}' — it was written for another model or optimizer; resume with the "
                   "config it was written with, or start a new run in new directories (log.dir=..., and "
                   "checkpoint.dir=... where it is set)",
                   in.dir(), name);
     const checkpoint::SafetensorsInfo& info = in.info(name);
-    LATTICE_CHECK(info.shape == e.spec.shape && info.dtype == DType::f32,
+    LATTICE_INPUT_CHECK(info.shape == e.spec.shape && info.dtype == DType::f32,
                   "checkpoint {}: tensor '{}' is {} {}, this model needs F32 {} — the checkpoint belongs to another "
-                  "model shape",
+                  "model shape{}",
                   in.dir(), name, checkpoint::safetensors_dtype_name(info.dtype), shape_str(info.shape),
-                  shape_str(e.spec.shape));
+                  shape_str(e.spec.shape),
+                  e.spec.name == "wpe.weight" || e.spec.name.ends_with("position_embeddings.weight")
+                      ? " (the learned position table: set model.max_seq_len to the checkpoint's row count)"
+                      : "");
     Tensor local = tp::shard_from_logical(e.spec, params.shard(), in.read(name), false);
     buffer.view(e.offset, e.local_shape).copy_from(local);
   }

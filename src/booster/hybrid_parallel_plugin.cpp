@@ -1,5 +1,6 @@
 #include "booster/hybrid_parallel_plugin.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -73,7 +74,8 @@ double all_reduce_scalar(comm::Group& g, double v, comm::ReduceOp op) {
 }  // namespace
 
 HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroupMesh& mesh,
-                                           std::optional<RankPlacement> placement, HalfWeights half_weights)
+                                           std::optional<RankPlacement> placement, HalfWeights half_weights,
+                                           PluginUse use)
     : cfg_(cfg),
       mesh_(mesh),
       layout_(resolve_layout(cfg, mesh.world_size())),
@@ -115,13 +117,16 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
   }
   const int64_t T = cfg.train.seq_len, B = cfg.train.micro_batch;
   contexts_ = std::make_unique<ContextPool>([this, B, T](int v) { return chunks_[size_t(v)]->make_context(B, T); });
-  if (layout_.dp > 1 && cfg.parallel.dp_bucket_mb > 0) {  // under ZeRO-1 too (optim/zero.h)
+  const bool train = use == PluginUse::train;
+  if (train && layout_.dp > 1 && cfg.parallel.dp_bucket_mb > 0) {  // under ZeRO-1 too (optim/zero.h)
     buckets_ = std::make_unique<GradBuckets>(params_, groups_->dp(), cfg.parallel.dp_bucket_mb);
     last_backward_mb_.assign(spans_.size(), -1);
     for (const pipeline::Action& a : train_plan_)
       if (a.kind == pipeline::ActionKind::backward) last_backward_mb_[size_t(a.chunk)] = a.microbatch;
   }
-  if (cfg.parallel.zero == 1) {
+  if (!train) {
+    // evaluation only: no optimizer state
+  } else if (cfg.parallel.zero == 1) {
     auto zero = std::make_unique<optim::ZeroOptimizer>(optimizer_options(cfg.optimizer), params_, groups_->dp());
     zero_ = zero.get();
     optimizer_ = std::move(zero);
@@ -139,8 +144,10 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
                                                                           .global_batch = cfg.train.global_batch,
                                                                           .seed = cfg.runtime.seed});
   };
-  train_ = dataset(cfg.data.train, "data.train");
-  train_print_ = fingerprint_shards(train_->shard_paths());
+  if (train) {
+    train_ = dataset(cfg.data.train, "data.train");
+    train_print_ = fingerprint_shards(train_->shard_paths());
+  }
   if (!cfg.data.val.empty()) val_ = dataset(cfg.data.val, "data.val");
   inputs_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
   targets_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
@@ -249,6 +256,7 @@ double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoor
 }
 
 StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
+  LATTICE_CHECK(optimizer_ && train_, "HybridParallelPlugin::{}: the plugin was built for evaluation only", "execute_pipeline");
   const int64_t M = layout_.microbatches, B = cfg_.train.micro_batch, T = cfg_.train.seq_len;
   const int64_t first = int64_t(mesh_.this_coord().dp) * M * B;  // this dp rank's slice of the global batch
   // The whole step's batch first, so the global valid-token count is fixed before backward.
@@ -298,6 +306,7 @@ StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
 }
 
 UpdateStats HybridParallelPlugin::optimizer_step(int64_t step, double lr) {
+  LATTICE_CHECK(optimizer_ && train_, "HybridParallelPlugin::{}: the plugin was built for evaluation only", "optimizer_step");
   UpdateStats u;
   // Sharded entries differ across tp, replicated ones are equal there (count
   // them once: 1/tp on each rank), every stage holds its own, and a tied
@@ -328,13 +337,20 @@ UpdateStats HybridParallelPlugin::optimizer_step(int64_t step, double lr) {
 double HybridParallelPlugin::evaluate(int64_t batches) {
   const int64_t M = layout_.microbatches, B = cfg_.train.micro_batch, GB = cfg_.train.global_batch;
   const int64_t first = int64_t(mesh_.this_coord().dp) * M * B;
-  if (batches <= 0) batches = (val_->n_windows() + GB - 1) / GB;  // the whole val set
+  const bool whole = batches <= 0;
+  if (whole) batches = (val_->n_windows() + GB - 1) / GB;  // the whole val set
   double loss = 0, valid = 0;
   for (int64_t k = 0; k < batches; ++k) {
     for (int64_t m = 0; m < M; ++m) {
       val_->fill_eval_batch(k, first + m * B, B, microbatch(inputs_, m).data<int32_t>(),
                             microbatch(targets_, m).data<int32_t>());
       prepare_batch(StepCoords{cfg_.runtime.seed, 0, k * GB + first + m * B, false}, m);
+      // The whole set scores each window once: the last batch's rows past
+      // the end (wrapped around to window 0) score nothing.
+      const int64_t T = cfg_.train.seq_len;
+      for (int64_t j = 0; whole && j < B; ++j)
+        if (k * GB + first + m * B + j >= val_->n_windows())
+          std::fill_n(microbatch(targets_, m).data<int32_t>() + j * T, T, kIgnoreIndex);
     }
     batch_to_device();
     valid += double(count_valid(targets_));
@@ -355,6 +371,7 @@ bool HybridParallelPlugin::write_trace(const std::string& path) const {
 }
 
 void HybridParallelPlugin::save_checkpoint(const std::string& step_dir, int64_t step, int64_t skipped) {
+  LATTICE_CHECK(optimizer_ && train_, "HybridParallelPlugin::{}: the plugin was built for evaluation only", "save_checkpoint");
   TrainerState st;
   st.step = step;
   st.optimizer_updates = updates_;
@@ -378,6 +395,7 @@ void HybridParallelPlugin::save_checkpoint(const std::string& step_dir, int64_t 
 }
 
 TrainerState HybridParallelPlugin::load_checkpoint(const std::string& step_dir) {
+  LATTICE_CHECK(optimizer_ && train_, "HybridParallelPlugin::{}: the plugin was built for evaluation only", "load_checkpoint");
   TrainerState st = read_trainer_state(step_dir);
   check_resume_config(cfg_, st, step_dir, train_print_);
   RankState rs{params_, *optimizer_, zero_, mesh_};

@@ -60,6 +60,11 @@ namespace lattice {
 // the same bits; the second is kept so tests can show it (test_shadow_weights).
 enum class HalfWeights : uint8_t { shadow, rounded_per_call };
 
+// What the plugin is built for: training (every part), or evaluation only
+// (lattice eval: no optimizer state, no training data opened; evaluate and
+// load_model only).
+enum class PluginUse : uint8_t { train, evaluate };
+
 class HybridParallelPlugin final : public Plugin {
  public:
   // placement: where this rank's tensors live; unset: runtime.device placed by
@@ -67,7 +72,7 @@ class HybridParallelPlugin final : public Plugin {
   // placement to its one-rank reference.
   HybridParallelPlugin(const Config& cfg, mesh::ProcessGroupMesh& mesh,
                        std::optional<RankPlacement> placement = std::nullopt,
-                       HalfWeights half_weights = HalfWeights::shadow);
+                       HalfWeights half_weights = HalfWeights::shadow, PluginUse use = PluginUse::train);
 
   std::string describe() const override;
   std::string stage_map() const override;

@@ -389,8 +389,8 @@ void check_init_from_path(const Config& cfg) {
 
 }  // namespace
 
-void check_data_paths(const Config& cfg) {
-  check_shards(cfg, "data.train", cfg.data.train, "train");
+void check_data_paths(const Config& cfg, bool train) {
+  if (train) check_shards(cfg, "data.train", cfg.data.train, "train");
   check_shards(cfg, "data.val", cfg.data.val, "val");
   std::error_code ec;
   if (cfg.data.tokenizer == TokenizerName::gpt2 && !cfg.data.vocab_dir.empty() &&

@@ -53,7 +53,8 @@ std::string run_info_json(const Config& cfg, const RunInfo& info);
 // key, where it was set, the path and the fix.
 void check_run_paths(const Config& cfg);
 // Its data part alone (data.train, data.val, data.vocab_dir): verify-layout writes nothing.
-void check_data_paths(const Config& cfg);
+// With train false, data.train is not checked (lattice eval reads data.val only).
+void check_data_paths(const Config& cfg, bool train = true);
 
 // An exclusive advisory lock (flock) on `<dir>/lattice.lock`, created with
 // its directory, held until destruction or the process's end (a killed job

@@ -208,6 +208,10 @@ TEST_F(Cli, EvalScoresACheckpointAsTrainingDid) {
   CmdResult tp = run("eval tiny.yaml parallel.tp=2 --checkpoint runs/tiny", dir, 2);
   ASSERT_EQ(tp.status, 0) << tp.out;
   EXPECT_NEAR(val_loss(tp), val_loss(one), 1e-5 * val_loss(one)) << tp.out;
+  // Only data.val is read: a machine without the training shards evaluates too.
+  CmdResult no_train = run("eval tiny.yaml data.train=nowhere/x_*.bin", dir);
+  ASSERT_EQ(no_train.status, 0) << no_train.out;
+  EXPECT_EQ(val_loss(no_train), val_loss(one)) << no_train.out;
   // --batches 1 scores less of the set: another number.
   CmdResult b1 = run("eval tiny.yaml --batches 1", dir);
   ASSERT_EQ(b1.status, 0) << b1.out;
@@ -413,14 +417,21 @@ TEST_F(Cli, ARankThatNeverStartsEndsTheJobAtTheTimeout) {
   EXPECT_LT(seconds, 60) << r.out;
 }
 
-// A rank stopped mid-run (here it sends itself SIGSTOP 8 s after start) left
-// the others' report naming only the group; the roll call names the rank that
-// does not answer (comm/roll_call.h).
+// `sh -c "...` that starts lattice as this rank and stops it (SIGSTOP) once
+// the run's first step is logged in LOG_DIR/metrics.jsonl, so the stop comes
+// mid-run however slowly the job starts (the watcher gives up after 60 s).
+std::string stopped_after_step_1(const std::string& log_dir) {
+  return "sh -c \"(n=0; while [ ! -s " + log_dir + "/metrics.jsonl ] && [ \\$n -lt 600 ]; do n=\\$((n + 1)); " +
+         "sleep 0.1; done; kill -STOP \\$\\$) >/dev/null 2>&1 & exec '" + bin() + "' ";
+}
+
+// A rank stopped mid-run left the others' report naming only the group; the
+// roll call names the rank that does not answer (comm/roll_call.h).
 TEST_F(Cli, ACollectiveTimeoutNamesTheStoppedRank) {
   const std::string args = "train tiny.yaml parallel.dp=2 train.steps=100000 runtime.comm_timeout_s=3 "
                            "runtime.peak_flops=1e9 log.dir=stopped";
   CmdResult r =
-      run(args + " : -np 1 sh -c \"(sleep 8; kill -STOP \\$\\$) & exec '" + bin() + "' " + args + "\"", dir, 1);
+      run(args + " : -np 1 " + stopped_after_step_1("stopped") + args + "\"", dir, 1);
   EXPECT_NE(r.status, 0) << r.out;
   const std::string error = r.out.substr(std::min(r.out.size(), r.out.find("lattice: error:")));
   EXPECT_EQ(lines(error), 1) << r.out;
@@ -437,7 +448,7 @@ TEST_F(Cli, ACollectiveTimeoutNamesAStoppedRankOutsideTheGroup) {
   const std::string args = "train tiny.yaml parallel.tp=2 parallel.dp=2 train.steps=100000 runtime.threads=1 "
                            "runtime.comm_timeout_s=3 runtime.peak_flops=1e9 log.dir=stopped4";
   CmdResult r =
-      run(args + " : -np 1 sh -c \"(sleep 8; kill -STOP \\$\\$) & exec '" + bin() + "' " + args + "\"", dir, 3);
+      run(args + " : -np 1 " + stopped_after_step_1("stopped4") + args + "\"", dir, 3);
   EXPECT_NE(r.status, 0) << r.out;
   const std::string error = r.out.substr(std::min(r.out.size(), r.out.find("lattice: error:")));
   EXPECT_NE(error.find("no answer from world rank 3 (stopped, or busy outside communication)"), std::string::npos)

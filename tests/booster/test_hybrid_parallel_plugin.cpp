@@ -114,6 +114,27 @@ TEST(HybridParallelPlugin, DescribeNotesATrainingSetSmallerThanABatch) {
   EXPECT_EQ(one_batch.describe().find("note: an evaluation"), std::string::npos) << one_batch.describe();
 }
 
+// evaluate(0) scores the whole validation set, each window once: 10 windows
+// in batches of 8 (the second batch's 6 wrapped rows score nothing) give the
+// loss of 10 windows in batches of 2; an evaluation-only plugin (lattice
+// eval) opens no training data and refuses to train.
+TEST(HybridParallelPlugin, WholeSetEvaluationScoresEachWindowOnce) {
+  std::string dir = test::make_temp_dir("plugin");
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 16 * 10 + 1; ++i) tokens.push_back((i * 37) % 200);
+  data::write_shard(dir + "/v_val_000000.bin", tokens);
+  Config by8 = config(dir + "/none_train_*.bin", 2), by2 = by8;  // no training shards: eval-only plugins
+  by8.data.val = by2.data.val = dir + "/v_val_*.bin";
+  by2.train.global_batch = 2;
+  auto m1 = one_rank(), m2 = one_rank();
+  HybridParallelPlugin a(by8, m1, std::nullopt, HalfWeights::shadow, PluginUse::evaluate);
+  HybridParallelPlugin b(by2, m2, std::nullopt, HalfWeights::shadow, PluginUse::evaluate);
+  const double whole8 = a.evaluate(0), whole2 = b.evaluate(0);
+  EXPECT_NEAR(whole8, whole2, 1e-6 * whole2);
+  EXPECT_GT(std::fabs(a.evaluate(2) - whole2), 1e-4);  // two batches of 8 read windows 0-5 twice
+  EXPECT_ANY_THROW(a.execute_pipeline(1));
+}
+
 TEST(HybridParallelPlugin, StepDataDependsOnlyOnSeedAndStep) {
   std::string dir = test::make_temp_dir("plugin");
   std::string glob = make_shards(dir);
