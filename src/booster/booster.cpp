@@ -144,7 +144,10 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
       sum.last_val_loss = val;
     }
     const int every = cfg_.checkpoint.every;
-    if (stop || step == last || (every > 0 && step % every == 0)) sum.last_checkpoint = checkpoint(step, skipped);
+    // The run's last step: a checkpoint unless checkpoint.at_end is false and
+    // it is the horizon (an early end, train.stop_at_step, must resume).
+    const bool at_last = step == last && (cfg_.checkpoint.at_end || last != cfg_.train.steps);
+    if (stop || at_last || (every > 0 && step % every == 0)) sum.last_checkpoint = checkpoint(step, skipped);
     if (stop) {
       if (logger_)
         print_(fmt::format("stopping after step {} {}; start the same command again to resume (checkpoint.resume: "

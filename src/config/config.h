@@ -243,6 +243,7 @@ struct CheckpointConfig {
   int every = 0;                // 0 = only at the end of the run and on stop
   int keep_last = 3;            // 0 = keep all
   std::string resume = "auto";  // auto | never | PATH
+  bool at_end = true;           // false: no checkpoint at train.steps (every N steps and on stop still)
   // "" = none; else a step, checkpoint or run directory whose model weights
   // start this run (fresh optimizer, step 1) when it does not resume.
   std::string init_from;

@@ -349,6 +349,7 @@ std::vector<Field> build_fields() {
       LATTICE_KEY(checkpoint, keep_last, optional),
       LATTICE_KEY(checkpoint, resume, optional),
       LATTICE_KEY(checkpoint, init_from, optional),
+      LATTICE_KEY(checkpoint, at_end, optional),
       LATTICE_KEY(log, dir, optional),
       LATTICE_KEY(log, every, optional),
       LATTICE_KEY(log, tensorboard, optional),

@@ -276,6 +276,29 @@ TEST_F(Cli, InitFromStartsANewRunFromAnotherRunsWeights) {
                         {"checkpoint.init_from", "'nope' does not exist"});
 }
 
+// checkpoint.at_end=false (benchmarks): no checkpoint at train.steps, the
+// periodic ones still; started again, the run resumes the newest and trains
+// the last steps again, its metrics cut back to that checkpoint.
+TEST_F(Cli, CheckpointAtEndFalseSkipsOnlyTheFinalCheckpoint) {
+  const std::string cmd = "train tiny.yaml train.steps=7 checkpoint.every=3 checkpoint.at_end=false log.dir=noend";
+  CmdResult r = run(cmd, dir);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string ckpts = dir + "/noend/checkpoints/";
+  EXPECT_TRUE(fs::exists(ckpts + "step_0000003/manifest.json"));
+  EXPECT_TRUE(fs::exists(ckpts + "step_0000006/manifest.json"));
+  EXPECT_FALSE(fs::exists(ckpts + "step_0000007"));
+  CmdResult again = run(cmd, dir);
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(again.out.find("resuming from noend/checkpoints/step_0000006"), std::string::npos) << again.out;
+  std::ifstream m(dir + "/noend/metrics.jsonl");
+  int step7 = 0;
+  for (std::string line; std::getline(m, line);) step7 += nlohmann::json::parse(line)["step"] == 7;
+  EXPECT_EQ(step7, 2) << "step 7's train and eval lines, once each";
+  // An early end (stop_at_step) still writes its checkpoint: the run must resume.
+  ASSERT_EQ(run(cmd + " log.dir=early train.stop_at_step=5", dir).status, 0);
+  EXPECT_TRUE(fs::exists(dir + "/early/checkpoints/step_0000005/manifest.json"));
+}
+
 // A run whose every step was skipped (fp16 overflow at a loss scale that
 // cannot back off) did not train: it says so, after the summary.
 TEST_F(Cli, ARunThatSkippedEveryStepSaysSo) {
