@@ -154,6 +154,7 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
   device_inputs_ = placement_.device.is_cpu() ? inputs_ : Tensor::empty(inputs_.shape(), DType::i32, placement_.device);
   device_targets_ =
       placement_.device.is_cpu() ? targets_ : Tensor::empty(targets_.shape(), DType::i32, placement_.device);
+  loss_sum_ = Tensor::zeros({1}, DType::f64, placement_.device);
 }
 
 void HybridParallelPlugin::batch_to_device() {
@@ -238,9 +239,9 @@ double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoor
   const bool trace = cfg_.log.trace && base.train && base.step <= kTracedSteps;
   // The head's loss sums add up on the device, read once after the schedule:
   // on a GPU, no host wait per microbatch (LanguageModel::set_loss_sum).
-  Tensor loss_sum = Tensor::zeros({1}, DType::f64, placement_.device);
+  loss_sum_.zero_();
   for (size_t v = 0; v < chunks_.size(); ++v)
-    if (spans_[v].head) chunks_[v]->set_loss_sum(&loss_sum);
+    if (spans_[v].head) chunks_[v]->set_loss_sum(&loss_sum_);
   pipeline::RunStats s;
   try {
     s = pipeline::run_schedule(plan, *p2p_, cb, {.timeout_s = cfg_.runtime.comm_timeout_s, .trace = trace});
@@ -249,7 +250,7 @@ double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoor
     throw;
   }
   for (auto& chunk : chunks_) chunk->set_loss_sum(nullptr);
-  loss += loss_sum.on_host().data<double>()[0];
+  loss += loss_sum_.on_host().data<double>()[0];
   trace_.insert(trace_.end(), s.trace.begin(), s.trace.end());
   if (stats) *stats = s;
   return loss;

@@ -146,6 +146,7 @@ class HybridParallelPlugin final : public Plugin {
   std::unique_ptr<data::TokenDataset> train_, val_;
   std::vector<ShardPrint> train_print_;     // the training shards, for the checkpoints (fingerprint_shards)
   Tensor inputs_, targets_;                 // (microbatches, B, T) i32: this dp rank's share of the step
+  Tensor loss_sum_;                         // (1) f64 on the device: the step's loss sum (set_loss_sum)
   Tensor device_inputs_, device_targets_;   // the same on device_ (the same tensors on the CPU)
   int64_t updates_ = 0;                     // applied (non-skipped) updates, for Adam's bias correction
   std::vector<pipeline::TraceSpan> trace_;  // log.trace: the spans of steps 1 .. kTracedSteps

@@ -254,7 +254,8 @@ RankMemory predict_rank_memory(const Config& cfg, const Layout& layout, const me
     if (half.saves_bytes(flat)) m.optimizer += half.packed_offsets.back() * kF32;
   }
   const int64_t B = cfg.train.micro_batch, T = cfg.train.seq_len;
-  m.data = 2 * int64_t(layout.microbatches) * B * T * kI32;  // token ids and targets of the step
+  // Token ids and targets of the step, and the step's loss sum (one double).
+  m.data = 2 * int64_t(layout.microbatches) * B * T * kI32 + int64_t(sizeof(double));
 
   // Activations in the precision's type (16-bit under bf16/fp16), statistics f32.
   // Attention state as the device takes it (ops::attention_state_on): the CPU's as parallel.cpu_attention says;
