@@ -124,13 +124,11 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
     for (const pipeline::Action& a : train_plan_)
       if (a.kind == pipeline::ActionKind::backward) last_backward_mb_[size_t(a.chunk)] = a.microbatch;
   }
-  if (!train) {
-    // evaluation only: no optimizer state
-  } else if (cfg.parallel.zero == 1) {
+  if (train && cfg.parallel.zero == 1) {  // evaluation only: no optimizer state
     auto zero = std::make_unique<optim::ZeroOptimizer>(optimizer_options(cfg.optimizer), params_, groups_->dp());
     zero_ = zero.get();
     optimizer_ = std::move(zero);
-  } else {
+  } else if (train) {
     optimizer_ = optim::make_optimizer(optimizer_options(cfg.optimizer), params_);
   }
 
@@ -154,7 +152,11 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
   device_inputs_ = placement_.device.is_cpu() ? inputs_ : Tensor::empty(inputs_.shape(), DType::i32, placement_.device);
   device_targets_ =
       placement_.device.is_cpu() ? targets_ : Tensor::empty(targets_.shape(), DType::i32, placement_.device);
+  // The head's loss sums add up on the device, read once per run_plan: on a
+  // GPU no host wait per microbatch (LanguageModel::set_loss_sum).
   loss_sum_ = Tensor::zeros({1}, DType::f64, placement_.device);
+  for (size_t v = 0; v < chunks_.size(); ++v)
+    if (spans_[v].head) chunks_[v]->set_loss_sum(&loss_sum_);
 }
 
 void HybridParallelPlugin::batch_to_device() {
@@ -213,7 +215,6 @@ double HybridParallelPlugin::sum_over(comm::Group& g, double v) { return all_red
 double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoords& base, int64_t first_sample,
                                       float dloss, pipeline::RunStats* stats) {
   const int64_t B = cfg_.train.micro_batch;
-  double loss = 0;
   pipeline::StageCallbacks cb;
   cb.activation_shape = {B, cfg_.train.seq_len, cfg_.model.d_model};
   cb.dtype = chunks_.front()->activation_dtype();
@@ -222,8 +223,9 @@ double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoor
     StepCoords c = base;
     c.sample0 = first_sample + mb * B;
     const StageSpan& span = spans_[size_t(v)];
-    loss += chunks_[size_t(v)]->forward(contexts_->take(v, mb), span.embedding ? microbatch(device_inputs_, mb) : in,
-                                        microbatch(device_targets_, mb), c, span.head ? nullptr : &out);
+    // The head adds its loss sum to loss_sum_ (set_loss_sum); forward returns 0.
+    chunks_[size_t(v)]->forward(contexts_->take(v, mb), span.embedding ? microbatch(device_inputs_, mb) : in,
+                                microbatch(device_targets_, mb), c, span.head ? nullptr : &out);
     if (!base.train) contexts_->give_back(v, mb);
   };
   cb.backward = [&](int v, int mb, const Tensor& dout, Tensor& din) {
@@ -237,23 +239,12 @@ double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoor
     contexts_->give_back(v, mb);
   };
   const bool trace = cfg_.log.trace && base.train && base.step <= kTracedSteps;
-  // The head's loss sums add up on the device, read once after the schedule:
-  // on a GPU, no host wait per microbatch (LanguageModel::set_loss_sum).
   loss_sum_.zero_();
-  for (size_t v = 0; v < chunks_.size(); ++v)
-    if (spans_[v].head) chunks_[v]->set_loss_sum(&loss_sum_);
-  pipeline::RunStats s;
-  try {
-    s = pipeline::run_schedule(plan, *p2p_, cb, {.timeout_s = cfg_.runtime.comm_timeout_s, .trace = trace});
-  } catch (...) {
-    for (auto& chunk : chunks_) chunk->set_loss_sum(nullptr);
-    throw;
-  }
-  for (auto& chunk : chunks_) chunk->set_loss_sum(nullptr);
-  loss += loss_sum_.on_host().data<double>()[0];
+  pipeline::RunStats s =
+      pipeline::run_schedule(plan, *p2p_, cb, {.timeout_s = cfg_.runtime.comm_timeout_s, .trace = trace});
   trace_.insert(trace_.end(), s.trace.begin(), s.trace.end());
   if (stats) *stats = s;
-  return loss;
+  return loss_sum_.on_host().data<double>()[0];
 }
 
 StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {

@@ -10,12 +10,17 @@
 
 namespace lattice::comm {
 
-// "group tp (world ranks 0,1)"; long lists are cut after 16 ranks.
-inline std::string describe_group(const std::string& name, const std::vector<int>& world_ranks) {
+// "0,1" or "0,1,...,15,... (64 ranks)": long lists are cut after 16 ranks.
+inline std::string rank_list(const std::vector<int>& ranks) {
   std::string list;
-  for (size_t i = 0; i < world_ranks.size() && i < 16; ++i) list += fmt::format("{}{}", i ? "," : "", world_ranks[i]);
-  if (world_ranks.size() > 16) list += fmt::format(",... ({} ranks)", world_ranks.size());
-  return fmt::format("group {} (world ranks {})", name, list);
+  for (size_t i = 0; i < ranks.size() && i < 16; ++i) list += fmt::format("{}{}", i ? "," : "", ranks[i]);
+  if (ranks.size() > 16) list += fmt::format(",... ({} ranks)", ranks.size());
+  return list;
+}
+
+// "group tp (world ranks 0,1)".
+inline std::string describe_group(const std::string& name, const std::vector<int>& world_ranks) {
+  return fmt::format("group {} (world ranks {})", name, rank_list(world_ranks));
 }
 
 // "send to rank 1 (world rank 3)" / "recv from rank 1 (world rank 3)".

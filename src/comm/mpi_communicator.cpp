@@ -112,13 +112,10 @@ class MpiWork final : public Work {
   // What a roll call hears this rank is waiting in (comm/roll_call.h).
   std::string what() const {
     if (collective_) return fmt::format("{} on group {}", parts_[0].op, comm_->name());
-    if (parts_.size() == 1) {
-      const bool is_send = std::strcmp(parts_[0].op, "send") == 0;
-      const std::vector<int>& w = comm_->world_ranks();
-      const int peer = parts_[0].peer;
-      return fmt::format("{} world rank {} on group {}", is_send ? "send to" : "recv from",
-                         peer >= 0 && size_t(peer) < w.size() ? w[size_t(peer)] : -1, comm_->name());
-    }
+    if (parts_.size() == 1)
+      return fmt::format("{} on group {}",
+                         describe_p2p(std::strcmp(parts_[0].op, "send") == 0, parts_[0].peer, comm_->world_ranks()),
+                         comm_->name());
     return fmt::format("batch_send_recv on group {}", comm_->name());
   }
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <thread>
 
+#include "comm/describe.h"
 #include "core/poll.h"
 
 namespace lattice::comm {
@@ -76,14 +77,6 @@ void answer_all() {
   reap();
 }
 
-// "3" or "1,2,5" (the first 16, then a count).
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (size_t i = 0; i < ranks.size() && i < 16; ++i) s += fmt::format("{}{}", i ? "," : "", ranks[i]);
-  if (ranks.size() > 16) s += fmt::format(",... ({} ranks)", ranks.size());
-  return s;
-}
-
 std::string ranks_phrase(const std::vector<int>& ranks) {
   return fmt::format("world rank{} {}", ranks.size() == 1 ? "" : "s", rank_list(ranks));
 }
@@ -116,13 +109,11 @@ void roll_call_close() {
 WaitingIn::WaitingIn(std::string what) : previous_(std::exchange(g.waiting_in, std::move(what))) {}
 WaitingIn::~WaitingIn() { g.waiting_in = std::move(previous_); }
 
-void roll_call_answer(bool now) {
+void roll_call_answer() {
   if (g.comm == MPI_COMM_NULL) return;
-  if (!now) {
-    const auto t = Clock::now();
-    if (t < g.next_answer) return;
-    g.next_answer = t + kAnswerEvery;
-  }
+  const auto t = Clock::now();
+  if (t < g.next_answer) return;
+  g.next_answer = t + kAnswerEvery;
   answer_all();
 }
 

@@ -6,7 +6,7 @@
 // MPI_COMM_WORLD that MpiRuntime opens and closes), and waits a short grace
 // period for the answers. Every rank answers from inside its waits
 // (MpiWork::wait and test poll roll_call_answer), with what it is blocked in
-// ("all_reduce on group dp", "recv from world rank 5 on group pp") or that it
+// ("all_reduce on group dp", "recv from rank 1 (world rank 5) on group pp") or that it
 // is running outside a wait. A rank that does not answer is stopped, dead or
 // busy outside communication (a long compute, a hang in a kernel): the one to
 // look at. The report reads
@@ -50,9 +50,9 @@ class WaitingIn {
   std::string previous_;
 };
 
-// Answers the queries that have arrived; at most every 10 ms unless `now`
-// (a cheap clock read otherwise). No-op without an open roll call.
-void roll_call_answer(bool now = false);
+// Answers the queries that have arrived, at most every 10 ms (a cheap clock
+// read otherwise). No-op without an open roll call.
+void roll_call_answer();
 
 // Asks `world_ranks` (this rank is skipped) what they are doing and waits up
 // to grace_s for the answers, answering others meanwhile; when all of them

@@ -448,19 +448,25 @@ std::string stopped_after_step_1(const std::string& log_dir) {
          "sleep 0.1; done; kill -STOP \\$\\$) >/dev/null 2>&1 & exec '" + bin() + "' ";
 }
 
+// Runs `train ARGS log.dir=LOG_DIR` on `ranks` + 1 ranks, the last one stopped
+// after step 1; the job must fail: returns its output from the error line on.
+std::string error_with_last_rank_stopped(const std::string& dir, const std::string& args, const std::string& log_dir,
+                                         int ranks) {
+  const std::string a = "train tiny.yaml " + args + " train.steps=100000 runtime.comm_timeout_s=3 "
+                        "runtime.peak_flops=1e9 log.dir=" + log_dir;
+  CmdResult r = run(a + " : -np 1 " + stopped_after_step_1(log_dir) + a + "\"", dir, ranks);
+  EXPECT_NE(r.status, 0) << r.out;
+  return r.out.substr(std::min(r.out.size(), r.out.find("lattice: error:")));
+}
+
 // A rank stopped mid-run left the others' report naming only the group; the
 // roll call names the rank that does not answer (comm/roll_call.h).
 TEST_F(Cli, ACollectiveTimeoutNamesTheStoppedRank) {
-  const std::string args = "train tiny.yaml parallel.dp=2 train.steps=100000 runtime.comm_timeout_s=3 "
-                           "runtime.peak_flops=1e9 log.dir=stopped";
-  CmdResult r =
-      run(args + " : -np 1 " + stopped_after_step_1("stopped") + args + "\"", dir, 1);
-  EXPECT_NE(r.status, 0) << r.out;
-  const std::string error = r.out.substr(std::min(r.out.size(), r.out.find("lattice: error:")));
-  EXPECT_EQ(lines(error), 1) << r.out;
+  const std::string error = error_with_last_rank_stopped(dir, "parallel.dp=2", "stopped", 1);
+  EXPECT_EQ(lines(error), 1) << error;
   for (const char* s : {"rank 0: all_reduce on group dp (world ranks 0,1) timed out after 3 s",
                         "roll call (2 s): no answer from world rank 1 (stopped, or busy outside communication)"})
-    EXPECT_NE(error.find(s), std::string::npos) << "missing '" << s << "' in: " << r.out;
+    EXPECT_NE(error.find(s), std::string::npos) << "missing '" << s << "' in: " << error;
 }
 
 // tp=2 x dp=2 with world rank 3 stopped: rank 0's dp all_reduce times out
@@ -468,14 +474,9 @@ TEST_F(Cli, ACollectiveTimeoutNamesTheStoppedRank) {
 // rank 3. The report named only rank 2 ("waiting in all_reduce on group tp");
 // when every rank asked answers, the other ranks are asked too.
 TEST_F(Cli, ACollectiveTimeoutNamesAStoppedRankOutsideTheGroup) {
-  const std::string args = "train tiny.yaml parallel.tp=2 parallel.dp=2 train.steps=100000 runtime.threads=1 "
-                           "runtime.comm_timeout_s=3 runtime.peak_flops=1e9 log.dir=stopped4";
-  CmdResult r =
-      run(args + " : -np 1 " + stopped_after_step_1("stopped4") + args + "\"", dir, 3);
-  EXPECT_NE(r.status, 0) << r.out;
-  const std::string error = r.out.substr(std::min(r.out.size(), r.out.find("lattice: error:")));
+  const std::string error = error_with_last_rank_stopped(dir, "parallel.tp=2 parallel.dp=2", "stopped4", 3);
   EXPECT_NE(error.find("no answer from world rank 3 (stopped, or busy outside communication)"), std::string::npos)
-      << r.out;
+      << error;
 }
 
 // checkpoint.dir on node-local scratch (here: a relative path read in two
