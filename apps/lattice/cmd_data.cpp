@@ -2,8 +2,10 @@
 //                      --out PREFIX [--val-tokens N] [--shard-tokens N] [--threads N]
 #include <fmt/format.h>
 
-#include <charconv>
+#include <limits>
+#include <utility>
 
+#include "args.h"
 #include "cli.h"
 #include "core/error.h"
 #include "data/prepare.h"
@@ -12,46 +14,37 @@ namespace lattice::cli {
 
 namespace {
 
-int64_t parse_count(const std::string& flag, const std::string& v) {
-  int64_t n = 0;
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (ec != std::errc() || p != v.data() + v.size() || n < 0)
-    LATTICE_INPUT_FAIL("data prepare: {} expects a non-negative integer, got '{}'", flag, v);
-  return n;
-}
-
 data::PrepareOptions parse_prepare(const Args& args) {
   data::PrepareOptions o;
   bool have_tokenizer = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)
-        LATTICE_INPUT_FAIL("data prepare: {} needs a value", a);
-      return args[++i];
-    };
-    if (a == "--input") {
-      while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) o.inputs.push_back(args[++i]);
-    } else if (a == "--tokenizer") {
-      o.tokenizer = value();
+  ArgReader r("data prepare",
+              "lattice data prepare --input FILE... --tokenizer gpt2|bytes [--vocab-dir DIR] --out PREFIX "
+              "[--val-tokens N] [--shard-tokens N] [--threads N]",
+              args);
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  while (r.next()) {
+    if (r.is("--input")) {
+      for (std::string& f : r.values()) o.inputs.push_back(std::move(f));
+    } else if (r.is("--tokenizer")) {
+      o.tokenizer = r.value();
       have_tokenizer = true;
-    } else if (a == "--vocab-dir") {
-      o.vocab_dir = value();
-    } else if (a == "--out") {
-      o.out_prefix = value();
-    } else if (a == "--val-tokens") {
-      o.val_tokens = parse_count(a, value());
-    } else if (a == "--shard-tokens") {
-      o.shard_tokens = parse_count(a, value());
-    } else if (a == "--threads") {
-      o.threads = int(parse_count(a, value()));
+    } else if (r.is("--vocab-dir")) {
+      o.vocab_dir = r.value();
+    } else if (r.is("--out")) {
+      o.out_prefix = r.value();
+    } else if (r.is("--val-tokens")) {
+      o.val_tokens = r.number<int64_t>(0, kMax, "a non-negative integer");
+    } else if (r.is("--shard-tokens")) {
+      o.shard_tokens = r.number<int64_t>(0, kMax, "a non-negative integer");
+    } else if (r.is("--threads")) {
+      o.threads = r.number(0, 1024, "an integer in [0, 1024] (0: every processor)");
     } else {
-      LATTICE_INPUT_FAIL("data prepare: unknown argument '{}' (see lattice --help)", a);
+      r.fail_unknown();
     }
   }
-  if (o.inputs.empty()) LATTICE_INPUT_FAIL("data prepare: --input FILE... is required");
-  if (!have_tokenizer) LATTICE_INPUT_FAIL("data prepare: --tokenizer gpt2|bytes is required");
-  if (o.out_prefix.empty()) LATTICE_INPUT_FAIL("data prepare: --out PREFIX is required");
+  if (o.inputs.empty()) r.fail("--input FILE... is required");
+  if (!have_tokenizer) r.fail("--tokenizer gpt2|bytes is required");
+  if (o.out_prefix.empty()) r.fail("--out PREFIX is required");
   return o;
 }
 

@@ -14,16 +14,17 @@
 // not the run directory, not a lock.
 #include <fmt/format.h>
 
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "booster/booster.h"
 #include "booster/hybrid_parallel_plugin.h"
 #include "booster/run_dir.h"
 #include "checkpoint/atomic_dir.h"
+#include "args.h"
 #include "cli.h"
 #include "comm/gather_strings.h"
 #include "comm/mpi_communicator.h"
@@ -35,44 +36,30 @@ namespace lattice::cli {
 
 namespace {
 
-constexpr const char* kUsage = "lattice eval CONFIG [key=value ...] [--checkpoint PATH] [--batches N]";
-
 struct EvalArgs {
-  std::string path, checkpoint;
-  std::vector<std::string> overrides;
+  ConfigArgs config;
+  std::string checkpoint;
   std::optional<int64_t> batches;
 };
 
 EvalArgs parse_eval_args(const Args& args) {
   EvalArgs e;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) LATTICE_INPUT_FAIL("eval: {} needs a value (usage: {})", a, kUsage);
-      return args[++i];
-    };
-    if (a == "--checkpoint") {
-      e.checkpoint = value();
-    } else if (a == "--batches") {
-      const std::string& v = value();
-      int64_t n = -1;
-      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-      if (ec != std::errc() || p != v.data() + v.size() || n < 0)
-        LATTICE_INPUT_FAIL("eval: --batches expects an integer >= 0 (0: the whole validation set), got '{}'", v);
-      e.batches = n;
-    } else if (a.rfind("--", 0) == 0) {
-      LATTICE_INPUT_FAIL("eval: unknown option '{}' (usage: {})", a, kUsage);
-    } else if (e.path.empty()) {
-      e.path = a;
+  ArgReader r("eval", "lattice eval CONFIG [key=value ...] [--checkpoint PATH] [--batches N]", args);
+  e.config = read_config_args(r, [&](ArgReader& o) {
+    if (o.is("--checkpoint")) {
+      e.checkpoint = o.value();
+    } else if (o.is("--batches")) {
+      e.batches = o.number<int64_t>(0, std::numeric_limits<int64_t>::max(),
+                                    "an integer >= 0 (0: the whole validation set)");
     } else {
-      e.overrides.push_back(a);
+      return false;
     }
-  }
-  if (e.path.empty()) LATTICE_INPUT_FAIL("eval: no config file given (usage: {})", kUsage);
+    return true;
+  });
   // eval never evaluates on a schedule: without this, the training checks
   // of eval_every answered for it ("data.val is not set — set ... eval_every:
   // 0" for an empty data.val; train.eval_steps: 0, the whole set, refused).
-  e.overrides.push_back("train.eval_every=0");
+  e.config.overrides.push_back("train.eval_every=0");
   return e;
 }
 
@@ -97,7 +84,7 @@ std::string pick_step_dir(const Config& cfg, const std::string& given) {
 }
 
 int run(const EvalArgs& a, const comm::MpiRuntime& mpi) {
-  const Config cfg = load_config(a.path, a.overrides);
+  const Config cfg = load_config(a.config.path, a.config.overrides);
   check_same_config(cfg, mpi);  // collective: the first
   set_num_threads(cfg.runtime.threads);
   const Layout layout = resolve_layout(cfg, mpi.world_size());
@@ -146,10 +133,10 @@ int eval(int* argc, char*** argv, const Args& args) {
   // A single process checks its config before MPI starts (as train does);
   // under a launcher the same checks run after it, for one line per job.
   if (!under_mpi_launcher()) {
-    Config cfg = load_config(a.path, a.overrides);
+    Config cfg = load_config(a.config.path, a.config.overrides);
     check_eval_config(cfg, resolve_layout(cfg, 1));
   }
-  return run_with_mpi(argc, argv, start_timeout_s(a.path, a.overrides),
+  return run_with_mpi(argc, argv, start_timeout_s(a.config.path, a.config.overrides),
                       [&](const comm::MpiRuntime& mpi) { return run(a, mpi); });
 }
 

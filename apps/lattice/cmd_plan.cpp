@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "booster/plan.h"
+#include "args.h"
 #include "cli.h"
 #include "config/config.h"
 
@@ -13,45 +14,19 @@ namespace lattice::cli {
 
 namespace {
 
-constexpr const char* kPlanUsage = "usage: lattice plan CONFIG [--world N] [key=value ...]";
-
 struct PlanArgs {
-  std::string path;
-  std::vector<std::string> overrides;
+  ConfigArgs config;
   int world = 0;  // 0: from the config
 };
 
-int parse_world(const std::string& text) {
-  size_t used = 0;
-  long n = 0;
-  try {
-    n = std::stol(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || n < 1 || n > (1 << 24))
-    LATTICE_INPUT_FAIL("plan: --world expects a positive rank count, got '{}' ({})", text, kPlanUsage);
-  return int(n);
-}
-
 PlanArgs parse_plan_args(const Args& args) {
   PlanArgs p;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--world") {
-      if (i + 1 == args.size()) LATTICE_INPUT_FAIL("plan: --world needs a rank count ({})", kPlanUsage);
-      p.world = parse_world(args[++i]);
-    } else if (a.rfind("--world=", 0) == 0) {
-      p.world = parse_world(a.substr(8));
-    } else if (a.rfind("--", 0) == 0) {
-      LATTICE_INPUT_FAIL("plan: unknown option '{}' ({})", a, kPlanUsage);
-    } else if (p.path.empty()) {
-      p.path = a;
-    } else {
-      p.overrides.push_back(a);
-    }
-  }
-  if (p.path.empty()) LATTICE_INPUT_FAIL("plan: no config file given ({})", kPlanUsage);
+  ArgReader r("plan", "lattice plan CONFIG [--world N] [key=value ...]", args);
+  p.config = read_config_args(r, [&](ArgReader& o) {
+    if (!o.is("--world")) return false;
+    p.world = o.number(1, 1 << 24, "a positive rank count");
+    return true;
+  });
   return p;
 }
 
@@ -59,7 +34,7 @@ PlanArgs parse_plan_args(const Args& args) {
 
 int plan(const Args& args) {
   PlanArgs a = parse_plan_args(args);
-  const Config cfg = load_config(a.path, a.overrides);
+  const Config cfg = load_config(a.config.path, a.config.overrides);
   const int world = a.world > 0 ? a.world : default_world_size(cfg);
   const JobPlan job = make_job_plan(cfg, world);
   std::string text = fmt::format("lattice plan {} on {} rank(s): a dry run, nothing allocated\n\n", cfg.source, world);

@@ -11,7 +11,6 @@
 // "--- sample k" line once all are done), what was loaded to stderr.
 #include <fmt/format.h>
 
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +19,7 @@
 #include "checkpoint/atomic_dir.h"
 #include "checkpoint/model_checkpoint.h"
 #include "checkpoint/posix_file.h"
+#include "args.h"
 #include "cli.h"
 #include "core/error.h"
 #include "core/threads.h"
@@ -42,61 +42,45 @@ struct SampleArgs {
 
 constexpr size_t kMaxPromptBytes = size_t(64) << 20;
 
-template <typename T>
-T parse_number(const std::string& flag, const std::string& v, T lo, T hi, const char* what) {
-  T n{};
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (ec != std::errc() || p != v.data() + v.size() || !(n >= lo && n <= hi))
-    LATTICE_INPUT_FAIL("sample: {} expects {}, got '{}'", flag, what, v);
-  return n;
-}
-
 SampleArgs parse_sample(const Args& args) {
   SampleArgs a;
   a.gen.tokens = 64;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& f = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) LATTICE_INPUT_FAIL("sample: {} needs a value", f);
-      return args[++i];
-    };
-    if (f == "--prompt" || f == "--prompt-file") {
-      if (a.have_prompt)
-        LATTICE_INPUT_FAIL("sample: {} after a prompt was given: pass --prompt or --prompt-file, once", f);
-      a.prompt = f == "--prompt" ? value() : checkpoint::read_text_file(value(), kMaxPromptBytes);
+  ArgReader r("sample",
+              "lattice sample CHECKPOINT [--prompt TEXT | --prompt-file PATH] [--tokens N] [--samples N] "
+              "[--temperature X] [--top-k K] [--seed S] [--tokenizer gpt2|bytes] [--vocab-dir DIR] [--threads N]",
+              args);
+  while (r.next()) {
+    if (r.is("--prompt") || r.is("--prompt-file")) {
+      const bool file = r.is("--prompt-file");
+      if (a.have_prompt) r.fail(fmt::format("{} after a prompt was given: pass --prompt or --prompt-file, once", r.arg()));
+      a.prompt = file ? checkpoint::read_text_file(r.value(), kMaxPromptBytes) : r.value();
       a.have_prompt = true;
-    } else if (f == "--tokens") {
-      a.gen.tokens = parse_number<int64_t>(f, value(), 1, 1 << 20, "an integer in [1, 1048576]");
-    } else if (f == "--samples") {
-      a.gen.samples = parse_number<int>(f, value(), 1, 256, "an integer in [1, 256]");
-    } else if (f == "--temperature") {
-      a.gen.sampling.temperature =
-          parse_number<double>(f, value(), 0.0, 1e6, "a number >= 0 (0: always the most likely token)");
-    } else if (f == "--top-k") {
-      a.gen.sampling.top_k = parse_number<int>(f, value(), 0, std::numeric_limits<int>::max(), "an integer >= 0");
-    } else if (f == "--seed") {
-      a.gen.sampling.seed =
-          parse_number<uint64_t>(f, value(), 0, std::numeric_limits<uint64_t>::max(), "a non-negative integer");
-    } else if (f == "--tokenizer") {
-      a.tokenizer = value();
+    } else if (r.is("--tokens")) {
+      a.gen.tokens = r.number<int64_t>(1, 1 << 20, "an integer in [1, 1048576]");
+    } else if (r.is("--samples")) {
+      a.gen.samples = r.number(1, 256, "an integer in [1, 256]");
+    } else if (r.is("--temperature")) {
+      a.gen.sampling.temperature = r.number(0.0, 1e6, "a number >= 0 (0: always the most likely token)");
+    } else if (r.is("--top-k")) {
+      a.gen.sampling.top_k = r.number(0, std::numeric_limits<int>::max(), "an integer >= 0");
+    } else if (r.is("--seed")) {
+      a.gen.sampling.seed = r.number<uint64_t>(0, std::numeric_limits<uint64_t>::max(), "a non-negative integer");
+    } else if (r.is("--tokenizer")) {
+      a.tokenizer = r.value();
       if (a.tokenizer != "gpt2" && a.tokenizer != "bytes")
-        LATTICE_INPUT_FAIL("sample: --tokenizer expects gpt2 or bytes, got '{}'", a.tokenizer);
-    } else if (f == "--vocab-dir") {
-      a.vocab_dir = value(), a.have_vocab_dir = true;
-    } else if (f == "--threads") {
-      a.threads = parse_number<int>(f, value(), 1, 1024, "an integer in [1, 1024]");
-    } else if (f.rfind("--", 0) == 0 || !a.checkpoint.empty()) {
-      LATTICE_INPUT_FAIL(
-          "sample: unknown argument '{}' (usage: lattice sample CHECKPOINT [--prompt TEXT | --prompt-file PATH] "
-          "[--tokens N] [--samples N] "
-          "[--temperature X] [--top-k K] [--seed S] [--tokenizer gpt2|bytes] [--vocab-dir DIR] [--threads N])",
-          f);
+        r.fail(fmt::format("--tokenizer expects gpt2 or bytes, got '{}'", a.tokenizer));
+    } else if (r.is("--vocab-dir")) {
+      a.vocab_dir = r.value(), a.have_vocab_dir = true;
+    } else if (r.is("--threads")) {
+      a.threads = r.number(1, 1024, "an integer in [1, 1024]");
+    } else if (r.is_option() || !a.checkpoint.empty()) {
+      r.fail_unknown();
     } else {
-      a.checkpoint = f;
+      a.checkpoint = r.arg();
     }
   }
   if (a.checkpoint.empty())
-    LATTICE_INPUT_FAIL("sample: expected a checkpoint (a step directory, a checkpoint directory or a run directory)");
+    r.fail("expected a checkpoint (a step directory, a checkpoint directory or a run directory)");
   return a;
 }
 

@@ -19,6 +19,7 @@
 #include "booster/run_dir.h"
 #include "booster/stop_signal.h"
 #include "checkpoint/atomic_dir.h"
+#include "args.h"
 #include "cli.h"
 #include "comm/gather_strings.h"
 #include "comm/mpi_communicator.h"
@@ -34,26 +35,18 @@ namespace lattice::cli {
 namespace {
 
 struct TrainArgs {
-  std::string path;
-  std::vector<std::string> overrides;
+  ConfigArgs config;
   bool print_config = false;
 };
 
 TrainArgs parse_train_args(const Args& args) {
   TrainArgs t;
-  for (const std::string& a : args) {
-    if (a == "--print-config") {
-      t.print_config = true;
-    } else if (a.rfind("--", 0) == 0) {
-      LATTICE_INPUT_FAIL("train: unknown option '{}' (usage: lattice train CONFIG [key=value ...] [--print-config])",
-                         a);
-    } else if (t.path.empty()) {
-      t.path = a;
-    } else {
-      t.overrides.push_back(a);
-    }
-  }
-  if (t.path.empty()) LATTICE_INPUT_FAIL("train: no config file given (usage: lattice train CONFIG [key=value ...])");
+  ArgReader r("train", "lattice train CONFIG [key=value ...] [--print-config]", args);
+  t.config = read_config_args(r, [&](ArgReader& o) {
+    if (!o.flag("--print-config")) return false;
+    t.print_config = true;
+    return true;
+  });
   return t;
 }
 
@@ -195,7 +188,7 @@ std::string oversubscription_note(comm::Group& world) {
 int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   install_stop_signal_handlers();  // again, now that MPI has started (train() installed them first)
   const bool logger = mpi.world_rank() == 0;
-  Config cfg = load_config(a.path, a.overrides);
+  Config cfg = load_config(a.config.path, a.config.overrides);
   if (a.print_config) {
     if (logger) std::fputs(to_yaml(cfg).c_str(), stdout);
     return 0;
@@ -284,13 +277,13 @@ int train(int* argc, char*** argv, const Args& args) {
   // process checks its config first. Under a launcher every rank would print
   // its own line, so there the same checks run after MPI starts (one line).
   if (!under_mpi_launcher()) {
-    Config cfg = load_config(a.path, a.overrides);
+    Config cfg = load_config(a.config.path, a.config.overrides);
     if (!a.print_config) {
       check_structure(cfg, resolve_layout(cfg, 1));
       check_run_paths(cfg);
     }
   }
-  return run_with_mpi(argc, argv, start_timeout_s(a.path, a.overrides),
+  return run_with_mpi(argc, argv, start_timeout_s(a.config.path, a.config.overrides),
                       [&](const comm::MpiRuntime& mpi) { return run(a, mpi); });
 }
 

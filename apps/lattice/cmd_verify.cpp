@@ -8,14 +8,15 @@
 // under bf16/fp16, config.h layout_loss_tolerance).
 #include <fmt/format.h>
 
-#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 
 #include "booster/booster.h"
 #include "booster/hybrid_parallel_plugin.h"
 #include "booster/run_dir.h"
+#include "args.h"
 #include "cli.h"
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
@@ -128,31 +129,17 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
 }  // namespace
 
 int verify_layout(int* argc, char*** argv, const Args& args) {
-  std::string path;
-  std::vector<std::string> overrides;
   std::optional<double> tolerance;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--tolerance") {
-      const std::string v = i + 1 < args.size() ? args[++i] : "";
-      double t = 0;
-      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), t);
-      if (ec != std::errc() || p != v.data() + v.size() || !(t > 0) || !std::isfinite(t))  // inf never fails
-        LATTICE_INPUT_FAIL("verify-layout: --tolerance expects a positive finite number, got '{}'", v);
-      tolerance = t;
-    } else if (args[i].rfind("--", 0) == 0) {
-      LATTICE_INPUT_FAIL(
-          "verify-layout: unknown option '{}' (usage: lattice verify-layout CONFIG [key=value ...] "
-          "[--tolerance X])",
-          args[i]);
-    } else if (path.empty()) {
-      path = args[i];
-    } else {
-      overrides.push_back(args[i]);
-    }
-  }
-  if (path.empty()) LATTICE_INPUT_FAIL("verify-layout: no config file given (usage: lattice verify-layout CONFIG ...)");
-  return run_with_mpi(argc, argv, start_timeout_s(path, overrides),
-                      [&](const comm::MpiRuntime& mpi) { return verify(path, overrides, tolerance, mpi); });
+  ArgReader r("verify-layout", "lattice verify-layout CONFIG [key=value ...] [--tolerance X]", args);
+  const ConfigArgs c = read_config_args(r, [&](ArgReader& o) {
+    if (!o.is("--tolerance")) return false;
+    // inf (or NaN) could never fail
+    tolerance = o.number(std::numeric_limits<double>::denorm_min(), std::numeric_limits<double>::max(),
+                         "a positive finite number");
+    return true;
+  });
+  return run_with_mpi(argc, argv, start_timeout_s(c.path, c.overrides),
+                      [&](const comm::MpiRuntime& mpi) { return verify(c.path, c.overrides, tolerance, mpi); });
 }
 
 }  // namespace lattice::cli

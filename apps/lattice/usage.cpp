@@ -24,7 +24,7 @@ std::string usage() {
       Dry run without MPI or allocation: rank map, groups, layer-to-stage map,
       tie groups, schedule table and predicted memory per rank.
   lattice data prepare --input FILE... --tokenizer gpt2|bytes [--vocab-dir DIR]
-                       --out PREFIX [--val-tokens N] [--shard-tokens N]
+                       --out PREFIX [--val-tokens N] [--shard-tokens N] [--threads N]
       Tokenize text files (one document each) into llm.c-format token shards.
   lattice convert --to-hf CHECKPOINT OUT_DIR
   lattice convert --from-hf HF_DIR OUT_CHECKPOINT_DIR
@@ -43,6 +43,8 @@ std::string usage() {
       0 takes the most likely token. The tokenizer is the run's unless given.
   lattice --version
 
+An option's value follows it (--tokens 50) or an '=' (--tokens=50; a value
+that starts with -- needs the '=': --prompt=--x).
 Configs: configs/*.yaml; every key is documented in docs/config.md.
 )";
 }
