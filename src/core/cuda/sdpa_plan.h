@@ -189,7 +189,9 @@ inline uint64_t sdpa_dq_accum_bytes(const SdpaShape& s) { return uint64_t(s.B * 
 // What depends on the cuDNN library the process runs with (cudnnGetVersion,
 // e.g. 91900 for 9.19.0). The masked score: -inf from 9.10, the most
 // negative finite float before. Why that library cannot take the shape, ""
-// when it can: up to 9.15.0 the backward needs T a multiple of 128
+// when it can: 9.10.0 and 9.10.1 not at all (cudnn-frontend's support
+// surface refuses fp16/bf16 SDPA forward and backward there, "due to known
+// bugs"); up to 9.15.0 the backward needs T a multiple of 128
 // (cudnn-frontend adds a padding mask for it there; Lattice takes the plain
 // path instead).
 inline float sdpa_mask_value(int64_t cudnn_version);
@@ -414,7 +416,8 @@ inline SdpaGraph sdpa_graph(const SdpaShape& s, SdpaPass pass, SdpaDq dq) {
   const int64_t dK = g.tensor("dK", bhsd, in3, io, B::dqkv, C);
   const int64_t dV = g.tensor("dV", bhsd, in3, io, B::dqkv, 2 * C);
   const int64_t scale = g.scalar("scale", B::scale);
-  // D = rowsum(dO * O), kept in memory (the virtual product has cudnn-frontend's strides).
+  // D = rowsum(dO * O), kept in memory. The virtual product has cudnn-frontend's dims and strides, (b, h, s, d)
+  // and (h s d, s d, h d, 1) (its mul_dO_O in scaled_dot_product_flash_attention.h), unusual as they are.
   const int64_t dOO = g.tensor("dO*O", bhsd, {s.NH * T * s.HS, T * s.HS, s.NH * s.HS, 1}, SdpaElem::f32);
   g.pointwise(SdpaPw::mul, dO, o, dOO);
   const int64_t rowsum = g.reduce(SdpaReduce::add, dOO, "rowsum(dO*O)");
@@ -495,6 +498,10 @@ inline std::string cudnn_version_name(int64_t v) {
 }
 
 inline std::string sdpa_version_refusal(int64_t cudnn_version, const SdpaShape& s) {
+  if (cudnn_version == 91000 || cudnn_version == 91001)
+    return "cuDNN " + cudnn_version_name(cudnn_version) +
+           "'s fp16/bf16 fused attention has known bugs (cudnn-frontend refuses 9.10.0 and 9.10.1); "
+           "cuDNN 9.10.2 and newer take it";
   if (cudnn_version > 91500 || s.T % 128 == 0) return "";
   return "cuDNN " + cudnn_version_name(cudnn_version) +
          "'s attention backward needs T a multiple of 128 (T = " + std::to_string(s.T) +

@@ -324,6 +324,8 @@ TEST(SdpaPlan, SupportedShapesAndWhyNot) {
   SdpaShape t = s;
   t.T = 16;  // (B, NH, 16, 16) f32 cannot hold Stats and a bf16 O of head size 64
   refused(t, "too short");
+  // cudnn-frontend's backward support surface refuses s_q = s_kv = 1: no T = 1 passes the fit test.
+  for (bool act16 : {false, true}) refused(SdpaShape{.B = 64, .T = 1, .NH = 64, .HS = 8, .act16 = act16}, "too short");
   refused(SdpaShape{.B = 0, .T = 4, .NH = 1, .HS = 8}, "empty");
   SdpaShape bidirectional = s;
   bidirectional.causal = false;  // no key mask: every key, which the graph takes without the mask ops
@@ -452,8 +454,8 @@ TEST(SdpaPlan, ScratchHoldsTheStagedCopiesThenTheWorkspace) {
 }
 
 // What depends on the cuDNN the process runs with: -inf for masked scores
-// from 9.10 (the finite lowest before), and the backward's T multiple of 128
-// up to 9.15.0.
+// from 9.10 (the finite lowest before), no fused path on 9.10.0 and 9.10.1,
+// and the backward's T multiple of 128 up to 9.15.0.
 TEST(SdpaPlan, TheRunningCudnnVersionDecidesMaskValueAndShortT) {
   EXPECT_EQ(sdpa_mask_value(91900), -std::numeric_limits<float>::infinity());
   EXPECT_EQ(sdpa_mask_value(91000), -std::numeric_limits<float>::infinity());
@@ -465,6 +467,15 @@ TEST(SdpaPlan, TheRunningCudnnVersionDecidesMaskValueAndShortT) {
   const std::string why = sdpa_version_refusal(91500, odd);
   EXPECT_NE(why.find("multiple of 128 (T = 100)"), std::string::npos) << why;
   EXPECT_EQ(why.rfind("cuDNN 9.15.0's", 0), 0u) << why;
+  // cudnn-frontend's support surface refuses fp16/bf16 SDPA, both passes, on
+  // 9.10.0 and 9.10.1 ("known bugs"), whatever the shape; 9.10.2 is taken.
+  for (int64_t v : {91000, 91001}) {
+    const std::string buggy = sdpa_version_refusal(v, even);
+    EXPECT_NE(buggy.find("known bugs"), std::string::npos) << buggy;
+    EXPECT_EQ(buggy.rfind("cuDNN " + cudnn_version_name(v) + "'s", 0), 0u) << buggy;
+  }
+  EXPECT_EQ(sdpa_version_refusal(91002, even), "");
+  EXPECT_EQ(sdpa_version_refusal(90900, even), "");
   EXPECT_EQ(cudnn_version_name(91900), "9.19.0");
   EXPECT_EQ(cudnn_version_name(91701), "9.17.1");
 }
@@ -510,6 +521,42 @@ TEST(SdpaPlan, KeysDifferInEveryField) {
   with([](SdpaShape& t) { t.causal = false; });
   with([](SdpaShape& t) { t.dtype = SdpaDType::fp16; });
   EXPECT_EQ(keys.size(), 8u);
+}
+
+// The key holds everything the built graphs depend on: a supported shape's
+// other field (act16: the activations' type, which decides only the staging
+// and the saved buffer's size) leaves both graphs, both backward forms, the
+// same tensor for tensor and op for op.
+TEST(SdpaPlan, TheKeyHoldsEverythingTheGraphsDependOn) {
+  auto same = [](const SdpaGraph& a, const SdpaGraph& b) {
+    ASSERT_EQ(a.tensors.size(), b.tensors.size());
+    for (size_t i = 0; i < a.tensors.size(); ++i) {
+      const SdpaTensor &x = a.tensors[i], &y = b.tensors[i];
+      EXPECT_EQ(std::string(x.name), std::string(y.name));
+      EXPECT_TRUE(x.uid == y.uid && x.dims == y.dims && x.strides == y.strides && x.elem == y.elem &&
+                  x.buffer == y.buffer && x.offset == y.offset)
+          << x.name;
+    }
+    ASSERT_EQ(a.ops.size(), b.ops.size());
+    for (size_t i = 0; i < a.ops.size(); ++i) {
+      const SdpaOp &x = a.ops[i], &y = b.ops[i];
+      EXPECT_TRUE(x.kind == y.kind && x.pw == y.pw && x.reduce == y.reduce && x.axis == y.axis && x.x == y.x &&
+                  x.b == y.b && x.t == y.t && x.y == y.y && x.math == y.math)
+          << "op " << i;
+    }
+  };
+  for (bool causal : {true, false}) {
+    const SdpaShape f32{.B = 2, .T = 256, .NH = 4, .HS = 64, .causal = causal}, act16 = [&] {
+      SdpaShape t = f32;
+      t.act16 = true;
+      return t;
+    }();
+    ASSERT_TRUE(sdpa_supported(f32, nullptr) && sdpa_supported(act16, nullptr));
+    ASSERT_EQ(sdpa_key(0, f32), sdpa_key(0, act16));
+    same(sdpa_graph(f32, SdpaPass::forward), sdpa_graph(act16, SdpaPass::forward));
+    for (SdpaDq dq : {SdpaDq::direct, SdpaDq::accumulated})
+      same(sdpa_graph(f32, SdpaPass::backward, dq), sdpa_graph(act16, SdpaPass::backward, dq));
+  }
 }
 
 // attention_plain_reason asks about one shape: the answer is that shape's
