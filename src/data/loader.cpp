@@ -31,7 +31,7 @@ std::vector<std::string> match_glob(const std::string& pattern, const std::strin
 
 }  // namespace
 
-std::vector<int64_t> window_permutation(uint64_t seed, int64_t epoch, int64_t n_windows) {
+std::vector<int64_t> window_permutation(uint64_t seed, int64_t epoch, int64_t n_windows, uint32_t source) {
   std::vector<int64_t> perm(static_cast<size_t>(n_windows));
   std::iota(perm.begin(), perm.end(), int64_t(0));
   RngKey key;
@@ -39,6 +39,7 @@ std::vector<int64_t> window_permutation(uint64_t seed, int64_t epoch, int64_t n_
   key.purpose = RngPurpose::data;
   key.step = uint32_t(epoch);
   key.layer = uint32_t(uint64_t(epoch) >> 32);
+  key.site = source;
   for (int64_t k = n_windows - 1; k > 0; --k) {
     // 64 random bits per swap (element k*4 owns a whole Philox block);
     // j = floor(bits * (k+1) / 2^64) is uniform in [0, k] up to 2^-64 bias.
@@ -112,10 +113,14 @@ int64_t TokenDataset::train_window(int64_t sample_index) {
   LATTICE_CHECK(sample_index >= 0, "{}: sample index {} must be >= 0", opts_.name, sample_index);
   const int64_t epoch = sample_index / n_windows_;
   if (epoch != perm_epoch_) {
-    perm_ = window_permutation(opts_.seed, epoch, n_windows_);
+    perm_ = window_permutation(opts_.seed, epoch, n_windows_, opts_.source);
     perm_epoch_ = epoch;
   }
   return perm_[size_t(sample_index % n_windows_)];
+}
+
+void TokenDataset::fill_sample(int64_t sample_index, int32_t* inputs, int32_t* targets) {
+  fill_window(train_window(sample_index), inputs, targets);
 }
 
 void TokenDataset::check_slice(int64_t first_sample, int64_t count) const {
@@ -138,8 +143,7 @@ void TokenDataset::fill_batch(int64_t step_index, int64_t first_sample, int64_t 
   LATTICE_CHECK(step_index >= 0, "{}: step index {} must be >= 0", opts_.name, step_index);
   const int64_t T = opts_.seq_len;
   for (int64_t s = 0; s < count; ++s) {
-    const int64_t i = step_index * opts_.global_batch + first_sample + s;
-    fill_window(train_window(i), inputs + s * T, targets + s * T);
+    fill_sample(step_index * opts_.global_batch + first_sample + s, inputs + s * T, targets + s * T);
   }
 }
 

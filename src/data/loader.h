@@ -9,10 +9,12 @@
 //   (step_index from 0, g the sample's place in the step's global batch);
 //   epoch = i / n_windows; the window is perm_epoch[i % n_windows], where
 //   perm_epoch is a Fisher-Yates shuffle of [0, n_windows) driven by Philox
-//   keyed by (seed, RngPurpose::data, epoch). So each epoch visits every window
-//   once, and the sequences of a step do not depend on how dp ranks or
-//   microbatches split the global batch: fill_batch(step, first, count) hands
-//   out any slice of it.
+//   keyed by (seed, RngPurpose::data, epoch, options.source). So each epoch
+//   visits every window once, and the sequences of a step do not depend on how
+//   dp ranks or microbatches split the global batch: fill_batch(step, first,
+//   count) hands out any slice of it. A mixture of several sources
+//   (data/mixture.h) gives each its own index i (its own sample count) and
+//   its own permutations (options.source).
 // Evaluation: fill_eval_batch walks the windows in order, without shuffling,
 //   from window 0, wrapping at the end.
 //
@@ -42,10 +44,14 @@ struct TokenDatasetOptions {
   int64_t seq_len = 0;                         // T
   int64_t global_batch = 1;                    // sequences per step
   uint64_t seed = 0;
+  // Which source of data.train this is (data/mixture.h): keys the window
+  // permutations, so the sources of a mixture shuffle independently; source 0
+  // is the order of a run without a mixture.
+  uint32_t source = 0;
 };
 
-// The window order of one epoch: a permutation of [0, n_windows).
-std::vector<int64_t> window_permutation(uint64_t seed, int64_t epoch, int64_t n_windows);
+// The window order of one epoch of a source: a permutation of [0, n_windows).
+std::vector<int64_t> window_permutation(uint64_t seed, int64_t epoch, int64_t n_windows, uint32_t source = 0);
 
 class TokenDataset {
  public:
@@ -59,6 +65,8 @@ class TokenDataset {
 
   // The window that global sample index i (over the whole run) trains on.
   int64_t train_window(int64_t sample_index);
+  // The inputs and targets of that window.
+  void fill_sample(int64_t sample_index, int32_t* inputs /* (T) */, int32_t* targets /* (T) */);
   // Samples [first_sample, first_sample + count) of step `step_index`'s global batch.
   void fill_batch(int64_t step_index, int64_t first_sample, int64_t count,
                   int32_t* inputs /* (count, T) */, int32_t* targets /* (count, T) */);
