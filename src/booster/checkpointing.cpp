@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -147,7 +148,7 @@ void load_stage(const checkpoint::IndexedTensors& in, const FlatParams& params, 
 
 }  // namespace
 
-std::vector<ShardPrint> fingerprint_shards(const std::vector<std::string>& paths) {
+std::vector<ShardPrint> fingerprint_shards(const std::vector<std::string>& paths, int source) {
   constexpr uint64_t kEnd = 64 << 10;
   std::vector<ShardPrint> out;
   for (const std::string& path : paths) {
@@ -162,7 +163,7 @@ std::vector<ShardPrint> fingerprint_shards(const std::vector<std::string>& paths
     checkpoint::Checksum64 sum;
     sum.update(head.data(), head.size());
     sum.update(tail.data(), tail.size());
-    out.push_back({fs::path(path).filename().string(), bytes, checkpoint::checksum_hex(sum.digest())});
+    out.push_back({fs::path(path).filename().string(), bytes, checkpoint::checksum_hex(sum.digest()), source});
   }
   return out;
 }
@@ -210,8 +211,10 @@ std::string trainer_state_json(const TrainerState& s) {
   if (s.loss_scaler) j["loss_scaler"] = optim::loss_scaler_state_json(*s.loss_scaler);
   if (!s.data_train.empty()) {
     j["data_train"] = nlohmann::ordered_json::array();
-    for (const ShardPrint& p : s.data_train)
+    for (const ShardPrint& p : s.data_train) {
       j["data_train"].push_back({{"file", p.file}, {"bytes", p.bytes}, {"xxh64", p.xxh64}});
+      if (p.source != 0) j["data_train"].back()["source"] = p.source;  // a mixture's other sources
+    }
   }
   return j.dump(2) + "\n";
 }
@@ -249,8 +252,8 @@ TrainerState read_trainer_state(const std::string& step_dir) {
     if (j.contains("loss_scaler")) s.loss_scaler = optim::loss_scaler_state_from_json(j["loss_scaler"]);
     if (j.contains("data_train"))
       for (const json& p : j.at("data_train"))
-        s.data_train.push_back(
-            {p.at("file").get<std::string>(), p.at("bytes").get<uint64_t>(), p.at("xxh64").get<std::string>()});
+        s.data_train.push_back({p.at("file").get<std::string>(), p.at("bytes").get<uint64_t>(),
+                                p.at("xxh64").get<std::string>(), p.value("source", 0)});
   } catch (const json::exception& e) {
     LATTICE_FAIL("{}: {}", path, e.what());
   } catch (const Error& e) {
@@ -497,13 +500,22 @@ void check_resume_config(const Config& cfg, const TrainerState& state, const std
   std::optional<ConfigDifference> d = first_difference(saved, cfg);
   if (!d) {
     if (state.data_train.empty() || data_train.empty()) return;  // an older checkpoint, or a caller without data
-    const std::string diff = shard_difference(state.data_train, data_train);
-    if (diff.empty()) return;
-    config_fail(cfg, "data.train",
-                fmt::format("the shards matching '{}' are not the ones checkpoint {} was trained on: {} — restore "
-                            "them, or start a new run in new directories (log.dir=..., and checkpoint.dir=... where "
-                            "it is set)",
-                            cfg.data.train, step_dir, diff));
+    for (size_t s = 0; s < cfg.data.train.size(); ++s) {         // the same sources: data.train is the checkpoint's
+      auto of_source = [s](const std::vector<ShardPrint>& all) {
+        std::vector<ShardPrint> out;
+        std::copy_if(all.begin(), all.end(), std::back_inserter(out),
+                     [s](const ShardPrint& p) { return p.source == int(s); });
+        return out;
+      };
+      const std::string diff = shard_difference(of_source(state.data_train), of_source(data_train));
+      if (diff.empty()) continue;
+      config_fail(cfg, train_source_key(cfg, s),
+                  fmt::format("the shards matching '{}' are not the ones checkpoint {} was trained on: {} — restore "
+                              "them, or start a new run in new directories (log.dir=..., and checkpoint.dir=... "
+                              "where it is set)",
+                              cfg.data.train[s].path, step_dir, diff));
+    }
+    return;
   }
   // Other settings on the same weights are a new run that starts from them:
   // checkpoint.init_from (in new directories when this is the run's own checkpoint.dir).

@@ -42,14 +42,16 @@ namespace lattice {
 
 // One training shard as a checkpoint remembers it: its file name (not the
 // directory: the data may move with data.train), size and the XXH64 of its
-// first and last 64 KiB (a cheap check that reads 128 KiB, not the shard).
+// first and last 64 KiB (a cheap check that reads 128 KiB, not the shard),
+// and which source of data.train it belongs to (0 without a mixture).
 struct ShardPrint {
   std::string file;
   uint64_t bytes = 0;
   std::string xxh64;
+  int source = 0;
   bool operator==(const ShardPrint&) const = default;
 };
-std::vector<ShardPrint> fingerprint_shards(const std::vector<std::string>& paths);
+std::vector<ShardPrint> fingerprint_shards(const std::vector<std::string>& paths, int source = 0);
 
 struct TrainerState {
   int64_t step = 0;               // optimizer steps completed (the directory's number)
@@ -101,9 +103,11 @@ std::optional<std::string> resolve_resume(const Config& cfg, comm::Group& world,
 // may differ (ARCHITECTURE.md §5). A model-only checkpoint is checked for the
 // model's shape only, by the load itself.
 // and, when the checkpoint has them, that `data_train` (this run's training
-// shards, fingerprint_shards) are the ones it was trained on: a shard deleted,
-// added, regenerated or truncated under the same data.train would resume on
-// another token stream without a word.
+// shards, fingerprint_shards) are the ones it was trained on, source by
+// source: a shard deleted, added, regenerated or truncated under the same
+// data.train would resume on another token stream without a word. (The
+// sources' globs and weights are config: a changed mixture is a difference
+// in data.train.)
 void check_resume_config(const Config& cfg, const TrainerState& state, const std::string& step_dir,
                          const std::vector<ShardPrint>& data_train = {});
 

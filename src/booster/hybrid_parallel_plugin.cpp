@@ -132,21 +132,27 @@ HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroup
     optimizer_ = optim::make_optimizer(optimizer_options(cfg.optimizer), params_);
   }
 
-  auto dataset = [&](const std::string& pattern, const char* key) {
-    return std::make_unique<data::TokenDataset>(data::TokenDatasetOptions{.pattern = pattern,
-                                                                          .name = key,
-                                                                          .vocab_size = cfg.model.vocab_size,
-                                                                          .tokenizer = std::string(
-                                                                              enum_name(cfg.data.tokenizer)),
-                                                                          .seq_len = T,
-                                                                          .global_batch = cfg.train.global_batch,
-                                                                          .seed = cfg.runtime.seed});
+  auto dataset = [&](const std::string& pattern, const std::string& key, uint32_t source) {
+    return data::TokenDataset(data::TokenDatasetOptions{.pattern = pattern,
+                                                        .name = key,
+                                                        .vocab_size = cfg.model.vocab_size,
+                                                        .tokenizer = std::string(enum_name(cfg.data.tokenizer)),
+                                                        .seq_len = T,
+                                                        .global_batch = cfg.train.global_batch,
+                                                        .seed = cfg.runtime.seed,
+                                                        .source = source});
   };
   if (train) {
-    train_ = dataset(cfg.data.train, "data.train");
-    train_print_ = fingerprint_shards(train_->shard_paths());
+    std::vector<data::TokenDataset> sources;
+    std::vector<double> weights;
+    for (size_t s = 0; s < cfg.data.train.size(); ++s) {
+      sources.push_back(dataset(cfg.data.train[s].path, train_source_key(cfg, s), uint32_t(s)));
+      weights.push_back(cfg.data.train[s].weight);
+      for (const ShardPrint& p : fingerprint_shards(sources.back().shard_paths(), int(s))) train_print_.push_back(p);
+    }
+    train_ = std::make_unique<data::DataMixture>(std::move(sources), std::move(weights), cfg.train.global_batch);
   }
-  if (!cfg.data.val.empty()) val_ = dataset(cfg.data.val, "data.val");
+  if (!cfg.data.val.empty()) val_ = std::make_unique<data::TokenDataset>(dataset(cfg.data.val, "data.val", 0));
   inputs_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
   targets_ = Tensor::empty({layout_.microbatches, B, T}, DType::i32);
   device_inputs_ = placement_.device.is_cpu() ? inputs_ : Tensor::empty(inputs_.shape(), DType::i32, placement_.device);
@@ -175,11 +181,7 @@ std::string HybridParallelPlugin::describe() const {
                      zero_->gathers_half(params_)
                          ? fmt::format("{} shadow + fp32 norms, biases, embeddings", dtype_name(params_.shadow_dtype()))
                          : "fp32 values");
-  if (train_ && train_->n_windows() < cfg_.train.global_batch)  // the loader wraps around (data/loader.h)
-    s += fmt::format(
-        " | note: data.train holds {} windows of {} tokens, fewer than the global batch of {}: each step "
-        "sees some of them twice",
-        train_->n_windows(), cfg_.train.seq_len + 1, cfg_.train.global_batch);
+  if (train_) s += describe_train_data();
   const int64_t whole = val_ ? (val_->n_windows() + cfg_.train.global_batch - 1) / cfg_.train.global_batch : 0;
   if (val_ && cfg_.train.eval_steps > whole) {  // batches past the ones that cover the set once
     s += fmt::format(
@@ -189,6 +191,36 @@ std::string HybridParallelPlugin::describe() const {
         cfg_.train.eval_steps, cfg_.train.global_batch, val_->n_windows(), whole, whole);
   }
   return s;
+}
+
+// Each training source: its tokens, windows, share and the epochs of it the
+// run reads (train.steps * global_batch samples, the source's share of them);
+// a note where a step takes more of its samples than it has windows.
+std::string HybridParallelPlugin::describe_train_data() const {
+  const int64_t GB = cfg_.train.global_batch, T = cfg_.train.seq_len;
+  const double run_samples = double(cfg_.train.steps) * double(GB);
+  std::string s, notes;
+  for (size_t k = 0; k < train_->size(); ++k) {
+    const data::TokenDataset& d = train_->source(k);
+    const std::string key = train_->size() == 1 ? std::string("data.train") : fmt::format("data.train[{}]", k);
+    const double share = train_->share(k), epochs = share * run_samples / double(d.n_windows());
+    s += train_->size() == 1
+             ? fmt::format(" | {}: {} tokens, {} windows, {:.3g} epochs", key, d.n_tokens(), d.n_windows(), epochs)
+             : fmt::format(" | {} '{}': weight {} ({:.3g}%), {} tokens, {} windows, {:.3g} epochs", key,
+                           cfg_.data.train[k].path, cfg_.data.train[k].weight, 100 * share, d.n_tokens(), d.n_windows(),
+                           epochs);
+    if (double(d.n_windows()) >= share * double(GB)) continue;  // the loader wraps around (data/loader.h)
+    notes += train_->size() == 1
+                 ? fmt::format(
+                       " | note: {} holds {} windows of {} tokens, fewer than the global batch of {}: each "
+                       "step sees some of them twice",
+                       key, d.n_windows(), T + 1, GB)
+                 : fmt::format(
+                       " | note: {} holds {} windows of {} tokens, fewer than the {:.3g} of each global "
+                       "batch of {} its weight gives it: each step sees some of them twice",
+                       key, d.n_windows(), T + 1, share * double(GB), GB);
+  }
+  return s + notes;
 }
 
 std::string HybridParallelPlugin::stage_map() const { return layout_.pp > 1 ? stages_->describe() : ""; }

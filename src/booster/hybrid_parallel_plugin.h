@@ -44,6 +44,7 @@
 #include "config/config.h"
 #include "core/param.h"
 #include "data/loader.h"
+#include "data/mixture.h"
 #include "mesh/process_group_mesh.h"
 #include "models/model.h"
 #include "optim/loss_scaler.h"
@@ -115,6 +116,7 @@ class HybridParallelPlugin final : public Plugin {
   std::function<void(int64_t step, FlatParams& params)> on_zeroed_grads_for_tests;
 
  private:
+  std::string describe_train_data() const;  // describe()'s part about data.train
   // Runs `plan` over the microbatches of inputs_/targets_; returns the loss sum of this rank.
   double run_plan(const pipeline::Plan& plan, const StepCoords& base, int64_t first_sample, float dloss,
                   pipeline::RunStats* stats);
@@ -143,7 +145,8 @@ class HybridParallelPlugin final : public Plugin {
   std::unique_ptr<optim::Optimizer> optimizer_;
   // optimizer_ itself when parallel.zero = 1, else null
   optim::ZeroOptimizer* zero_ = nullptr;
-  std::unique_ptr<data::TokenDataset> train_, val_;
+  std::unique_ptr<data::DataMixture> train_;  // data.train's sources (one without a mixture)
+  std::unique_ptr<data::TokenDataset> val_;
   std::vector<ShardPrint> train_print_;     // the training shards, for the checkpoints (fingerprint_shards)
   Tensor inputs_, targets_;                 // (microbatches, B, T) i32: this dp rank's share of the step
   Tensor loss_sum_;                         // (1) f64 on the device: the step's loss sum (set_loss_sum)

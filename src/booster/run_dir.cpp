@@ -390,7 +390,8 @@ void check_init_from_path(const Config& cfg) {
 }  // namespace
 
 void check_data_paths(const Config& cfg, bool train) {
-  if (train) check_shards(cfg, "data.train", cfg.data.train, "train");
+  for (size_t s = 0; train && s < cfg.data.train.size(); ++s)
+    check_shards(cfg, train_source_key(cfg, s), cfg.data.train[s].path, "train");
   check_shards(cfg, "data.val", cfg.data.val, "val");
   std::error_code ec;
   if (cfg.data.tokenizer == TokenizerName::gpt2 && !cfg.data.vocab_dir.empty() &&

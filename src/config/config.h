@@ -230,8 +230,17 @@ struct OptimizerConfig {
   bool operator==(const OptimizerConfig&) const = default;
 };
 
+// One training corpus of data.train: its shards and its share of the samples.
+struct DataSource {
+  std::string path;     // shard glob
+  double weight = 1.0;  // > 0; the share is weight / (the sum of data.train's weights)
+  bool operator==(const DataSource&) const = default;
+};
+
 struct DataConfig {
-  std::string train;  // required: shard glob
+  // required: one shard glob (YAML: a string; one source of weight 1) or a
+  // mixture (YAML: a list of {path: GLOB, weight: W}); data/mixture.h.
+  std::vector<DataSource> train;
   std::string val;    // shard glob; "" = no validation data
   TokenizerName tokenizer = TokenizerName::gpt2;
   std::string vocab_dir;  // gpt2 tokenizer files (encoder.json, vocab.bpe); "" = none: there is no default
@@ -352,6 +361,10 @@ void validate(const Config& cfg);
 void fill_derived(Config& cfg);
 // Every leaf key path, in the order to_yaml writes them.
 std::vector<std::string> config_key_paths();
+
+// The key of training source s's glob, for messages about its shards:
+// "data.train" when data.train has one source, "data.train[s].path" in a mixture.
+std::string train_source_key(const Config& cfg, size_t s);
 
 // The first key path (in to_yaml order) whose value differs, with both values
 // as YAML text; nullopt when the settings are equal.

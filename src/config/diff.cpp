@@ -22,10 +22,21 @@ YAML::Node at_path(const YAML::Node& root, const std::string& path) {
   return n;
 }
 
+// Flow style all the way down, so a block list (data.train's sources) is one line too.
+void set_flow(YAML::Node n) {
+  n.SetStyle(YAML::EmitterStyle::Flow);
+  if (n.IsSequence())
+    for (YAML::Node child : n) set_flow(child);
+  if (n.IsMap())
+    for (auto entry : n) set_flow(entry.second);
+}
+
 std::string text_of(const YAML::Node& n) {
   if (!n || n.IsNull()) return "null";
+  YAML::Node flow = YAML::Clone(n);
+  set_flow(flow);
   YAML::Emitter e;
-  e << YAML::Flow << n;
+  e << flow;
   return e.c_str();
 }
 

@@ -232,6 +232,54 @@ void decode_value(const YAML::Node& n, const std::string& path, const Locator& l
   for (size_t i = 0; i < n.size(); ++i) decode_value(n[i], fmt::format("{}[{}]", path, i), loc, out.counts[i]);
 }
 
+// data.train: a glob (one source of weight 1; "" or nothing: none) or a
+// mixture, a list of {path: GLOB, weight: W}. Each element's keys get their
+// locations, so validate() puts "data.train[1].weight: must be > 0" at its line.
+void decode_sources(const YAML::Node& n, const std::string& path, const Locator& loc, Config& cfg) {
+  std::vector<DataSource>& out = cfg.data.train;
+  out.clear();
+  if (n.IsNull() || (n.IsScalar() && n.Scalar().empty())) return;
+  if (n.IsScalar()) {
+    out.push_back({n.Scalar(), 1.0});
+    return;
+  }
+  if (!n.IsSequence())
+    loc.fail(
+        path, n.Mark(),
+        fmt::format("expected a shard glob, or a list of {{path: GLOB, weight: W}} for a mixture, got {}", show(n)));
+  const std::vector<std::string> keys = {"path", "weight"};
+  out.assign(n.size(), DataSource{});
+  for (size_t i = 0; i < n.size(); ++i) {
+    const YAML::Node e = n[i];
+    const std::string at = fmt::format("{}[{}]", path, i);
+    cfg.locations[at] = loc.locate(at, e.Mark());
+    if (!e.IsMap()) loc.fail(at, e.Mark(), fmt::format("expected a source {{path: GLOB, weight: W}}, got {}", show(e)));
+    std::set<std::string> seen;
+    for (const auto& entry : e) {
+      YAML::Node key = entry.first, value = entry.second;
+      const std::string name = key.IsScalar() ? key.Scalar() : show(key);
+      const std::string key_path = join_path(at, name);
+      if (std::find(keys.begin(), keys.end(), name) == keys.end()) {
+        std::string near = closest(name, keys);
+        loc.fail(key_path, key.Mark(),
+                 fmt::format("unknown key — a source has path: GLOB and weight: W{}",
+                             near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near)));
+      }
+      if (!seen.insert(name).second) loc.fail(key_path, key.Mark(), "duplicate key — give it once per source");
+      cfg.locations[key_path] = loc.locate(key_path, key.Mark());
+      if (value.IsNull() && value.Mark().line != key.Mark().line) loc.empty_value_at(key_path, key.Mark());
+      if (name == "path") {
+        decode_value(value, key_path, loc, out[i].path);
+      } else {
+        decode_value(value, key_path, loc, out[i].weight);
+      }
+    }
+    if (!seen.count("path")) loc.fail(at, e.Mark(), "has no path — add path: GLOB, the source's training shards");
+    if (!seen.count("weight"))
+      loc.fail(at, e.Mark(), "has no weight — add weight: W, a positive number: the source's share before normalising");
+  }
+}
+
 // ---- emitters: numbers in shortest round-trip form, free strings quoted ----
 
 // Shortest text that parses back to the same value; "1.0e-05" rather than
@@ -274,6 +322,29 @@ void emit_value(YAML::Emitter& out, const LayersPerStage& v) {
   out << YAML::Flow << YAML::BeginSeq;
   for (int c : v.counts) out << fmt::format("{}", c);
   out << YAML::EndSeq;
+}
+
+// One source of weight 1 as its glob (what a config without a mixture says),
+// else the list, one flow mapping per source, the weights as given.
+void emit_sources(YAML::Emitter& out, const std::vector<DataSource>& sources) {
+  if (sources.empty() || (sources.size() == 1 && sources[0].weight == 1.0)) {
+    emit_value(out, sources.empty() ? std::string() : sources[0].path);
+    return;
+  }
+  out << YAML::BeginSeq;
+  for (const DataSource& s : sources)
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "path" << YAML::Value << YAML::DoubleQuoted << s.path
+        << YAML::Key << "weight" << YAML::Value << number_text(s.weight) << YAML::EndMap;
+  out << YAML::EndSeq;
+}
+
+Field data_train_field() {
+  Field f;
+  f.path = "data.train";
+  f.required = true;
+  f.decode = [](const YAML::Node& n, Config& c, const Locator& loc) { decode_sources(n, "data.train", loc, c); };
+  f.emit = [](const Config& c, YAML::Emitter& out) { emit_sources(out, c.data.train); };
+  return f;
 }
 
 // `get` is a generic lambda returning the member for both Config& and const Config&.
@@ -340,7 +411,7 @@ std::vector<Field> build_fields() {
       LATTICE_KEY(optimizer.schedule, decay_steps, optional),
       LATTICE_KEY(optimizer.schedule, decay, optional),
       LATTICE_KEY(optimizer.schedule, min_lr, optional),
-      LATTICE_KEY(data, train, required),
+      data_train_field(),
       LATTICE_KEY(data, val, optional),
       LATTICE_KEY(data, tokenizer, optional),
       LATTICE_KEY(data, vocab_dir, optional),

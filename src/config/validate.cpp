@@ -20,6 +20,10 @@ std::string key_location(const Config& cfg, const std::string& key_path) {
   return cfg.source;
 }
 
+std::string train_source_key(const Config& cfg, size_t s) {
+  return cfg.data.train.size() == 1 ? std::string("data.train") : fmt::format("data.train[{}].path", s);
+}
+
 void config_fail(const Config& cfg, const std::string& key_path, const std::string& message) {
   throw ConfigError(fmt::format("{}: {}: {}", key_location(cfg, key_path), key_path, message), key_path);
 }
@@ -250,8 +254,30 @@ void validate_optimizer(const Config& c) {
           "must be in [0, optimizer.lr = {}] (got {})", o.lr, o.schedule.min_lr);
 }
 
+// data.train's sources: each a glob, once, with a positive weight.
+void validate_train_sources(const Config& c) {
+  const std::vector<DataSource>& v = c.data.train;
+  require(!v.empty(), c, "data.train",
+          "is empty — give a glob of training shards, or a list of {{path: GLOB, weight: W}} for a mixture");
+  double total = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string at = fmt::format("data.train[{}]", i);
+    require(!v[i].path.empty(), c, at + ".path", "is empty — give a glob of this source's training shards");
+    require(v[i].weight > 0 && std::isfinite(v[i].weight), c, at + ".weight",
+            "must be a number > 0 (got {}) — the source's share is its weight over the sum of the weights; remove "
+            "the source to leave it out",
+            v[i].weight);
+    for (size_t j = 0; j < i; ++j)
+      require(v[j].path != v[i].path, c, at + ".path",
+              "'{}' is also data.train[{}].path — list each glob once, with the weights summed", v[i].path, j);
+    total += v[i].weight;
+  }
+  require(std::isfinite(total), c, "data.train",
+          "the weights sum to {} — use smaller weights (only their ratios matter)", total);
+}
+
 void validate_io(const Config& c) {
-  require(!c.data.train.empty(), c, "data.train", "is empty — give a glob of training shards");
+  validate_train_sources(c);
   require_non_negative(c, "checkpoint.every", c.checkpoint.every, "0 saves only at the end and on stop");
   require_non_negative(c, "checkpoint.keep_last", c.checkpoint.keep_last, "0 keeps every checkpoint");
   require(!c.checkpoint.resume.empty(), c, "checkpoint.resume", "is empty — use auto, never or a checkpoint path");

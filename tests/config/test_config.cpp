@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -181,7 +182,7 @@ TEST(Config, FullConfigDecodes) {
   EXPECT_EQ(c.optimizer.schedule.warmup_steps, 10);
   EXPECT_EQ(c.optimizer.schedule.decay, LrDecay::linear);
   EXPECT_DOUBLE_EQ(c.optimizer.schedule.min_lr, 3e-5);
-  EXPECT_EQ(c.data.train, "data/tiny_train_*.bin");
+  EXPECT_EQ(c.data.train, (std::vector<DataSource>{{"data/tiny_train_*.bin", 1.0}}));
   EXPECT_EQ(c.data.val, "data/tiny_val_*.bin");
   EXPECT_EQ(c.data.tokenizer, TokenizerName::gpt2);
   EXPECT_EQ(c.data.vocab_dir, "/opt/gpt2");
@@ -292,7 +293,7 @@ TEST(Config, ToYamlRoundTripOddValues) {
                                 "optimizer.lr=0.000123456789012345", "runtime.seed=0",
                                 "runtime.comm_timeout_s=1e-7",       "parallel.layers_per_stage=balanced"};
   Config a = parse_config(kMinimal, "a.yaml", o);
-  EXPECT_EQ(a.data.train, "a: #b/'c'\"*.bin");
+  EXPECT_EQ(a.data.train, (std::vector<DataSource>{{"a: #b/'c'\"*.bin", 1.0}}));
   EXPECT_EQ(a.data.val, "");
   EXPECT_EQ(a.checkpoint.resume, "yes");
   EXPECT_EQ(a.parallel.layers_per_stage.split, LayerSplit::balanced);
@@ -573,6 +574,98 @@ TEST(Config, ValidateChecks) {
   c.source = "<embedded>";
   msg = error_of([&] { validate(c); });
   EXPECT_EQ(msg, "<embedded>: model.n_layer: must be at least 1 (got 0) — set the number of transformer blocks");
+}
+
+// 1-based column of the first occurrence of `needle` in `text`.
+int column_of(const std::string& text, const std::string& needle) {
+  auto pos = text.find(needle);
+  return int(pos - text.rfind('\n', pos));
+}
+
+// data.train as a mixture: a list of {path, weight}; one glob stays a string.
+const char* kMixture = R"(  train:
+    - path: data/web_train_*.bin
+      weight: 3
+    - {path: "data/code_train_*.bin", weight: 0.5}
+)";
+
+TEST(Config, TrainMixtureDecodesAndRoundTrips) {
+  const std::string y = replace(kMinimal, "  train: data/tiny_train_*.bin\n", kMixture);
+  Config c = parse_config(y, "m.yaml", {});
+  EXPECT_EQ(c.data.train, (std::vector<DataSource>{{"data/web_train_*.bin", 3.0}, {"data/code_train_*.bin", 0.5}}));
+  EXPECT_EQ(train_source_key(c, 1), "data.train[1].path");
+  EXPECT_EQ(key_location(c, "data.train[1].weight"),
+            fmt::format("m.yaml:{}:{}", line_of(y, "weight: 0.5"), column_of(y, "weight: 0.5")));
+  const std::string out = to_yaml(c);
+  EXPECT_HAS(out, "    - {path: \"data/code_train_*.bin\", weight: 0.5}");
+  EXPECT_EQ(parse_config(out, "again.yaml", {}), c) << out;
+  // One source of weight 1 is the glob, written as one; of another weight, a list.
+  Config one = parse_config(kMinimal, "t.yaml", {"data.train=[{path: a_*.bin, weight: 1}]"});
+  EXPECT_EQ(one, parse_config(kMinimal, "t.yaml", {"data.train=a_*.bin"}));
+  EXPECT_EQ(train_source_key(one, 0), "data.train");
+  EXPECT_HAS(to_yaml(one), "train: \"a_*.bin\"");
+  Config heavy = parse_config(kMinimal, "t.yaml", {"data.train=[{path: a_*.bin, weight: 2}]"});
+  EXPECT_EQ(parse_config(to_yaml(heavy), "again.yaml", {}), heavy);
+  // A changed weight is a difference in data.train (the resume check's line).
+  Config lighter = parse_config(y, "m.yaml",
+                                {"data.train=[{path: data/web_train_*.bin, weight: 3}, "
+                                 "{path: data/code_train_*.bin, weight: 0.25}]"});
+  std::optional<ConfigDifference> d = first_difference(c, lighter);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->key, "data.train");
+  EXPECT_HAS(d->b, "weight: 0.25");
+}
+
+// Every bad data.train value: one line naming the element's key, at its line.
+TEST(Config, TrainMixtureErrors) {
+  const std::string y = replace(kMinimal, "  train: data/tiny_train_*.bin\n", kMixture);
+  const int second = line_of(y, "{path: \"data/code"), weight = column_of(y, "weight: 0.5");
+  struct Case {
+    std::string from, to, expected;
+  };
+  const std::vector<Case> cases = {
+      {"weight: 0.5", "weight: 0",
+       fmt::format("test.yaml:{}:{}: data.train[1].weight: must be a number > 0 (got 0) "
+                   "— the source's share is its weight over the sum",
+                   second, weight)},
+      {"weight: 3", "weight: -1", "data.train[0].weight: must be a number > 0 (got -1)"},
+      {"weight: 3", "weight: lots", "data.train[0].weight: expected a number, got 'lots'"},
+      {"weight: 3", "weight: .inf", "data.train[0].weight: expected a number, got '.inf'"},
+      {"weight: 0.5", "weight: 1.0e308", ""},  // sums to inf only with the other one at 1e308
+      {", weight: 0.5", "", fmt::format("test.yaml:{}:7: data.train[1]: has no weight — add weight: W", second)},
+      {"{path: \"data/code_train_*.bin\", ", "{", "data.train[1]: has no path — add path: GLOB"},
+      {"weight: 0.5", "wieght: 0.5",
+       "data.train[1].wieght: unknown key — a source has path: GLOB and weight: W (did "
+       "you mean 'weight'?)"},
+      {", weight: 0.5", ", weight: 0.5, weight: 1", "data.train[1].weight: duplicate key"},
+      {"code_train", "web_train",
+       "data.train[1].path: 'data/web_train_*.bin' is also data.train[0].path — list each glob once, with the weights "
+       "summed"},
+      {"\"data/code_train_*.bin\"", "\"\"", "data.train[1].path: is empty — give a glob"},
+      {"    - {path: \"data/code_train_*.bin\", weight: 0.5}", "    - data/code_train_*.bin",
+       "data.train[1]: expected a source {path: GLOB, weight: W}, got 'data/code_train_*.bin'"},
+  };
+  for (const Case& c : cases) {
+    const std::string text = replace(y, c.from, c.to);
+    if (c.expected.empty()) {
+      EXPECT_NO_THROW(parse_config(text, "test.yaml", {}));
+      continue;
+    }
+    std::string msg = parse_error(text);
+    EXPECT_HAS(msg, c.expected);
+    EXPECT_TRUE(std::regex_search(msg, std::regex(R"(^test\.yaml:\d+:\d+: data\.train)"))) << msg;
+  }
+  for (const auto& [value, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"[]", "data.train: is empty — give a glob of training shards, or a list of {path: GLOB, weight: W}"},
+           {"{path: a, weight: 1}",
+            "data.train: expected a shard glob, or a list of {path: GLOB, weight: W} for a "
+            "mixture, got a mapping"},
+           {"[{path: a, weight: 1.0e308}, {path: b, weight: 1.0e308}]",
+            "data.train: the weights sum to inf — use smaller weights (only their ratios matter)"},
+       }) {
+    std::string msg = parse_error(kMinimal, {"data.train=" + value});
+    EXPECT_HAS(msg, "override 'data.train=" + value + "': " + expected);
+  }
 }
 
 TEST(Config, ResolveLayoutDerivesDpAndMicrobatches) {
