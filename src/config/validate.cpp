@@ -157,6 +157,11 @@ void validate_stages(const Config& c) {
     require(c.model.n_layer >= chunks, c, "model.n_layer",
             "{} layers cannot fill pp ({}) * virtual_stages ({}) = {} stages — each stage needs a layer",
             c.model.n_layer, p.pp, p.virtual_stages, chunks);
+    require(lps.split != LayerSplit::uniform || p.virtual_stages == 1 || c.model.n_layer % chunks == 0, c,
+            "model.n_layer",
+            "{} layers do not divide into pp ({}) * virtual_stages ({}) = {} equal chunks, which the uniform split "
+            "needs with interleaving — change virtual_stages or give parallel.layers_per_stage as a list (or balanced)",
+            c.model.n_layer, p.pp, p.virtual_stages, chunks);
     return;
   }
   require(int(lps.counts.size()) == chunks, c, "parallel.layers_per_stage",

@@ -547,6 +547,9 @@ TEST(Config, ValidateChecks) {
       {{"model.d_model=2000000000", "model.n_head=1"}, "model.d_model: 2000000000 is too large: the MLP width"},
       {{"parallel.virtual_stages=2"}, "parallel.virtual_stages: is 2, but only the interleaved schedule"},
       {{"parallel.schedule=interleaved"}, "parallel.schedule: interleaved needs pp >= 2 and virtual_stages >= 2"},
+      // The uniform split of interleaved chunks needs equal ones: refused here, not by the stage manager's check.
+      {{"parallel.schedule=interleaved", "parallel.pp=2", "parallel.virtual_stages=2", "model.n_layer=5"},
+       "model.n_layer: 5 layers do not divide into pp (2) * virtual_stages (2) = 4 equal chunks"},
       {{"parallel.tp=8"}, "parallel.tp: model.n_head (4) is not divisible by tp (8)"},
       {{"model.arch=llama", "model.n_head=12", "model.d_model=96", "model.n_kv_head=6", "parallel.tp=4"},
        "parallel.tp: model.n_kv_head (6) is neither divisible by tp (4) nor a divisor of it"},
