@@ -306,8 +306,8 @@ std::optional<LossScaleProblem> loss_scale_problem(const LossScaleConfig& s) {
   if (!(s.max >= s.min && s.max <= kMax))
     return problem("max", fmt::format("must lie in [runtime.loss_scale.min = {}, {:g}] (got {})", s.min, kMax, s.max));
   if (!(s.initial >= s.min && s.initial <= s.max))
-    return problem("initial", fmt::format("must lie in [min = {}, max = {}] (got {}) — raise max to start higher",
-                                          s.min, s.max, s.initial));
+    return problem("initial", fmt::format("must lie in [min = {}, max = {}] (got {}) — {}", s.min, s.max, s.initial,
+                                          s.initial > s.max ? "raise max to start higher" : "lower min to start lower"));
   if (!(s.growth_factor > 1 && std::isfinite(s.growth_factor)))
     return problem("growth_factor",
                    fmt::format("must be > 1 (got {}) and finite — 2 doubles the scale", s.growth_factor));

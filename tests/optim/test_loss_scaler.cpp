@@ -110,7 +110,12 @@ TEST(LossScaler, BadOptionsNameTheKey) {
   EXPECT_HAS(text({.min = 0}), "runtime.loss_scale.min: must be > 0 and finite in fp32 (got 0)");
   EXPECT_HAS(text({.max = 1e39}), "runtime.loss_scale.max: must lie in [runtime.loss_scale.min = 1,");
   EXPECT_HAS(text({.min = 8, .max = 4}), "runtime.loss_scale.max: must lie in [runtime.loss_scale.min = 8,");
-  EXPECT_HAS(text({.initial = 0.5}), "runtime.loss_scale.initial: must lie in [min = 1, max = 16777216] (got 0.5)");
+  // The fix names the bound that is in the way.
+  EXPECT_HAS(text({.initial = 0.5}),
+             "runtime.loss_scale.initial: must lie in [min = 1, max = 16777216] (got 0.5) — lower min to start lower");
+  EXPECT_HAS(text({.initial = 1e8}),
+             "runtime.loss_scale.initial: must lie in [min = 1, max = 16777216] (got 100000000) — raise max to start "
+             "higher");
   EXPECT_HAS(text({.growth_factor = 1}), "runtime.loss_scale.growth_factor: must be > 1 (got 1)");
   EXPECT_HAS(text({.growth_factor = std::numeric_limits<double>::infinity()}),
              "runtime.loss_scale.growth_factor: must be > 1 (got inf) and finite");
