@@ -42,6 +42,20 @@ struct SampleArgs {
 
 constexpr size_t kMaxPromptBytes = size_t(64) << 20;
 
+// The text of --prompt-file PATH; a path that is not a readable text file of
+// at most kMaxPromptBytes is one line naming the option.
+std::string read_prompt_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    LATTICE_INPUT_FAIL("sample: --prompt-file {}: {} — pass a text file", path,
+                       fs::exists(path, ec) ? "not a regular file" : "no such file");
+  const uintmax_t size = fs::file_size(path, ec);
+  if (!ec && size > kMaxPromptBytes)
+    LATTICE_INPUT_FAIL("sample: --prompt-file {}: {} bytes, more than the {} a prompt may have — pass a shorter text",
+                       path, size, kMaxPromptBytes);
+  return checkpoint::read_text_file(path, kMaxPromptBytes);
+}
+
 SampleArgs parse_sample(const Args& args) {
   SampleArgs a;
   a.gen.tokens = 64;
@@ -53,7 +67,7 @@ SampleArgs parse_sample(const Args& args) {
     if (r.is("--prompt") || r.is("--prompt-file")) {
       const bool file = r.is("--prompt-file");
       if (a.have_prompt) r.fail(fmt::format("{} after a prompt was given: pass --prompt or --prompt-file, once", r.arg()));
-      a.prompt = file ? checkpoint::read_text_file(r.value(), kMaxPromptBytes) : r.value();
+      a.prompt = file ? read_prompt_file(r.value()) : r.value();
       a.have_prompt = true;
     } else if (r.is("--tokens")) {
       a.gen.tokens = r.number<int64_t>(1, 1 << 20, "an integer in [1, 1048576]");

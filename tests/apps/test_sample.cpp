@@ -113,7 +113,12 @@ TEST_F(Sample, APromptFileIsTheSamePrompt) {
   CmdResult from_file = run("sample runs/tiny --temperature 0 --tokens 40 --prompt-file prompt.txt", dir);
   ASSERT_EQ(from_file.status, 0) << from_file.out;
   EXPECT_EQ(text(from_file.out), continued("lazy dog.\nthe", 40) + "\n");
-  expect_one_line_error(run("sample runs/tiny --prompt-file missing.txt", dir), {"missing.txt"});
+  // A path that is no text file is the option's error, not a file layer's (host and source line).
+  for (const char* path : {"missing.txt", "d"}) {
+    CmdResult bad = run(std::string("sample runs/tiny --prompt-file ") + path, dir);
+    expect_one_line_error(bad, {std::string("--prompt-file ") + path + ": ", "pass a text file"});
+    EXPECT_EQ(bad.out.find("[src/"), std::string::npos) << bad.out;
+  }
   expect_one_line_error(run("sample runs/tiny --prompt x --prompt-file prompt.txt", dir), {"--prompt-file", "once"});
 }
 
