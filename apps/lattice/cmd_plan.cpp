@@ -24,7 +24,7 @@ PlanArgs parse_plan_args(const Args& args) {
   ArgReader r("plan", "lattice plan CONFIG [--world N] [key=value ...]", args);
   p.config = read_config_args(r, [&](ArgReader& o) {
     if (!o.is("--world")) return false;
-    p.world = o.number(1, 1 << 24, "a positive rank count");
+    p.world = o.number(1, 1 << 24, "a rank count in [1, 16777216]");
     return true;
   });
   return p;

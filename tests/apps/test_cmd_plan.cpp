@@ -98,6 +98,8 @@ TEST_F(CmdPlan, BadArgumentsOneLine) {
   expect_one_line_error(run("plan tiny.yaml --world", dir), {"--world"});
   expect_one_line_error(run("plan tiny.yaml --world none", dir), {"--world", "none"});
   expect_one_line_error(run("plan tiny.yaml --world 0", dir), {"--world", "0"});
+  // Above the bound: the message gives the range, not "positive" for a positive count.
+  expect_one_line_error(run("plan tiny.yaml --world 16777217", dir), {"--world", "in [1, 16777216]", "16777217"});
   expect_one_line_error(run("plan tiny.yaml --fast", dir), {"--fast"});
   expect_one_line_error(run("plan nope.yaml", dir), {"nope.yaml"});
   expect_one_line_error(run("plan tiny.yaml model.n_layr=3", dir), {"model.n_layr"});
