@@ -351,9 +351,11 @@ void validate_runtime(const Config& c) {
 
 void fill_derived(Config& cfg) {
   ModelConfig& m = cfg.model;
-  if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
+  // 0 is "not given": a key the config sets to 0 stays 0, for validate_model to refuse.
+  auto given = [&](const char* key) { return cfg.locations.count(key) > 0; };
+  if (m.n_kv_head == 0 && !given("model.n_kv_head")) m.n_kv_head = m.n_head;
   // (A d_model too large for it leaves d_ff 0; validate_model names d_model.)
-  if (m.d_ff == 0 && m.d_model <= kMaxDModel) m.d_ff = 4 * m.d_model;
+  if (m.d_ff == 0 && !given("model.d_ff") && m.d_model <= kMaxDModel) m.d_ff = 4 * m.d_model;
   if (m.rope_theta == 0 && arch_traits(m.arch).rotary) m.rope_theta = 10000.0;
   m.tokenizer_vocab = tokenizer_own_size(cfg.data.tokenizer);
   if (cfg.log.dir.empty()) cfg.log.dir = "runs/" + (cfg.name.empty() ? std::string("run") : cfg.name);

@@ -498,6 +498,9 @@ TEST(Config, ValidateChecks) {
       {{"model.arch=llama", "model.n_kv_head=3"},
        "model.n_kv_head: model.n_head (4) is not divisible by n_kv_head (3)"},
       {{"model.n_kv_head=2"}, "model.n_kv_head: gpt2 has no grouped-query attention"},
+      // 0 set explicitly is refused, not read as "omitted" (n_head k/v heads, a 4 * d_model MLP).
+      {{"model.arch=llama", "model.n_kv_head=0"}, "model.n_kv_head: must be at least 1 (got 0)"},
+      {{"model.arch=llama", "model.d_ff=0"}, "model.d_ff: must be at least 1 (got 0)"},
       {{"model.vocab_size=0"}, "model.vocab_size: must be at least 1 (got 0)"},
       {{"model.vocab_size=256"},
        "model.vocab_size: 256 is smaller than the bytes tokenizer (257 ids with the special tokens of model.arch "
