@@ -406,7 +406,9 @@ Layout resolve_layout(const Config& c, int world) {
           "{} != micro_batch ({}) * microbatches ({}) * dp ({}) = {} — omit parallel.microbatches to derive it",
           t.global_batch, t.micro_batch, out.microbatches, out.dp, per_micro * out.microbatches);
   require(p.schedule != PipeSchedule::interleaved || out.microbatches % p.pp == 0, c, "parallel.microbatches",
-          "the interleaved schedule needs microbatches ({}) divisible by pp ({})", out.microbatches, p.pp);
+          "the interleaved schedule needs microbatches ({}) divisible by pp ({}) — choose train.global_batch and "
+          "train.micro_batch (or parallel.microbatches) for a multiple of {}, or use parallel.schedule: 1f1b",
+          out.microbatches, p.pp, p.pp);
   return out;
 }
 

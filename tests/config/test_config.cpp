@@ -707,6 +707,7 @@ TEST(Config, ResolveLayoutArithmeticErrors) {
   c = parse_config(kFull, "full.yaml", {"train.global_batch=24", "parallel.microbatches=0"});
   msg = error_of([&] { resolve_layout(c, 8); });
   EXPECT_HAS(msg, "parallel.microbatches: the interleaved schedule needs microbatches (3) divisible by pp (2)");
+  EXPECT_HAS(msg, "— choose train.global_batch and train.micro_batch (or parallel.microbatches) for a multiple of 2");
   msg = error_of([&] { resolve_layout(parse_config(kMinimal, "j", {}), 0); });
   EXPECT_HAS(msg, "parallel: the job has 0 ranks");
 }
