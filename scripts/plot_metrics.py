@@ -211,6 +211,8 @@ def main(argv):
     args = p.parse_args(argv)
     if args.smooth < 1:
         raise UsageError(f"--smooth {args.smooth}: must be an integer >= 1")
+    if not args.output:
+        raise UsageError("-o is empty: give the PNG file to write, such as compare.png")
     out_dir = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(out_dir):
         raise DataError(f"output directory '{out_dir}' does not exist (create it or pick another -o)")

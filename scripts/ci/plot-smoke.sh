@@ -120,6 +120,7 @@ expect_one_line_error "dir without metrics.jsonl" "$work/not-a-run/metrics.jsonl
 expect_one_line_error "metrics.jsonl for its run dir" "is a file: pass the run directory" \
   "$work/runs/lr-3e-3/metrics.jsonl" -o "$work/bad.png"
 expect_one_line_error "no -o" "-o" "$work/runs/lr-3e-3"
+expect_one_line_error "empty -o" "-o is empty" "$work/runs/lr-3e-3" -o ""
 [[ ! -e "$work/bad.png" ]] || die "a failed call left $work/bad.png behind"
 
 echo "$me: PASS (${size} byte ${width}x${height} PNG, run colours ${c0}/${c1} px; training ${t_train} s, total $((SECONDS - t0)) s)"
