@@ -74,11 +74,11 @@ SampleArgs parse_sample(const Args& args) {
     } else if (r.is("--samples")) {
       a.gen.samples = r.number(1, 256, "an integer in [1, 256]");
     } else if (r.is("--temperature")) {
-      a.gen.sampling.temperature = r.number(0.0, 1e6, "a number >= 0 (0: always the most likely token)");
+      a.gen.sampling.temperature = r.number(0.0, 1e6, "a number in [0, 1000000] (0: always the most likely token)");
     } else if (r.is("--top-k")) {
-      a.gen.sampling.top_k = r.number(0, std::numeric_limits<int>::max(), "an integer >= 0");
+      a.gen.sampling.top_k = r.number(0, std::numeric_limits<int>::max(), "an integer in [0, 2147483647] (0: all ids)");
     } else if (r.is("--seed")) {
-      a.gen.sampling.seed = r.number<uint64_t>(0, std::numeric_limits<uint64_t>::max(), "a non-negative integer");
+      a.gen.sampling.seed = r.number<uint64_t>(0, std::numeric_limits<uint64_t>::max(), "a non-negative 64-bit integer");
     } else if (r.is("--tokenizer")) {
       a.tokenizer = r.value();
       if (a.tokenizer != "gpt2" && a.tokenizer != "bytes")

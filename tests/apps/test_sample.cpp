@@ -164,6 +164,10 @@ TEST_F(Sample, BadInputIsOneLine) {
   expect_one_line_error(run("sample runs/tiny --bogus 1", dir), {"--bogus"});
   expect_one_line_error(run("sample runs/tiny other", dir), {"other"});
   expect_one_line_error(run("sample runs/tiny --temperature -1", dir), {"--temperature", "-1"});
+  // Past the upper bounds: the message gives the range, not "a number >= 0" for a positive one.
+  expect_one_line_error(run("sample runs/tiny --temperature 2000000", dir), {"--temperature", "[0, 1000000]"});
+  expect_one_line_error(run("sample runs/tiny --top-k 3000000000", dir), {"--top-k", "[0, 2147483647]"});
+  expect_one_line_error(run("sample runs/tiny --seed 18446744073709551616", dir), {"--seed", "64-bit"});
   expect_one_line_error(run("sample runs/tiny --tokens 0", dir), {"--tokens", "'0'"});
   expect_one_line_error(run("sample runs/tiny --top-k x", dir), {"--top-k", "'x'"});
   expect_one_line_error(run("sample runs/tiny --samples", dir), {"--samples needs a value"});
