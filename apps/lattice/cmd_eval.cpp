@@ -98,17 +98,19 @@ int run(const EvalArgs& a, const comm::MpiRuntime& mpi) {
   HybridParallelPlugin plugin(cfg, mesh, std::nullopt, HalfWeights::shadow, PluginUse::evaluate);
   const TrainerState st = plugin.load_model(step_dir);
   const int64_t batches = a.batches.value_or(cfg.train.eval_steps);
-  const int64_t whole = (plugin.val_windows() + cfg.train.global_batch - 1) / cfg.train.global_batch;
+  // Only --batches 0 masks the rows past the last window; N batches of global_batch read N * global_batch windows.
+  const int64_t windows = plugin.val_windows(), full = windows / cfg.train.global_batch;
   if (mpi.world_rank() == 0) {  // before the evaluation, which may take a while
     std::printf("lattice eval %s | %s | %d rank(s) x %d thread(s)\n", cfg.source.c_str(), plugin.describe().c_str(),
                 mpi.world_size(), num_threads());
     std::printf("checkpoint %s (step %lld)\n", step_dir.c_str(), static_cast<long long>(st.step));
-    if (a.batches && batches > whole)  // the evaluation wraps around data.val (data/loader.h)
-      std::printf("note: --batches %lld x global batch %lld windows, but data.val holds %lld: the evaluation wraps "
-                  "around and reads some of them more than once — %lld batches (or --batches 0) read the whole set "
-                  "once\n",
-                  static_cast<long long>(batches), static_cast<long long>(cfg.train.global_batch),
-                  static_cast<long long>(plugin.val_windows()), static_cast<long long>(whole));
+    if (a.batches && batches > full)  // it wraps around data.val (data/loader.h)
+      std::printf("%s\n", fmt::format("note: --batches {} x global batch {} windows, but data.val holds {}: the "
+                                      "evaluation wraps around and reads some of them more than once — --batches 0 "
+                                      "reads each window once{}",
+                                      batches, cfg.train.global_batch, windows,
+                                      full > 0 ? fmt::format(" ({} batches read none twice)", full) : "")
+                              .c_str());
     std::fflush(stdout);
   }
   const double loss = plugin.evaluate(batches);
