@@ -67,7 +67,7 @@ class ArgReader {
   }
 
   // One error line each.
-  [[noreturn]] void fail_unknown() const;  // the current argument is no option of the command
+  [[noreturn]] void fail_unknown() const;                  // the current argument is no option of the command
   [[noreturn]] void fail(std::string_view message) const;  // "COMMAND: message (usage: USAGE)"
 
   const std::string& command() const { return command_; }
@@ -78,7 +78,7 @@ class ArgReader {
   std::string command_, usage_;
   const Args& args_;
   size_t i_ = size_t(-1);
-  std::string name_;                  // the option is() matched, without its '=VALUE'
+  std::string name_;                   // the option is() matched, without its '=VALUE'
   std::optional<std::string> inline_;  // its '=VALUE'
 };
 

@@ -20,11 +20,11 @@
 #include <limits>
 #include <optional>
 
+#include "args.h"
 #include "booster/booster.h"
 #include "booster/hybrid_parallel_plugin.h"
 #include "booster/run_dir.h"
 #include "checkpoint/atomic_dir.h"
-#include "args.h"
 #include "cli.h"
 #include "comm/gather_strings.h"
 #include "comm/mpi_communicator.h"
@@ -49,8 +49,8 @@ EvalArgs parse_eval_args(const Args& args) {
     if (o.is("--checkpoint")) {
       e.checkpoint = o.value();
     } else if (o.is("--batches")) {
-      e.batches = o.number<int64_t>(0, std::numeric_limits<int64_t>::max(),
-                                    "an integer >= 0 (0: the whole validation set)");
+      e.batches =
+          o.number<int64_t>(0, std::numeric_limits<int64_t>::max(), "an integer >= 0 (0: the whole validation set)");
     } else {
       return false;
     }
@@ -115,11 +115,11 @@ int run(const EvalArgs& a, const comm::MpiRuntime& mpi) {
   }
   const double loss = plugin.evaluate(batches);
   if (mpi.world_rank() == 0) {
-    const std::string what = batches > 0 ? fmt::format("{} batch(es) of {} x {} tokens", batches,
-                                                       cfg.train.global_batch, cfg.train.seq_len)
-                                         : "the whole set";
-    std::printf("%s\n", fmt::format("val_loss {:.9g}, perplexity {:.6g} ({} of data.val '{}'){}", loss,
-                                    std::exp(loss), what, cfg.data.val,
+    const std::string what =
+        batches > 0 ? fmt::format("{} batch(es) of {} x {} tokens", batches, cfg.train.global_batch, cfg.train.seq_len)
+                    : "the whole set";
+    std::printf("%s\n", fmt::format("val_loss {:.9g}, perplexity {:.6g} ({} of data.val '{}'){}", loss, std::exp(loss),
+                                    what, cfg.data.val,
                                     std::isfinite(loss) ? ""
                                                         : " — not finite: the checkpoint diverged, or no target in "
                                                           "these batches is scored")

@@ -5,8 +5,8 @@
 
 #include <cstdio>
 
-#include "booster/plan.h"
 #include "args.h"
+#include "booster/plan.h"
 #include "cli.h"
 #include "config/config.h"
 

@@ -16,10 +16,10 @@
 #include <filesystem>
 #include <limits>
 
+#include "args.h"
 #include "checkpoint/atomic_dir.h"
 #include "checkpoint/model_checkpoint.h"
 #include "checkpoint/posix_file.h"
-#include "args.h"
 #include "cli.h"
 #include "core/error.h"
 #include "core/threads.h"
@@ -66,7 +66,8 @@ SampleArgs parse_sample(const Args& args) {
   while (r.next()) {
     if (r.is("--prompt") || r.is("--prompt-file")) {
       const bool file = r.is("--prompt-file");
-      if (a.have_prompt) r.fail(fmt::format("{} after a prompt was given: pass --prompt or --prompt-file, once", r.arg()));
+      if (a.have_prompt)
+        r.fail(fmt::format("{} after a prompt was given: pass --prompt or --prompt-file, once", r.arg()));
       a.prompt = file ? read_prompt_file(r.value()) : r.value();
       a.have_prompt = true;
     } else if (r.is("--tokens")) {
@@ -78,7 +79,8 @@ SampleArgs parse_sample(const Args& args) {
     } else if (r.is("--top-k")) {
       a.gen.sampling.top_k = r.number(0, std::numeric_limits<int>::max(), "an integer in [0, 2147483647] (0: all ids)");
     } else if (r.is("--seed")) {
-      a.gen.sampling.seed = r.number<uint64_t>(0, std::numeric_limits<uint64_t>::max(), "a non-negative 64-bit integer");
+      a.gen.sampling.seed =
+          r.number<uint64_t>(0, std::numeric_limits<uint64_t>::max(), "a non-negative 64-bit integer");
     } else if (r.is("--tokenizer")) {
       a.tokenizer = r.value();
       if (a.tokenizer != "gpt2" && a.tokenizer != "bytes")

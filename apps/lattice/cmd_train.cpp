@@ -12,6 +12,7 @@
 #include <optional>
 #include <sstream>
 
+#include "args.h"
 #include "booster/booster.h"
 #include "booster/hybrid_parallel_plugin.h"
 #include "booster/metrics.h"
@@ -19,7 +20,6 @@
 #include "booster/run_dir.h"
 #include "booster/stop_signal.h"
 #include "checkpoint/atomic_dir.h"
-#include "args.h"
 #include "cli.h"
 #include "comm/gather_strings.h"
 #include "comm/mpi_communicator.h"
@@ -162,8 +162,8 @@ std::string oversubscription_note(comm::Group& world) {
   cpu_set_t bound;
   CPU_ZERO(&bound);
   const int mine = sched_getaffinity(0, sizeof bound, &bound) == 0 ? CPU_COUNT(&bound) : get_nprocs();
-  const std::vector<std::string> all = comm::all_gather_strings(
-      world, fmt::format("{} {} {} {}", num_threads(), mine, get_nprocs(), host_name()));
+  const std::vector<std::string> all =
+      comm::all_gather_strings(world, fmt::format("{} {} {} {}", num_threads(), mine, get_nprocs(), host_name()));
   std::map<std::string, std::pair<int, int>> hosts;  // host -> (threads of its ranks, processors)
   for (size_t r = 0; r < all.size(); ++r) {
     std::istringstream in(all[r]);
@@ -171,17 +171,19 @@ std::string oversubscription_note(comm::Group& world) {
     std::string host;
     in >> threads >> bound_to >> procs >> host;
     if (threads > bound_to && bound_to < procs)  // bound to part of the host (mpirun --bind-to core)
-      return fmt::format("note: rank {} runs {} threads on the {} processor(s) it is bound to — launch with "
-                         "--bind-to none (or bind each rank to runtime.threads cores), or lower runtime.threads",
-                         r, threads, bound_to);
+      return fmt::format(
+          "note: rank {} runs {} threads on the {} processor(s) it is bound to — launch with "
+          "--bind-to none (or bind each rank to runtime.threads cores), or lower runtime.threads",
+          r, threads, bound_to);
     hosts[host].first += threads;
     hosts[host].second = procs;
   }
   for (const auto& [host, use] : hosts)
     if (use.first > use.second)
-      return fmt::format("note: host {} runs {} threads on {} processors (ranks there x runtime.threads): "
-                         "each step waits on descheduled threads — lower runtime.threads or the ranks per host",
-                         host, use.first, use.second);
+      return fmt::format(
+          "note: host {} runs {} threads on {} processors (ranks there x runtime.threads): "
+          "each step waits on descheduled threads — lower runtime.threads or the ranks per host",
+          host, use.first, use.second);
   return "";
 }
 
@@ -193,7 +195,7 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
     if (logger) std::fputs(to_yaml(cfg).c_str(), stdout);
     return 0;
   }
-  check_same_config(cfg, mpi);  // collective: the first
+  check_same_config(cfg, mpi);                                 // collective: the first
   if (mpi.world_rank() != 0) data::set_fault_report_delay(5);  // a shrunk shard: rank 0's line, once
   set_num_threads(cfg.runtime.threads);
   const Layout layout = resolve_layout(cfg, mpi.world_size());
@@ -206,7 +208,7 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   // The plugin opens and checks the data before the run directory is written.
   auto plugin = std::make_unique<HybridParallelPlugin>(cfg, mesh);
   std::string rank_map = mesh::format_rank_map(mesh, plugin->device().str());  // collective
-  const std::string oversubscribed = oversubscription_note(mesh.world());     // collective
+  const std::string oversubscribed = oversubscription_note(mesh.world());      // collective
   std::vector<std::string> notes;
   Start start;
   start.resume = resolve_resume(cfg, mesh.world(), &notes);  // collective
@@ -251,9 +253,10 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
                              start.resumed.step, start.resumed.layout.tp, start.resumed.layout.pp,
                              start.resumed.layout.dp));
     if (init)
-      print_line(fmt::format("initialized from {} (checkpoint.init_from; step {} of its run): its model weights, a "
-                             "fresh optimizer, from step 1",
-                             init_dir, init->step));
+      print_line(
+          fmt::format("initialized from {} (checkpoint.init_from; step {} of its run): its model weights, a "
+                      "fresh optimizer, from step 1",
+                      init_dir, init->step));
   }
   const std::shared_ptr<RankLog> rank_log = open_rank_log(cfg, mesh, *plugin, start);
   for (const std::string& n : notes)

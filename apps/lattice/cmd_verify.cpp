@@ -13,10 +13,10 @@
 #include <limits>
 #include <optional>
 
+#include "args.h"
 #include "booster/booster.h"
 #include "booster/hybrid_parallel_plugin.h"
 #include "booster/run_dir.h"
-#include "args.h"
 #include "cli.h"
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
@@ -52,7 +52,7 @@ double rel(double a, double ref) { return std::fabs(a - ref) / std::max(std::fab
 int verify(const std::string& path, const std::vector<std::string>& overrides, std::optional<double> tolerance_opt,
            const comm::MpiRuntime& mpi) {
   Config cfg = load_config(path, overrides);
-  check_data_paths(cfg);  // as train does: located at their keys, before any MPI work
+  check_data_paths(cfg);        // as train does: located at their keys, before any MPI work
   check_same_config(cfg, mpi);  // collective: the first
   const double tolerance = tolerance_opt.value_or(layout_loss_tolerance(cfg.runtime.precision));
   set_num_threads(cfg.runtime.threads);
@@ -105,23 +105,24 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
   // Step 1's gradients come from the same weights on both sides: their norm
   // checks backward, which the losses (forward's) see only from step 2 on. A
   // step both runs skipped (fp16) has no norm to compare.
-  const double norm1 = ref.skipped[0] && got.skipped[0] ? 0.0
+  const double norm1 = ref.skipped[0] && got.skipped[0]                           ? 0.0
                        : std::isfinite(got.norm[0]) && std::isfinite(ref.norm[0]) ? rel(got.norm[0], ref.norm[0])
-                                                                                   : NAN;
+                                                                                  : NAN;
   const bool ok = worst <= tolerance && norm1 <= tolerance;
   if (mpi.world_rank() == 0) {
     std::fputs(fmt::format("verify-layout {}: tp={} pp={} dp={} against one rank, {} steps\n{}", cfg.source, layout.tp,
                            layout.pp, layout.dp, cfg.train.steps, table)
                    .c_str(),
                stdout);
-    std::fputs(fmt::format("{}: largest relative loss difference {:.2e}, step 1 grad norm {:.2e} (tolerance {:.0e}){}\n",
-                           ok ? "PASS" : "FAIL", worst, norm1, tolerance,
-                           std::isnan(worst) || std::isnan(norm1)
-                               ? " — a loss or norm is not finite: the runs diverged, and the comparison says "
-                                 "nothing (lower optimizer.lr, or look at the data)"
-                               : "")
-                   .c_str(),
-               stdout);
+    std::fputs(
+        fmt::format("{}: largest relative loss difference {:.2e}, step 1 grad norm {:.2e} (tolerance {:.0e}){}\n",
+                    ok ? "PASS" : "FAIL", worst, norm1, tolerance,
+                    std::isnan(worst) || std::isnan(norm1)
+                        ? " — a loss or norm is not finite: the runs diverged, and the comparison says "
+                          "nothing (lower optimizer.lr, or look at the data)"
+                        : "")
+            .c_str(),
+        stdout);
   }
   return ok ? 0 : 1;
 }

@@ -1,11 +1,11 @@
 // The subcommands' shared argument reader (apps/lattice/args.h): values
 // given as `--x V` or `--x=V`, numbers in range, flags without values, and one
 // error line for each kind of mistake.
-#include "args.h"
-
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include "args.h"
 
 namespace lattice::cli {
 namespace {
@@ -55,28 +55,44 @@ TEST(ArgReader, ConfigOverridesAndOptionsInAnyOrder) {
   EXPECT_TRUE(p.dry);
   EXPECT_EQ(p.name, "x=y");  // only the first '=' ends the option's name
   EXPECT_EQ(parse({"cfg.yaml", "--world=8"}).world, 8);
-  EXPECT_EQ(parse({"cfg.yaml", "--name=--x"}).name, "--x");  // a value that starts with -- goes after '='
+  EXPECT_EQ(parse({"cfg.yaml", "--name=--x"}).name, "--x");   // a value that starts with -- goes after '='
   EXPECT_EQ(parse({"cfg.yaml", "--name", "-x"}).name, "-x");  // one dash is a value (negative numbers)
 }
 
 TEST(ArgReader, EachMistakeIsOneLineNamingTheOptionAndValue) {
-  EXPECT_EQ(error_of([] { parse({}); }), "cmd: no config file given (usage: lattice cmd CONFIG [--world N] [--dry] [--name S])");
-  EXPECT_EQ(error_of([] { parse({"c.yaml", "--world"}); }),
+  EXPECT_EQ(error_of([] { parse({}); }),
+            "cmd: no config file given (usage: lattice cmd CONFIG [--world N] [--dry] [--name S])");
+  EXPECT_EQ(error_of([] {
+              parse({"c.yaml", "--world"});
+            }),
             "cmd: --world needs a value (usage: lattice cmd CONFIG [--world N] [--dry] [--name S])");
-  EXPECT_EQ(error_of([] { parse({"c.yaml", "--name", "--dry"}); }),
+  EXPECT_EQ(error_of([] {
+              parse({"c.yaml", "--name", "--dry"});
+            }),
             "cmd: --name needs a value, got the option '--dry' (a value that starts with -- goes after '=': "
             "--name=VALUE) (usage: lattice cmd CONFIG [--world N] [--dry] [--name S])");
-  EXPECT_EQ(error_of([] { parse({"c.yaml", "--world", "65"}); }), "cmd: --world expects a rank count in [1, 64], got '65'");
+  EXPECT_EQ(error_of([] {
+              parse({"c.yaml", "--world", "65"});
+            }),
+            "cmd: --world expects a rank count in [1, 64], got '65'");
   for (const char* bad : {"0", "-1", "4x", "", " 4", "4.0", "nan"})
-    EXPECT_EQ(error_of([&] { parse({"c.yaml", std::string("--world=") + bad}); }),
+    EXPECT_EQ(error_of([&] {
+                parse({"c.yaml", std::string("--world=") + bad});
+              }),
               std::string("cmd: --world expects a rank count in [1, 64], got '") + bad + "'")
         << bad;
-  EXPECT_EQ(error_of([] { parse({"c.yaml", "--dry=1"}); }),
+  EXPECT_EQ(error_of([] {
+              parse({"c.yaml", "--dry=1"});
+            }),
             "cmd: --dry takes no value, got '--dry=1' (usage: lattice cmd CONFIG [--world N] [--dry] [--name S])");
-  EXPECT_EQ(error_of([] { parse({"c.yaml", "--fast"}); }),
+  EXPECT_EQ(error_of([] {
+              parse({"c.yaml", "--fast"});
+            }),
             "cmd: unknown option '--fast' (usage: lattice cmd CONFIG [--world N] [--dry] [--name S])");
   // a prefix of an option is not the option
-  EXPECT_EQ(error_of([] { parse({"c.yaml", "--worlds=2"}); }),
+  EXPECT_EQ(error_of([] {
+              parse({"c.yaml", "--worlds=2"});
+            }),
             "cmd: unknown option '--worlds=2' (usage: lattice cmd CONFIG [--world N] [--dry] [--name S])");
 }
 
@@ -90,8 +106,8 @@ TEST(ArgReader, NumbersKeepTheirTypeRange) {
   };
   EXPECT_EQ(number("18446744073709551615", uint64_t(0), UINT64_MAX), UINT64_MAX);
   EXPECT_DOUBLE_EQ(number("1e-3", 0.0, 1.0), 1e-3);
-  EXPECT_NE(error_of([&] { number("inf", 0.0, 1e300); }), "");  // past hi
-  EXPECT_NE(error_of([&] { number("nan", 0.0, 1.0); }), "");     // never in range
+  EXPECT_NE(error_of([&] { number("inf", 0.0, 1e300); }), "");           // past hi
+  EXPECT_NE(error_of([&] { number("nan", 0.0, 1.0); }), "");             // never in range
   EXPECT_NE(error_of([&] { number("2147483648", 0, INT32_MAX); }), "");  // does not fit an int
 }
 
