@@ -18,6 +18,7 @@
 #include "booster/hybrid_parallel_plugin.h"
 #include "booster/run_dir.h"
 #include "cli.h"
+#include "comm/gather_strings.h"
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
 #include "core/threads.h"
@@ -31,10 +32,13 @@ struct Trace {
   std::vector<bool> skipped;  // fp16: the step's gradients were not finite, no update (loss scale backed off)
 };
 
-Trace run_steps(const Config& cfg, mesh::ProcessGroupMesh& mesh, std::optional<RankPlacement> placement,
-                RankPlacement* placed = nullptr) {
+// init_dir: the step directory whose model weights both runs start from
+// (checkpoint.init_from), "" for the config's own initialisation.
+Trace run_steps(const Config& cfg, mesh::ProcessGroupMesh& mesh, const std::string& init_dir,
+                std::optional<RankPlacement> placement, RankPlacement* placed = nullptr) {
   HybridParallelPlugin plugin(cfg, mesh, placement);
   if (placed) *placed = plugin.placement();
+  if (!init_dir.empty()) plugin.load_model(init_dir);
   const optim::LrSchedule schedule = lr_schedule(cfg);
   Trace t;
   for (int64_t step = 1; step <= cfg.train.steps; ++step) {
@@ -58,8 +62,16 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
   set_num_threads(cfg.runtime.threads);
   const Layout layout = resolve_layout(cfg, mpi.world_size());  // the layout must fit the job
   auto mesh = create_job_mesh(cfg, comm::Group(comm::make_world_communicator(cfg.runtime.comm_timeout_s)));
+  // checkpoint.init_from: both runs start from its weights, the step
+  // directory rank 0 picks (as train does). It was ignored: a fine-tuning
+  // config was verified from fresh weights without a word.
+  std::string init_dir;
+  if (!cfg.checkpoint.init_from.empty()) {
+    if (mpi.world_rank() == 0) init_dir = step_dir_of("checkpoint.init_from", cfg.checkpoint.init_from);
+    init_dir = comm::all_gather_strings(mesh.world(), init_dir).front();
+  }
   RankPlacement placement;
-  Trace got = run_steps(cfg, mesh, std::nullopt, &placement);
+  Trace got = run_steps(cfg, mesh, init_dir, std::nullopt, &placement);
 
   Config ref_cfg = cfg;
   ref_cfg.parallel.tp = ref_cfg.parallel.pp = ref_cfg.parallel.dp = 1;
@@ -72,7 +84,7 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
   ref_cfg.parallel.head_chunk_tokens = 0;
   ref_cfg.parallel.zero = 0;
   auto ref_mesh = create_job_mesh(ref_cfg, comm::self_group("world"));
-  Trace ref = run_steps(ref_cfg, ref_mesh, placement);  // on this rank's own device
+  Trace ref = run_steps(ref_cfg, ref_mesh, init_dir, placement);  // on this rank's own device
 
   // fp16 adds which run skipped each step: a step one run skips and the
   // other applies makes every later loss differ, and the table then says why.
@@ -110,10 +122,14 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
                                                                                   : NAN;
   const bool ok = worst <= tolerance && norm1 <= tolerance;
   if (mpi.world_rank() == 0) {
-    std::fputs(fmt::format("verify-layout {}: tp={} pp={} dp={} against one rank, {} steps\n{}", cfg.source, layout.tp,
-                           layout.pp, layout.dp, cfg.train.steps, table)
-                   .c_str(),
-               stdout);
+    std::fputs(
+        fmt::format(
+            "verify-layout {}: tp={} pp={} dp={} against one rank, {} steps{}\n{}", cfg.source, layout.tp, layout.pp,
+            layout.dp, cfg.train.steps,
+            init_dir.empty() ? "" : fmt::format(", both from the weights of {} (checkpoint.init_from)", init_dir),
+            table)
+            .c_str(),
+        stdout);
     std::fputs(
         fmt::format("{}: largest relative loss difference {:.2e}, step 1 grad norm {:.2e} (tolerance {:.0e}){}\n",
                     ok ? "PASS" : "FAIL", worst, norm1, tolerance,

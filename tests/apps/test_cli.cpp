@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,9 +30,7 @@ CmdResult run(const std::string& args, const std::string& cwd, int ranks = 0) {
   return lattice::test::run_lattice(args, cwd, ranks);
 }
 
-void write(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
+void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
 int lines(const std::string& s) {
   int n = 0;
@@ -156,8 +154,8 @@ TEST_F(Cli, TrainsAndWritesTheRunDirectory) {
     (j.contains("val_loss") ? eval : train).push_back(j);
   }
   ASSERT_EQ(train.size(), 40u);  // log.every defaults to 1
-  for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_ms", "mfu",
-                        "peak_mem_bytes", "skipped"})
+  for (const char* k :
+       {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_ms", "mfu", "peak_mem_bytes", "skipped"})
     EXPECT_TRUE(train[0].contains(k)) << k;
   EXPECT_EQ(train[0]["step"], 1);
   EXPECT_EQ(train[0]["tokens"], 8 * 32);
@@ -239,7 +237,8 @@ TEST_F(Cli, EvalScoresACheckpointAsTrainingDid) {
   expect_one_line_error(run("eval tiny.yaml --batches -1", dir), {"--batches", "'-1'"});
   // eval's own checks, not train.eval_every's: an empty data.val is named as
   // eval's need, and train.eval_steps=0 is the whole set, as documented.
-  expect_one_line_error(run("eval tiny.yaml data.val=", dir), {"data.val: is empty: eval scores the validation shards"});
+  expect_one_line_error(run("eval tiny.yaml data.val=", dir),
+                        {"data.val: is empty: eval scores the validation shards"});
   CmdResult all = run("eval tiny.yaml train.eval_steps=0", dir);
   ASSERT_EQ(all.status, 0) << all.out;
   EXPECT_NE(all.out.find("(the whole set of data.val"), std::string::npos) << all.out;
@@ -278,6 +277,20 @@ TEST_F(Cli, InitFromStartsANewRunFromAnotherRunsWeights) {
                         {"model.n_head: 1 here, but the model in checkpoint", "has 2"});
   expect_one_line_error(run(ft + " log.dir=ft_bad checkpoint.init_from=nope", dir),
                         {"checkpoint.init_from", "'nope' does not exist"});
+  // verify-layout checks the layout from the same weights (it started from
+  // fresh ones without a word): both runs' step 1 is ft's.
+  CmdResult v =
+      run("verify-layout tiny.yaml train.steps=6 optimizer.lr=0.001 checkpoint.init_from=runs/tiny "
+          "parallel.tp=2 runtime.threads=1",
+          dir, 2);
+  ASSERT_EQ(v.status, 0) << v.out;
+  EXPECT_NE(v.out.find("both from the weights of runs/tiny/checkpoints/step_0000020 (checkpoint.init_from)"),
+            std::string::npos)
+      << v.out;
+  std::smatch row;
+  ASSERT_TRUE(std::regex_search(v.out, row, std::regex(R"(\n\s+1\s+(\S+)\s+(\S+))"))) << v.out;
+  EXPECT_NEAR(std::stod(row[1]), init, 1e-6 * init) << v.out;  // the one-rank run
+  EXPECT_NEAR(std::stod(row[2]), init, 1e-5 * init) << v.out;  // the layout
 }
 
 // checkpoint.at_end=false (benchmarks): no checkpoint at train.steps, the
@@ -324,7 +337,8 @@ TEST_F(Cli, PeakMemoryLeavesOutThePeakFlopsMeasurement) {
   std::vector<int64_t> peaks;
   for (const char* flops : {"0", "1e11"}) {
     const std::string log = std::string("pf") + flops;
-    CmdResult r = run("train tiny.yaml train.steps=6 train.eval_every=0 log.dir=" + log + " runtime.peak_flops=" + flops, dir);
+    CmdResult r =
+        run("train tiny.yaml train.steps=6 train.eval_every=0 log.dir=" + log + " runtime.peak_flops=" + flops, dir);
     ASSERT_EQ(r.status, 0) << r.out;
     std::ifstream m(dir + "/" + log + "/metrics.jsonl");
     std::string line;
@@ -340,7 +354,8 @@ TEST_F(Cli, PeakMemoryLeavesOutThePeakFlopsMeasurement) {
 TEST_F(Cli, ThreadsZeroTakesOmpNumThreads) {
   const std::string one_step = "train tiny.yaml train.steps=1 optimizer.schedule.warmup_steps=0 train.eval_every=0 ";
   for (const std::string n : {"1", "2"}) {
-    CmdResult r = lattice::test::run_lattice(one_step + "runtime.threads=0 log.dir=t" + n, dir, 0, "OMP_NUM_THREADS=" + n);
+    CmdResult r =
+        lattice::test::run_lattice(one_step + "runtime.threads=0 log.dir=t" + n, dir, 0, "OMP_NUM_THREADS=" + n);
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("1 rank(s) x " + n + " thread(s)"), std::string::npos) << r.out;
   }
@@ -355,7 +370,9 @@ TEST_F(Cli, ThreadsZeroTakesOmpNumThreads) {
 TEST_F(Cli, RunsTheOpenBlasKernelsTheCpuAllows) {
   const std::string one_step =
       "train tiny.yaml train.steps=1 optimizer.schedule.warmup_steps=0 train.eval_every=0 log.dir=";
-  auto info = [&](const std::string& d) { return nlohmann::json::parse(std::ifstream(dir + "/" + d + "/run_info.json")); };
+  auto info = [&](const std::string& d) {
+    return nlohmann::json::parse(std::ifstream(dir + "/" + d + "/run_info.json"));
+  };
   CmdResult a = lattice::test::run_lattice(one_step + "auto", dir, 0, "-u OPENBLAS_CORETYPE");
   ASSERT_EQ(a.status, 0) << a.out;
   const std::string core = info("auto")["blas_core"], note = info("auto")["blas_core_note"];
@@ -420,8 +437,8 @@ TEST_F(Cli, RanksWithDifferentConfigsAreRefused) {
     const std::string common = cmd + " tiny.yaml parallel.tp=2 log.dir=mpmd";
     // rank 0 as given, rank 1 with one key changed (run_lattice puts `-np 1 BIN` before the args)
     CmdResult r = run(common + " : -np 1 '" + bin() + "' " + common + " optimizer.lr=0.001", dir, 1);
-    expect_one_line_error(r, {"tiny.yaml:3:", "optimizer.lr: 0.01 on rank 0 but 0.001 on rank 1",
-                              "every rank must run the same config"});
+    expect_one_line_error(
+        r, {"tiny.yaml:3:", "optimizer.lr: 0.01 on rank 0 but 0.001 on rank 1", "every rank must run the same config"});
     r = run(common + " : -np 1 '" + bin() + "' " + common + " model.n_layer=3", dir, 1);
     expect_one_line_error(r, {"model.n_layer: 2 on rank 0 but 3 on rank 1"});
   }
@@ -456,8 +473,10 @@ std::string stopped_after_step_1(const std::string& log_dir) {
 // after step 1; the job must fail: returns its output from the error line on.
 std::string error_with_last_rank_stopped(const std::string& dir, const std::string& args, const std::string& log_dir,
                                          int ranks) {
-  const std::string a = "train tiny.yaml " + args + " train.steps=100000 runtime.comm_timeout_s=3 "
-                        "runtime.peak_flops=1e9 log.dir=" + log_dir;
+  const std::string a = "train tiny.yaml " + args +
+                        " train.steps=100000 runtime.comm_timeout_s=3 "
+                        "runtime.peak_flops=1e9 log.dir=" +
+                        log_dir;
   CmdResult r = run(a + " : -np 1 " + stopped_after_step_1(log_dir) + a + "\"", dir, ranks);
   EXPECT_NE(r.status, 0) << r.out;
   return r.out.substr(std::min(r.out.size(), r.out.find("lattice: error:")));
@@ -471,7 +490,8 @@ TEST_F(Cli, ACollectiveTimeoutNamesTheStoppedRank) {
   // Which collective rank 0 waits in depends on where rank 1 stopped: mostly
   // the dp gradient all-reduce, under load sometimes a world one (the step's
   // metrics), whose group holds the same two ranks.
-  EXPECT_TRUE(std::regex_search(error, std::regex(R"(rank 0: all_reduce on group (dp|world) \(world ranks 0,1\) timed out after 3 s)")))
+  EXPECT_TRUE(std::regex_search(
+      error, std::regex(R"(rank 0: all_reduce on group (dp|world) \(world ranks 0,1\) timed out after 3 s)")))
       << error;
   for (const char* s : {"roll call (2 s): no answer from world rank 1 (stopped, or busy outside communication)"})
     EXPECT_NE(error.find(s), std::string::npos) << "missing '" << s << "' in: " << error;
@@ -493,12 +513,12 @@ TEST_F(Cli, ACollectiveTimeoutNamesAStoppedRankOutsideTheGroup) {
 TEST_F(Cli, ACheckpointDirNotSharedByEveryRankIsRefused) {
   fs::create_directories(dir + "/hostA");
   fs::create_directories(dir + "/hostB");
-  const std::string args = "train " + dir + "/tiny.yaml parallel.pp=2 data.train=" + dir + "/d/t_train_*.bin data.val=" +
-                           dir + "/d/t_val_*.bin log.dir=run";
+  const std::string args = "train " + dir + "/tiny.yaml parallel.pp=2 data.train=" + dir +
+                           "/d/t_train_*.bin data.val=" + dir + "/d/t_val_*.bin log.dir=run";
   const std::string rank = " -np 1 -wdir ";
-  CmdResult r = lattice::test::run_command(lattice::test::mpirun() + rank + "hostA '" + bin() + "' " + args + " :" +
-                                               rank + "hostB '" + bin() + "' " + args,
-                                           dir);
+  CmdResult r = lattice::test::run_command(
+      lattice::test::mpirun() + rank + "hostA '" + bin() + "' " + args + " :" + rank + "hostB '" + bin() + "' " + args,
+      dir);
   expect_one_line_error(r, {"checkpoint.dir: 'run/checkpoints' is not one directory for the whole job: rank 1",
                             "/hostB", "put it on a file system all ranks share"});
   EXPECT_FALSE(fs::exists(dir + "/hostA/run/metrics.jsonl"));  // nothing trained
@@ -592,7 +612,8 @@ TEST_F(Cli, PipelineErrorsUnderMpirun) {
 
 TEST_F(Cli, PipelineRunMatchesOneRankAndWritesItsTimeline) {
   CmdResult one = run("train tiny.yaml train.steps=6 log.dir=p1", dir);
-  CmdResult two = run("train tiny.yaml train.steps=6 log.dir=p2 parallel.pp=2 runtime.threads=1 log.trace=true", dir, 2);
+  CmdResult two =
+      run("train tiny.yaml train.steps=6 log.dir=p2 parallel.pp=2 runtime.threads=1 log.trace=true", dir, 2);
   ASSERT_EQ(one.status, 0) << one.out;
   ASSERT_EQ(two.status, 0) << two.out;
   auto lines = [&](const std::string& d) {
@@ -638,9 +659,10 @@ TEST_F(Cli, VerifyLayoutPassesFailsAndChecksTheWorld) {
   EXPECT_NE(strict.out.find("FAIL"), std::string::npos) << strict.out;
   expect_one_line_error(run("verify-layout tiny.yaml parallel.tp=2", dir, 3), {"3 ranks", "tp (2)"});
   // Runs that diverge to NaN on both sides compare nothing: FAIL (std::max dropped the NaN rows: PASS).
-  CmdResult nan = run("verify-layout tiny.yaml train.steps=3 parallel.tp=2 runtime.threads=1 optimizer.lr=1e12 "
-                      "optimizer.grad_clip=0 optimizer.schedule.warmup_steps=0",
-                      dir, 2);
+  CmdResult nan =
+      run("verify-layout tiny.yaml train.steps=3 parallel.tp=2 runtime.threads=1 optimizer.lr=1e12 "
+          "optimizer.grad_clip=0 optimizer.schedule.warmup_steps=0",
+          dir, 2);
   EXPECT_EQ(nan.status, 1) << nan.out;
   EXPECT_NE(nan.out.find("FAIL: largest relative loss difference nan"), std::string::npos) << nan.out;
   EXPECT_NE(nan.out.find("not finite"), std::string::npos) << nan.out;
@@ -659,8 +681,7 @@ TEST_F(Cli, ALogDirRemovedMidRunStopsWithACheckpoint) {
           "' train tiny.yaml train.steps=100000 train.eval_every=0 checkpoint.every=0 log.every=50 log.dir=gone; }",
       dir);
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("log.dir: 'gone/metrics.jsonl' was removed while the run wrote it"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("log.dir: 'gone/metrics.jsonl' was removed while the run wrote it"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("start the same command again to resume"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(dir + "/gone/checkpoints/latest")) << r.out;
 }
