@@ -182,6 +182,7 @@ std::string HybridParallelPlugin::describe() const {
                          ? fmt::format("{} shadow + fp32 norms, biases, embeddings", dtype_name(params_.shadow_dtype()))
                          : "fp32 values");
   if (train_) s += describe_train_data();
+  if (train_ && val_) s += shared_val_shard_note();
   const int64_t whole = val_ ? (val_->n_windows() + cfg_.train.global_batch - 1) / cfg_.train.global_batch : 0;
   if (val_ && cfg_.train.eval_steps > whole) {  // batches past the ones that cover the set once
     s += fmt::format(
@@ -221,6 +222,25 @@ std::string HybridParallelPlugin::describe_train_data() const {
                        key, d.n_windows(), T + 1, share * double(GB), GB);
   }
   return s + notes;
+}
+
+// A validation shard that is also a training shard (the same file, however
+// the globs name it): val_loss then scores windows the run trains on.
+std::string HybridParallelPlugin::shared_val_shard_note() const {
+  namespace fs = std::filesystem;
+  auto same_file = [](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    return fs::equivalent(a, b, ec);
+  };
+  for (const std::string& v : val_->shard_paths())
+    for (size_t k = 0; k < train_->size(); ++k)
+      for (const std::string& t : train_->source(k).shard_paths())
+        if (same_file(v, t))
+          return fmt::format(
+              " | note: data.val's shard {} is also a shard of {}: val_loss scores data the run trains on — point "
+              "data.val at held-out shards (lattice data prepare writes them as PREFIX_val_*.bin)",
+              v, train_->size() == 1 ? std::string("data.train") : fmt::format("data.train[{}]", k));
+  return "";
 }
 
 std::string HybridParallelPlugin::stage_map() const { return layout_.pp > 1 ? stages_->describe() : ""; }
@@ -280,7 +300,8 @@ double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoor
 }
 
 StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
-  LATTICE_CHECK(optimizer_ && train_, "HybridParallelPlugin::{}: the plugin was built for evaluation only", "execute_pipeline");
+  LATTICE_CHECK(optimizer_ && train_, "HybridParallelPlugin::{}: the plugin was built for evaluation only",
+                "execute_pipeline");
   const int64_t M = layout_.microbatches, B = cfg_.train.micro_batch, T = cfg_.train.seq_len;
   const int64_t first = int64_t(mesh_.this_coord().dp) * M * B;  // this dp rank's slice of the global batch
   // The whole step's batch first, so the global valid-token count is fixed before backward.
@@ -330,7 +351,8 @@ StepStats HybridParallelPlugin::execute_pipeline(int64_t step) {
 }
 
 UpdateStats HybridParallelPlugin::optimizer_step(int64_t step, double lr) {
-  LATTICE_CHECK(optimizer_ && train_, "HybridParallelPlugin::{}: the plugin was built for evaluation only", "optimizer_step");
+  LATTICE_CHECK(optimizer_ && train_, "HybridParallelPlugin::{}: the plugin was built for evaluation only",
+                "optimizer_step");
   UpdateStats u;
   // Sharded entries differ across tp, replicated ones are equal there (count
   // them once: 1/tp on each rank), every stage holds its own, and a tied
@@ -395,7 +417,8 @@ bool HybridParallelPlugin::write_trace(const std::string& path) const {
 }
 
 void HybridParallelPlugin::save_checkpoint(const std::string& step_dir, int64_t step, int64_t skipped) {
-  LATTICE_CHECK(optimizer_ && train_, "HybridParallelPlugin::{}: the plugin was built for evaluation only", "save_checkpoint");
+  LATTICE_CHECK(optimizer_ && train_, "HybridParallelPlugin::{}: the plugin was built for evaluation only",
+                "save_checkpoint");
   TrainerState st;
   st.step = step;
   st.optimizer_updates = updates_;
@@ -419,7 +442,8 @@ void HybridParallelPlugin::save_checkpoint(const std::string& step_dir, int64_t 
 }
 
 TrainerState HybridParallelPlugin::load_checkpoint(const std::string& step_dir) {
-  LATTICE_CHECK(optimizer_ && train_, "HybridParallelPlugin::{}: the plugin was built for evaluation only", "load_checkpoint");
+  LATTICE_CHECK(optimizer_ && train_, "HybridParallelPlugin::{}: the plugin was built for evaluation only",
+                "load_checkpoint");
   TrainerState st = read_trainer_state(step_dir);
   check_resume_config(cfg_, st, step_dir, train_print_);
   RankState rs{params_, *optimizer_, zero_, mesh_};

@@ -4,6 +4,8 @@
 // and ZeRO-1 on one dp rank is the plain optimizer, bit for bit.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -112,6 +114,19 @@ TEST(HybridParallelPlugin, DescribeNotesATrainingSetSmallerThanABatch) {
   c.train.eval_steps = 1;  // 8 windows from 5: the batch itself wraps, as the training note says for data.train
   HybridParallelPlugin one_batch(c, m4);
   EXPECT_EQ(one_batch.describe().find("note: an evaluation"), std::string::npos) << one_batch.describe();
+  EXPECT_EQ(one_batch.describe().find("also a shard of"), std::string::npos) << one_batch.describe();
+  // Validation shards that are training shards too (here through another
+  // glob and a symbolic link) are named: val_loss would score trained data.
+  std::filesystem::create_symlink(dir + "/small_train_000000.bin", dir + "/linked_val_000000.bin");
+  c.data.train = {{.path = dir + "/small_train_*.bin"}};
+  c.data.val = dir + "/linked_val_*.bin";
+  auto m5 = one_rank();
+  HybridParallelPlugin shared(c, m5);
+  EXPECT_NE(shared.describe().find("note: data.val's shard " + dir +
+                                   "/linked_val_000000.bin is also a shard of data.train: val_loss scores data the "
+                                   "run trains on"),
+            std::string::npos)
+      << shared.describe();
 }
 
 // evaluate(0) scores the whole validation set, each window once: 10 windows
