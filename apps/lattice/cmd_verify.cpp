@@ -16,6 +16,7 @@
 #include "args.h"
 #include "booster/booster.h"
 #include "booster/hybrid_parallel_plugin.h"
+#include "booster/metrics.h"
 #include "booster/run_dir.h"
 #include "cli.h"
 #include "comm/gather_strings.h"
@@ -103,9 +104,13 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
   std::string skips_differ;  // the steps skipped by one run only
   for (size_t i = 0; i < ref.loss.size(); ++i) {
     take(std::isfinite(got.loss[i]) && std::isfinite(ref.loss[i]) ? rel(got.loss[i], ref.loss[i]) : NAN);
-    table += fmt::format("{:>5}  {:>14.9g}  {:>14.9g}  {:>9.2e}  {:>12.6g}  {:>12.6g}  {:>9.2e}{}\n", i + 1,
-                         ref.loss[i], got.loss[i], rel(got.loss[i], ref.loss[i]), ref.norm[i], got.norm[i],
-                         rel(got.norm[i], ref.norm[i]), fp16 ? fmt::format("  {:>7}", skip_text(i)) : "");
+    // A value that is not finite (a skipped fp16 step's norm, a diverged
+    // loss) prints '-', as the progress lines do ("-nan" before).
+    table += fmt::format("{:>5}  {:>14}  {:>14}  {:>9}  {:>12}  {:>12}  {:>9}{}\n", i + 1,
+                         finite_or_dash(ref.loss[i], "{:.9g}"), finite_or_dash(got.loss[i], "{:.9g}"),
+                         finite_or_dash(rel(got.loss[i], ref.loss[i]), "{:.2e}"), finite_or_dash(ref.norm[i], "{:.6g}"),
+                         finite_or_dash(got.norm[i], "{:.6g}"), finite_or_dash(rel(got.norm[i], ref.norm[i]), "{:.2e}"),
+                         fp16 ? fmt::format("  {:>7}", skip_text(i)) : "");
     if (ref.skipped[i] != got.skipped[i])
       skips_differ += fmt::format("{}{} ({})", skips_differ.empty() ? "" : ", ", i + 1, skip_text(i));
   }

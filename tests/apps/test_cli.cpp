@@ -666,6 +666,9 @@ TEST_F(Cli, VerifyLayoutPassesFailsAndChecksTheWorld) {
   EXPECT_EQ(nan.status, 1) << nan.out;
   EXPECT_NE(nan.out.find("FAIL: largest relative loss difference nan"), std::string::npos) << nan.out;
   EXPECT_NE(nan.out.find("not finite"), std::string::npos) << nan.out;
+  // The table prints what is not finite as '-' (it printed "-nan" and "nan").
+  EXPECT_EQ(nan.out.find("nan  "), std::string::npos) << nan.out;
+  EXPECT_NE(nan.out.find("              -"), std::string::npos) << nan.out;
   // Its data paths are checked as train's are: located at the key.
   expect_one_line_error(run("verify-layout tiny.yaml data.train=nope_*.bin", dir),
                         {"override 'data.train=nope_*.bin'", "no file matches"});
