@@ -471,7 +471,7 @@ void check_model_only_tensors(const Config& cfg, const TrainerState& state, cons
 
 void check_checkpoint_model(const Config& cfg, const TrainerState& state, const std::string& step_dir) {
   if (state.config.empty()) return check_model_only_tensors(cfg, state, step_dir);
-  const Config saved = parse_config(state.config, step_dir + "/" + kTrainerState);
+  const Config saved = parse_written_config(state.config, step_dir + "/" + kTrainerState);
   Config probe = cfg;  // cfg with the checkpoint's model and tokenizer: what differs is what may not
   probe.model = saved.model;
   probe.data.tokenizer = saved.data.tokenizer;
@@ -496,7 +496,7 @@ void check_resume_config(const Config& cfg, const TrainerState& state, const std
     check_model_only_tensors(cfg, state, step_dir);
     return;
   }
-  const Config saved = with_resumable_settings(parse_config(state.config, step_dir + "/" + kTrainerState), cfg);
+  const Config saved = with_resumable_settings(parse_written_config(state.config, step_dir + "/" + kTrainerState), cfg);
   std::optional<ConfigDifference> d = first_difference(saved, cfg);
   if (!d) {
     if (state.data_train.empty() || data_train.empty()) return;  // an older checkpoint, or a caller without data

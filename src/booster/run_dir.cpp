@@ -97,7 +97,7 @@ bool same_run_without_checkpoint(const Config& cfg, const std::string& config_pa
   std::error_code ec;
   if (!fs::is_regular_file(config_path, ec)) return false;
   try {
-    return !first_difference(with_resumable_settings(load_config(config_path), cfg), cfg).has_value();
+    return !first_difference(with_resumable_settings(load_written_config(config_path), cfg), cfg).has_value();
   } catch (const Error&) {
     return false;  // not a config this version reads: not the same run
   }

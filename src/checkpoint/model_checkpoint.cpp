@@ -54,7 +54,7 @@ void check_no_checkpoints(const std::string& parent) {
 std::pair<ModelConfig, std::optional<DataConfig>> config_of_state(const json& state, const std::string& path) {
   if (state.contains("config")) {
     LATTICE_CHECK(state["config"].is_string(), "{}: `config` is not the run's YAML text", path);
-    const Config c = parse_config(state["config"].get<std::string>(), path + " (config)");
+    const Config c = parse_written_config(state["config"].get<std::string>(), path + " (config)");
     return {c.model, c.data};
   }
   LATTICE_CHECK(state.contains("model"), "{}: neither `config` nor `model` is present: not a Lattice trainer state",

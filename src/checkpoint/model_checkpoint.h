@@ -51,7 +51,7 @@ std::string write_model_checkpoint(const LogicalModel& m, const std::string& par
 
 // The model of checkpoint step directory `step_dir`, which must verify
 // (verify_checkpoint_dir): its config from trainer_state.json's `config` (the
-// run's YAML, parsed with parse_config) or, in a model-only checkpoint, its
+// run's YAML, parsed with parse_written_config) or, in a model-only checkpoint, its
 // "model" object; its tensors through model.safetensors.index.json.
 LogicalModel read_logical_model(const std::string& step_dir);
 

@@ -216,6 +216,8 @@ void emit_section(YAML::Emitter& out, const std::string& section, const Config& 
     std::string path = join_path(section, name);
     // Only fp16 reads it, and validate refuses it set with another precision.
     if (path == "runtime.loss_scale" && cfg.runtime.precision != Precision::fp16) continue;
+    // Likewise another optimizer's keys (betas with sgd, momentum with adamw).
+    if (auto owner = optimizer_key_owner(path); owner && *owner != cfg.optimizer.name) continue;
     out << YAML::Key << name << YAML::Value;
     if (is_section(path)) {
       emit_section(out, path, cfg);
@@ -224,6 +226,21 @@ void emit_section(YAML::Emitter& out, const std::string& section, const Config& 
     }
   }
   out << YAML::EndMap;
+}
+
+// For parse_written_config: removes from `root` the keys set there that
+// cfg's optimizer does not read; whether there were any.
+bool drop_other_optimizer_keys(const YAML::Node& root, const Config& cfg) {
+  bool dropped = false;
+  for (const auto& f : fields()) {
+    auto owner = optimizer_key_owner(f.path);
+    if (!owner || *owner == cfg.optimizer.name || !cfg.locations.count(f.path)) continue;
+    std::string section;
+    YAML::Node parent = lookup(root, parent_path(f.path), section);
+    parent.remove(f.path.substr(f.path.rfind('.') + 1));
+    dropped = true;
+  }
+  return dropped;
 }
 
 std::string config_name(const std::string& source) {
@@ -249,8 +266,11 @@ bool Config::operator==(const Config& o) const {
          checkpoint == o.checkpoint && log == o.log && runtime == o.runtime;
 }
 
-Config parse_config(const std::string& yaml_text, const std::string& source_name,
-                    const std::vector<std::string>& overrides) {
+namespace {
+
+// parse_config, and with `written` parse_written_config.
+Config parse(const std::string& yaml_text, const std::string& source_name, const std::vector<std::string>& overrides,
+             bool written) {
   Config cfg;
   cfg.source = source_name;
   cfg.name = config_name(source_name);
@@ -261,8 +281,16 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
       loc.fail("", root.Mark(),
                fmt::format("expected a mapping of sections (model:, train:, ...), got {}", show(root)));
     for (const auto& text : overrides) apply_override(root, text, loc);
-    if (root.IsMap()) check_keys(root, "", loc, cfg);
-    decode_fields(root, loc, cfg);
+    const Config blank = cfg;
+    auto decode = [&] {
+      if (root.IsMap()) check_keys(root, "", loc, cfg);
+      decode_fields(root, loc, cfg);
+    };
+    decode();
+    if (written && drop_other_optimizer_keys(root, cfg)) {  // again without them: they keep their defaults
+      cfg = blank;
+      decode();
+    }
   } catch (const YAML::Exception& e) {  // anything yaml-cpp raises beyond syntax errors
     throw ConfigError(fmt::format("{}:{}:{}: config: {}", source_name, e.mark.line + 1, e.mark.column + 1, e.msg), "");
   }
@@ -271,7 +299,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
   return cfg;
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+std::string read_config_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
     throw ConfigError(fmt::format("{}: config file '{}' not found — check the path (relative to {})", path, path,
@@ -284,8 +312,25 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     throw ConfigError(fmt::format("{}: config file '{}' cannot be read — check its permissions", path, path), "");
   std::stringstream text;
   text << in.rdbuf();
-  return parse_config(text.str(), path, overrides);
+  return text.str();
 }
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides) {
+  return parse(yaml_text, source_name, overrides, false);
+}
+
+Config parse_written_config(const std::string& yaml_text, const std::string& source_name) {
+  return parse(yaml_text, source_name, {}, true);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_config(read_config_file(path), path, overrides);
+}
+
+Config load_written_config(const std::string& path) { return parse_written_config(read_config_file(path), path); }
 
 std::string to_yaml(const Config& cfg) {
   YAML::Emitter out;

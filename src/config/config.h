@@ -212,11 +212,14 @@ struct TrainConfig {
   bool operator==(const TrainConfig&) const = default;
 };
 
+// The keys one optimizer reads (optimizer_key_owner) may be set only with
+// that optimizer, and to_yaml writes them only for it; with another they keep
+// their defaults.
 struct OptimizerConfig {
   OptimizerName name = OptimizerName::adamw;
-  double lr = 0.0;  // required: peak learning rate
-  std::array<double, 2> betas = {0.9, 0.95};
-  double eps = 1e-8;
+  double lr = 0.0;                            // required: peak learning rate
+  std::array<double, 2> betas = {0.9, 0.95};  // adamw only
+  double eps = 1e-8;                          // adamw only
   double weight_decay = 0.1;
   double grad_clip = 1.0;  // max global grad norm; 0 = off
   double momentum = 0.9;   // sgd only
@@ -279,6 +282,10 @@ struct LossScaleConfig {
   double max = 16777216.0;      // 2^24; growth clamps here
   bool operator==(const LossScaleConfig&) const = default;
 };
+
+// The optimizer that alone reads the key `path` ("optimizer.momentum" -> sgd);
+// nullopt for a key every optimizer reads, or one outside optimizer.
+std::optional<OptimizerName> optimizer_key_owner(const std::string& path);
 
 // What is wrong with one runtime.loss_scale value: its key under
 // runtime.loss_scale ("growth_factor") and why ("must be > 1 (got 1) — 2
@@ -352,6 +359,12 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // The same from text; source_name stands for the file in messages.
 Config parse_config(const std::string& yaml_text, const std::string& source_name = "<embedded>",
                     const std::vector<std::string>& overrides = {});
+// An effective config a run wrote (its config.yaml, a checkpoint's
+// trainer_state.json), read back to compare with. As parse_config, but the
+// keys of another optimizer than its own are dropped instead of refused: an
+// older Lattice wrote every optimizer key, and those had no effect.
+Config parse_written_config(const std::string& yaml_text, const std::string& source_name);
+Config load_written_config(const std::string& path);
 // The effective config, every key, in the documented order.
 std::string to_yaml(const Config& cfg);
 // Checks that need no world size. Throws ConfigError.

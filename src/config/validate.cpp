@@ -234,8 +234,18 @@ void validate_train(const Config& c) {
   }
 }
 
+// What optimizer.name is called in prose ("SGD's").
+const char* optimizer_title(OptimizerName n) { return n == OptimizerName::adamw ? "AdamW" : "SGD"; }
+
 void validate_optimizer(const Config& c) {
   const OptimizerConfig& o = c.optimizer;
+  // Another optimizer's key would be ignored: refused where it is set (file or override).
+  for (const auto& [path, where] : c.locations) {
+    const std::optional<OptimizerName> owner = optimizer_key_owner(path);
+    require(!owner || *owner == o.name, c, path,
+            "is {}'s and optimizer.name is {} — remove it, or set optimizer.name: {}",
+            optimizer_title(owner.value_or(o.name)), enum_name(o.name), enum_name(owner.value_or(o.name)));
+  }
   require(o.lr > 0, c, "optimizer.lr", "must be positive (got {}) — the peak learning rate", o.lr);
   for (int i = 0; i < 2; ++i)
     require(o.betas[i] >= 0 && o.betas[i] < 1, c, fmt::format("optimizer.betas[{}]", i), "must be in [0, 1) (got {})",
@@ -295,6 +305,12 @@ void validate_io(const Config& c) {
 }
 
 }  // namespace
+
+std::optional<OptimizerName> optimizer_key_owner(const std::string& path) {
+  if (path == "optimizer.betas" || path == "optimizer.eps") return OptimizerName::adamw;
+  if (path == "optimizer.momentum") return OptimizerName::sgd;
+  return std::nullopt;
+}
 
 std::optional<LossScaleProblem> loss_scale_problem(const LossScaleConfig& s) {
   constexpr double kMax = std::numeric_limits<float>::max();  // the loss is scaled in fp32

@@ -177,6 +177,13 @@ std::vector<BadConfig> bad_sizes() {
        {"optimizer.schedule.decay_steps", "decay is constant", "decay_steps: 0"}},
       {"BetasOfThree", kBase, "optimizer.betas=[0.9,0.95,0.99]", 0,
        {"optimizer.betas", "list of 2 numbers", "got a list of 3"}},
+      // Another optimizer's key would be ignored.
+      {"MomentumWithAdamw", edit("  lr: 0.01\n", "  lr: 0.01\n  momentum: 0.5\n"), "", 0,
+       {"bad.yaml:18:3", "optimizer.momentum: is SGD's and optimizer.name is adamw", "set optimizer.name: sgd"}},
+      {"EpsWithSgd", edit("  lr: 0.01\n", "  name: sgd\n  lr: 0.01\n  eps: 1.0e-6\n"), "", 0,
+       {"bad.yaml:19:3", "optimizer.eps: is AdamW's and optimizer.name is sgd", "set optimizer.name: adamw"}},
+      {"BetasWithSgd_np2", kBase, "optimizer.name=sgd optimizer.betas=[0.5,0.5]", 2,
+       {"override 'optimizer.betas=[0.5,0.5]'", "optimizer.betas: is AdamW's", "remove it"}},
       {"ZeroSteps", edit("  steps: 4\n", "  steps: 0\n"), "", 0, {"bad.yaml:12:3", "train.steps", "got 0"}},
       {"ZeroMicroBatch", edit("  micro_batch: 2\n", "  micro_batch: 0\n"), "", 0,
        {"bad.yaml:14:3", "train.micro_batch", "got 0"}},

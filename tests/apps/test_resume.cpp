@@ -6,7 +6,8 @@
 // within relative 1e-5. A rank killed with SIGKILL in the middle of a
 // checkpoint write leaves the previous checkpoint to resume from; SIGUSR1 to
 // mpirun, or SIGTERM to the ranks, ends the job with a checkpoint and exit 0;
-// bad resumes are one line.
+// bad resumes are one line. A checkpoint an older Lattice wrote, its config
+// holding every optimizer key, still resumes.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checksum.h"
 #include "cli_runner.h"
 #include "support/test_support.h"
 
@@ -353,6 +355,37 @@ TEST_F(Resume, OtherTrainingShardsUnderTheSameGlobAreRefused) {
   // The shards as they were: the run resumes.
   CmdResult r = train("s", "", 0);
   EXPECT_NE(r.out.find("resuming from"), std::string::npos) << r.out;
+}
+
+// Lattice once wrote every optimizer key into the effective config, SGD's
+// momentum with adamw too; now a config may set only its optimizer's keys.
+// A checkpoint (and config.yaml) written so still resumes, and continues the
+// run exactly.
+TEST_F(Resume, ACheckpointWithTheOtherOptimizersKeysResumes) {
+  train("whole", "", 0);
+  train("old", "train.stop_at_step=5", 0);
+  auto as_older = [](std::string y) {
+    const size_t line = y.find("\n  grad_clip:");
+    EXPECT_NE(line, std::string::npos) << y;
+    EXPECT_EQ(y.find("momentum:"), std::string::npos) << y;
+    return y.insert(y.find('\n', line + 1) + 1, "  momentum: 0.9\n");
+  };
+  const std::string state_path = ckpt("old", 5, "trainer_state.json");
+  auto state = nlohmann::ordered_json::parse(bytes_of(state_path));
+  state["config"] = as_older(state["config"].get<std::string>());
+  std::ofstream(state_path, std::ios::trunc) << state.dump(2) << "\n";
+  const std::string run_config = as_older(bytes_of(dir + "/old/config.yaml"));
+  std::ofstream(dir + "/old/config.yaml", std::ios::trunc) << run_config;
+  // The manifest as that version wrote it, for the edited file.
+  const std::string manifest_path = ckpt("old", 5, "manifest.json");
+  auto manifest = nlohmann::ordered_json::parse(bytes_of(manifest_path));
+  const lattice::checkpoint::FileDigest d = lattice::checkpoint::digest_file(state_path);
+  manifest["files"]["trainer_state.json"] = {{"size", d.size},
+                                             {"xxh64", lattice::checkpoint::checksum_hex(d.checksum)}};
+  std::ofstream(manifest_path, std::ios::trunc) << manifest.dump(2) << "\n";
+  CmdResult r = train("old", "", 0);
+  EXPECT_NE(r.out.find("resuming from"), std::string::npos) << r.out;
+  expect_exact(losses(dir + "/old"), losses(dir + "/whole"));
 }
 
 // A run killed before its first checkpoint (a Slurm requeue, say) starts over

@@ -16,7 +16,8 @@
 namespace lattice {
 namespace {
 
-// Every key set to a value other than its default.
+// Every key set to a value other than its default, but optimizer.betas and
+// optimizer.eps, which sgd does not read: full_adamw() sets those instead of momentum.
 const char* kFull = R"(# full config
 model:
   arch: llama
@@ -53,8 +54,6 @@ train:
 optimizer:
   name: sgd
   lr: 3.0e-4
-  betas: [0.8, 0.99]
-  eps: 1.0e-7
   weight_decay: 0.05
   grad_clip: 0
   momentum: 0.5
@@ -104,6 +103,13 @@ data:
   train: data/tiny_train_*.bin
   tokenizer: bytes
 )";
+
+std::string replace(std::string text, const std::string& from, const std::string& to);
+
+// kFull with adamw, its betas and eps set instead of SGD's momentum.
+std::string full_adamw() {
+  return replace(replace(kFull, "  name: sgd\n", "  betas: [0.8, 0.99]\n  eps: 1.0e-7\n"), "  momentum: 0.5\n", "");
+}
 
 // 1-based line of the first occurrence of `needle` in `text`.
 int line_of(const std::string& text, const std::string& needle) {
@@ -173,12 +179,17 @@ TEST(Config, FullConfigDecodes) {
   EXPECT_EQ(c.train.eval_steps, 5);
   EXPECT_EQ(c.optimizer.name, OptimizerName::sgd);
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
-  EXPECT_DOUBLE_EQ(c.optimizer.betas[0], 0.8);
-  EXPECT_DOUBLE_EQ(c.optimizer.betas[1], 0.99);
-  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-7);
+  EXPECT_EQ(c.optimizer.betas, OptimizerConfig{}.betas);  // AdamW's: not set with sgd
+  EXPECT_EQ(c.optimizer.eps, OptimizerConfig{}.eps);
   EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.05);
   EXPECT_DOUBLE_EQ(c.optimizer.grad_clip, 0.0);
   EXPECT_DOUBLE_EQ(c.optimizer.momentum, 0.5);
+  const Config a = parse_config(full_adamw(), "configs/full.yaml", {});
+  EXPECT_EQ(a.optimizer.name, OptimizerName::adamw);
+  EXPECT_DOUBLE_EQ(a.optimizer.betas[0], 0.8);
+  EXPECT_DOUBLE_EQ(a.optimizer.betas[1], 0.99);
+  EXPECT_DOUBLE_EQ(a.optimizer.eps, 1e-7);
+  EXPECT_EQ(a.optimizer.momentum, OptimizerConfig{}.momentum);  // SGD's: not set with adamw
   EXPECT_EQ(c.optimizer.schedule.warmup_steps, 10);
   EXPECT_EQ(c.optimizer.schedule.decay, LrDecay::linear);
   EXPECT_DOUBLE_EQ(c.optimizer.schedule.min_lr, 3e-5);
@@ -249,8 +260,11 @@ TEST(Config, DefaultsAndDerivedValues) {
 
 TEST(Config, ToYamlRoundTrip) {
   const std::vector<std::string> fp16 = {"runtime.precision=fp16", "runtime.loss_scale.growth_interval=7"};
-  for (const auto& [text, overrides] :
-       std::vector<std::pair<const char*, std::vector<std::string>>>{{kFull, {}}, {kMinimal, {}}, {kMinimal, fp16}}) {
+  const std::vector<std::string> sgd = {"optimizer.name=sgd", "optimizer.momentum=0.25"};
+  const std::vector<std::string> adamw = {"optimizer.betas=[0.5, 0.75]", "optimizer.eps=0.125"};
+  for (const auto& [text, overrides] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {kFull, {}}, {full_adamw(), {}}, {kMinimal, {}}, {kMinimal, fp16}, {kMinimal, sgd}, {kMinimal, adamw}}) {
+    SCOPED_TRACE(testing::PrintToString(overrides));
     Config a = parse_config(text, "a.yaml", overrides);
     std::string y = to_yaml(a);
     Config b = parse_config(y, "b.yaml", {});
@@ -259,12 +273,68 @@ TEST(Config, ToYamlRoundTrip) {
     // Every key is written; runtime.loss_scale only with fp16 (validate refuses it with another precision).
     const bool scaled = a.runtime.precision == Precision::fp16;
     EXPECT_EQ(y.find("loss_scale:") != std::string::npos, scaled) << y;
+    // The optimizer's keys only for that optimizer (validate refuses the others).
     for (const auto& path : config_key_paths()) {
-      if (!scaled && path.starts_with("runtime.loss_scale.")) continue;
       std::string name = path.substr(path.rfind('.') + 1);
+      if (auto owner = optimizer_key_owner(path)) {  // "\n  eps:" is no model's "  norm_eps:"
+        EXPECT_EQ(y.find("\n  " + name + ":") != std::string::npos, *owner == a.optimizer.name) << path << "\n" << y;
+        continue;
+      }
+      if (!scaled && path.starts_with("runtime.loss_scale.")) continue;
       EXPECT_HAS(y, name + ":");
     }
   }
+}
+
+// optimizer.betas and optimizer.eps are AdamW's, optimizer.momentum is SGD's:
+// set with the other optimizer (in the file or by an override) they would be
+// ignored, so they are one line naming the key and the fix.
+TEST(Config, OptimizerKeysOfTheOtherOptimizer) {
+  const std::string adamw_file = replace(kMinimal, "  lr: 1.0e-3\n", "  lr: 1.0e-3\n  momentum: 0.9\n");
+  EXPECT_EQ(parse_error(adamw_file),
+            fmt::format("test.yaml:{}:3: optimizer.momentum: is SGD's and optimizer.name is adamw — remove it, or set "
+                        "optimizer.name: sgd",
+                        line_of(adamw_file, "momentum")));
+  EXPECT_EQ(parse_config(adamw_file, "t.yaml", {"optimizer.name=sgd"}).optimizer.momentum, 0.9);
+  EXPECT_EQ(parse_error(kMinimal, {"optimizer.momentum=0.5"}),
+            "override 'optimizer.momentum=0.5': optimizer.momentum: is SGD's and optimizer.name is adamw — remove it, "
+            "or set optimizer.name: sgd");
+  const std::string sgd_file = replace(kMinimal, "  lr: 1.0e-3\n", "  name: sgd\n  lr: 1.0e-3\n  eps: 1.0e-6\n");
+  EXPECT_EQ(parse_error(sgd_file),
+            fmt::format("test.yaml:{}:3: optimizer.eps: is AdamW's and optimizer.name is sgd — remove it, or set "
+                        "optimizer.name: adamw",
+                        line_of(sgd_file, "  eps:")));
+  EXPECT_EQ(parse_error(kMinimal, {"optimizer.name=sgd", "optimizer.betas=[0.5,0.5]"}),
+            "override 'optimizer.betas=[0.5,0.5]': optimizer.betas: is AdamW's and optimizer.name is sgd — remove "
+            "it, or set optimizer.name: adamw");
+  // The optimizer chosen by an override, the key in the file: the key's line is named.
+  const std::string betas_file = replace(kMinimal, "  lr: 1.0e-3\n", "  lr: 1.0e-3\n  betas: [0.9, 0.95]\n");
+  EXPECT_HAS(parse_error(betas_file, {"optimizer.name=sgd"}),
+             fmt::format("test.yaml:{}:3: optimizer.betas: is AdamW's", line_of(betas_file, "betas")));
+  EXPECT_EQ(optimizer_key_owner("optimizer.lr"), std::nullopt);
+}
+
+// What an older Lattice wrote (config.yaml, a checkpoint's trainer_state.json)
+// holds every optimizer key: read back as a written config, the other
+// optimizer's keys are dropped, whatever their value (they had no effect), so
+// its runs still resume; parse_config refuses the same text.
+TEST(Config, WrittenConfigOfAnOlderVersionReadsBack) {
+  for (const std::vector<std::string>& o : {std::vector<std::string>{}, {"optimizer.name=sgd"}}) {
+    const Config now = parse_config(kMinimal, "a.yaml", o);
+    const bool sgd = now.optimizer.name == OptimizerName::sgd;
+    std::string old = to_yaml(now);
+    old = replace(old, "  weight_decay:",
+                  sgd ? "  betas: [0.5, 0.5]\n  eps: 1.0e-08\n  weight_decay:" : "  momentum: 0.5\n  weight_decay:");
+    EXPECT_HAS(parse_error(old), sgd ? "optimizer.betas: is AdamW's" : "optimizer.momentum: is SGD's");
+    const Config back = parse_written_config(old, "run/config.yaml");
+    EXPECT_EQ(back, now) << old;
+    EXPECT_EQ(first_difference(back, now), std::nullopt);
+    EXPECT_EQ(parse_written_config(to_yaml(now), "run/config.yaml"), now);
+  }
+  // Only the other optimizer's keys are dropped: the rest is read and checked as ever.
+  const std::string bad = replace(kMinimal, "  lr: 1.0e-3\n", "  lr: 1.0e-3\n  momentum: 0.5\n  eps: 0\n");
+  EXPECT_EQ(parse_written_config(replace(bad, "  eps: 0\n", "  eps: 1.0e-6\n"), "w").optimizer.eps, 1e-6);
+  EXPECT_HAS(error_of([&] { parse_written_config(bad, "w"); }), "optimizer.eps: must be positive (got 0)");
 }
 
 // runtime.loss_scale: it is read with fp16 only, and a bad value names its
