@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "comm/mpi_runtime.h"
 #include "config/config.h"
 
@@ -70,5 +71,9 @@ std::string causal_archs();
 // directory), by the resume rule; newer ones that fail to verify are named on
 // stderr. One Error line when there is none.
 std::string step_dir_of(const std::string& command, const std::string& path);
+// What rank 0's `pick` returns, on every rank of `world` (a collective; the
+// other ranks do not call `pick`): the step directory a job loads, so that a
+// checkpoint written meanwhile cannot split the job.
+std::string picked_on_rank_zero(comm::Group& world, const std::function<std::string()>& pick);
 
 }  // namespace lattice::cli

@@ -26,7 +26,6 @@
 #include "booster/run_dir.h"
 #include "checkpoint/atomic_dir.h"
 #include "cli.h"
-#include "comm/gather_strings.h"
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
 #include "core/threads.h"
@@ -92,9 +91,7 @@ int run(const EvalArgs& a, const comm::MpiRuntime& mpi) {
   auto mesh = create_job_mesh(cfg, comm::Group(comm::make_world_communicator(cfg.runtime.comm_timeout_s)));
   // Rank 0 picks the step directory and every rank loads that one (a
   // checkpoint written meanwhile must not split the job).
-  std::string step_dir;
-  if (mpi.world_rank() == 0) step_dir = pick_step_dir(cfg, a.checkpoint);
-  step_dir = comm::all_gather_strings(mesh.world(), step_dir).front();
+  const std::string step_dir = picked_on_rank_zero(mesh.world(), [&] { return pick_step_dir(cfg, a.checkpoint); });
   HybridParallelPlugin plugin(cfg, mesh, std::nullopt, HalfWeights::shadow, PluginUse::evaluate);
   const TrainerState st = plugin.load_model(step_dir);
   const int64_t batches = a.batches.value_or(cfg.train.eval_steps);

@@ -218,8 +218,8 @@ int run(const TrainArgs& a, const comm::MpiRuntime& mpi) {
   std::string init_dir;
   std::optional<TrainerState> init;
   if (!start.resume && !cfg.checkpoint.init_from.empty()) {
-    if (logger) init_dir = step_dir_of("checkpoint.init_from", cfg.checkpoint.init_from);
-    init_dir = comm::all_gather_strings(mesh.world(), init_dir).front();
+    init_dir = picked_on_rank_zero(mesh.world(),
+                                   [&] { return step_dir_of("checkpoint.init_from", cfg.checkpoint.init_from); });
     init = plugin->load_model(init_dir);
   }
   std::string metrics_path;

@@ -19,7 +19,6 @@
 #include "booster/metrics.h"
 #include "booster/run_dir.h"
 #include "cli.h"
-#include "comm/gather_strings.h"
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
 #include "core/threads.h"
@@ -66,11 +65,9 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
   // checkpoint.init_from: both runs start from its weights, the step
   // directory rank 0 picks (as train does). It was ignored: a fine-tuning
   // config was verified from fresh weights without a word.
-  std::string init_dir;
-  if (!cfg.checkpoint.init_from.empty()) {
-    if (mpi.world_rank() == 0) init_dir = step_dir_of("checkpoint.init_from", cfg.checkpoint.init_from);
-    init_dir = comm::all_gather_strings(mesh.world(), init_dir).front();
-  }
+  const std::string init_dir = cfg.checkpoint.init_from.empty() ? "" : picked_on_rank_zero(mesh.world(), [&] {
+    return step_dir_of("checkpoint.init_from", cfg.checkpoint.init_from);
+  });
   RankPlacement placement;
   Trace got = run_steps(cfg, mesh, init_dir, std::nullopt, &placement);
 

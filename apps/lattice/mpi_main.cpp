@@ -103,12 +103,17 @@ LaunchedAs launched_as() {
   return {};
 }
 
+std::string picked_on_rank_zero(comm::Group& world, const std::function<std::string()>& pick) {
+  return comm::all_gather_strings(world, world.rank() == 0 ? pick() : std::string()).front();
+}
+
 void check_same_config(const Config& cfg, const comm::MpiRuntime& mpi) {
   if (mpi.world_size() == 1) return;
   comm::Group world(comm::make_world_communicator(cfg.runtime.comm_timeout_s));
   const std::string mine = to_yaml(cfg);
   // Small digests first; the whole texts only when some differ.
-  const std::vector<std::string> digests = comm::all_gather_strings(world, std::to_string(std::hash<std::string>{}(mine)));
+  const std::vector<std::string> digests =
+      comm::all_gather_strings(world, std::to_string(std::hash<std::string>{}(mine)));
   if (std::all_of(digests.begin(), digests.end(), [&](const std::string& d) { return d == digests[0]; })) return;
   const std::vector<std::string> texts = comm::all_gather_strings(world, mine);
   const Config first = parse_config(texts[0], "rank 0's config");

@@ -127,20 +127,21 @@ void load_stage(const checkpoint::IndexedTensors& in, const FlatParams& params, 
                 const std::string& prefix) {
   for (const ParamEntry& e : params.entries()) {
     const std::string name = prefix + e.spec.name;
-    LATTICE_INPUT_CHECK(in.contains(name),
-                  "checkpoint {}: no tensor '{}' — it was written for another model or optimizer; resume with the "
-                  "config it was written with, or start a new run in new directories (log.dir=..., and "
-                  "checkpoint.dir=... where it is set)",
-                  in.dir(), name);
+    LATTICE_INPUT_CHECK(
+        in.contains(name),
+        "checkpoint {}: no tensor '{}' — it was written for another model or optimizer; resume with the "
+        "config it was written with, or start a new run in new directories (log.dir=..., and "
+        "checkpoint.dir=... where it is set)",
+        in.dir(), name);
     const checkpoint::SafetensorsInfo& info = in.info(name);
-    LATTICE_INPUT_CHECK(info.shape == e.spec.shape && info.dtype == DType::f32,
-                  "checkpoint {}: tensor '{}' is {} {}, this model needs F32 {} — the checkpoint belongs to another "
-                  "model shape{}",
-                  in.dir(), name, checkpoint::safetensors_dtype_name(info.dtype), shape_str(info.shape),
-                  shape_str(e.spec.shape),
-                  e.spec.name == "wpe.weight" || e.spec.name.ends_with("position_embeddings.weight")
-                      ? " (the learned position table: set model.max_seq_len to the checkpoint's row count)"
-                      : "");
+    LATTICE_INPUT_CHECK(
+        info.shape == e.spec.shape && info.dtype == DType::f32,
+        "checkpoint {}: tensor '{}' is {} {}, this model needs F32 {} — the checkpoint belongs to another "
+        "model shape{}",
+        in.dir(), name, checkpoint::safetensors_dtype_name(info.dtype), shape_str(info.shape), shape_str(e.spec.shape),
+        e.spec.name == "wpe.weight" || e.spec.name.ends_with("position_embeddings.weight")
+            ? " (the learned position table: set model.max_seq_len to the checkpoint's row count)"
+            : "");
     Tensor local = tp::shard_from_logical(e.spec, params.shard(), in.read(name), false);
     buffer.view(e.offset, e.local_shape).copy_from(local);
   }
@@ -248,7 +249,8 @@ TrainerState read_trainer_state(const std::string& step_dir) {
     s.padded_vocab_size = j.value("padded_vocab_size", int64_t(0));
     s.optimizer = j.value("optimizer", std::string());
     s.arch = j.value("arch", std::string());
-    if (j.contains("model")) s.model = checkpoint::model_state_json(checkpoint::model_from_state_json(j["model"], path));
+    if (j.contains("model"))
+      s.model = checkpoint::model_state_json(checkpoint::model_from_state_json(j["model"], path));
     if (j.contains("loss_scaler")) s.loss_scaler = optim::loss_scaler_state_from_json(j["loss_scaler"]);
     if (j.contains("data_train"))
       for (const json& p : j.at("data_train"))
@@ -459,11 +461,11 @@ void check_model_only_tensors(const Config& cfg, const TrainerState& state, cons
   const nlohmann::ordered_json mine = checkpoint::model_state_json(cfg.model);
   for (const auto& [key, value] : state.model.items()) {
     if (key == "max_seq_len" || (mine.contains(key) && mine[key] == value)) continue;  // positions: shapes
-    config_fail(cfg, "model." + key,
-                fmt::format("{} here, but checkpoint {} holds a model with {} — set model.{}: {} (the "
-                            "checkpoint's model keys are in its trainer_state.json)",
-                            mine.contains(key) ? mine[key].dump() : "unset", step_dir, value.dump(), key,
-                            value.dump()));
+    config_fail(
+        cfg, "model." + key,
+        fmt::format("{} here, but checkpoint {} holds a model with {} — set model.{}: {} (the "
+                    "checkpoint's model keys are in its trainer_state.json)",
+                    mine.contains(key) ? mine[key].dump() : "unset", step_dir, value.dump(), key, value.dump()));
   }
 }
 
@@ -500,14 +502,14 @@ void check_resume_config(const Config& cfg, const TrainerState& state, const std
   std::optional<ConfigDifference> d = first_difference(saved, cfg);
   if (!d) {
     if (state.data_train.empty() || data_train.empty()) return;  // an older checkpoint, or a caller without data
-    for (size_t s = 0; s < cfg.data.train.size(); ++s) {         // the same sources: data.train is the checkpoint's
-      auto of_source = [s](const std::vector<ShardPrint>& all) {
-        std::vector<ShardPrint> out;
-        std::copy_if(all.begin(), all.end(), std::back_inserter(out),
-                     [s](const ShardPrint& p) { return p.source == int(s); });
-        return out;
-      };
-      const std::string diff = shard_difference(of_source(state.data_train), of_source(data_train));
+    auto of_source = [](const std::vector<ShardPrint>& all, size_t s) {
+      std::vector<ShardPrint> out;
+      std::copy_if(all.begin(), all.end(), std::back_inserter(out),
+                   [s](const ShardPrint& p) { return p.source == int(s); });
+      return out;
+    };
+    for (size_t s = 0; s < cfg.data.train.size(); ++s) {  // the same sources: data.train is the checkpoint's
+      const std::string diff = shard_difference(of_source(state.data_train, s), of_source(data_train, s));
       if (diff.empty()) continue;
       config_fail(cfg, train_source_key(cfg, s),
                   fmt::format("the shards matching '{}' are not the ones checkpoint {} was trained on: {} — restore "
@@ -522,12 +524,14 @@ void check_resume_config(const Config& cfg, const TrainerState& state, const std
   std::error_code ec;
   const bool own = fs::equivalent(fs::path(step_dir).parent_path(), cfg.checkpoint.dir, ec) && !ec;
   const std::string fix =
-      own ? fmt::format("restore the setting, or, to train its weights with other settings, start a new run from "
-                        "them: checkpoint.init_from={} with a new log.dir (and checkpoint.dir where it is set)",
-                        step_dir)
-          : fmt::format("restore the setting, or, to train its weights with other settings, set "
-                        "checkpoint.init_from={} instead of checkpoint.resume",
-                        step_dir);
+      own ? fmt::format(
+                "restore the setting, or, to train its weights with other settings, start a new run from "
+                "them: checkpoint.init_from={} with a new log.dir (and checkpoint.dir where it is set)",
+                step_dir)
+          : fmt::format(
+                "restore the setting, or, to train its weights with other settings, set "
+                "checkpoint.init_from={} instead of checkpoint.resume",
+                step_dir);
   config_fail(cfg, d->key,
               fmt::format("{} here, but checkpoint {} was written with {} — on resume only parallel.*, "
                           "runtime.threads, log.*, checkpoint.* and train.stop_at_step may change; {}",

@@ -194,6 +194,11 @@ std::string HybridParallelPlugin::describe() const {
   return s;
 }
 
+// How the header names training source k: "data.train", or "data.train[k]" in a mixture.
+std::string HybridParallelPlugin::train_source_name(size_t k) const {
+  return train_->size() == 1 ? std::string("data.train") : fmt::format("data.train[{}]", k);
+}
+
 // Each training source: its tokens, windows, share and the epochs of it the
 // run reads (train.steps * global_batch samples, the source's share of them);
 // a note where a step takes more of its samples than it has windows.
@@ -203,7 +208,7 @@ std::string HybridParallelPlugin::describe_train_data() const {
   std::string s, notes;
   for (size_t k = 0; k < train_->size(); ++k) {
     const data::TokenDataset& d = train_->source(k);
-    const std::string key = train_->size() == 1 ? std::string("data.train") : fmt::format("data.train[{}]", k);
+    const std::string key = train_source_name(k);
     const double share = train_->share(k), epochs = share * run_samples / double(d.n_windows());
     s += train_->size() == 1
              ? fmt::format(" | {}: {} tokens, {} windows, {:.3g} epochs", key, d.n_tokens(), d.n_windows(), epochs)
@@ -239,7 +244,7 @@ std::string HybridParallelPlugin::shared_val_shard_note() const {
           return fmt::format(
               " | note: data.val's shard {} is also a shard of {}: val_loss scores data the run trains on — point "
               "data.val at held-out shards (lattice data prepare writes them as PREFIX_val_*.bin)",
-              v, train_->size() == 1 ? std::string("data.train") : fmt::format("data.train[{}]", k));
+              v, train_source_name(k));
   return "";
 }
 

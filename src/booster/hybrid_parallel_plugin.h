@@ -116,8 +116,10 @@ class HybridParallelPlugin final : public Plugin {
   std::function<void(int64_t step, FlatParams& params)> on_zeroed_grads_for_tests;
 
  private:
-  std::string describe_train_data() const;    // describe()'s part about data.train
-  std::string shared_val_shard_note() const;  // describe()'s note on a data.val shard that data.train holds too
+  std::string describe_train_data() const;  // describe()'s part about data.train
+  std::string shared_val_shard_note() const;
+  std::string train_source_name(size_t k) const;  // "data.train" or, in a mixture, "data.train[k]"  // describe()'s
+                                                  // note on a data.val shard that data.train holds too
   // Runs `plan` over the microbatches of inputs_/targets_; returns the loss sum of this rank.
   double run_plan(const pipeline::Plan& plan, const StepCoords& base, int64_t first_sample, float dloss,
                   pipeline::RunStats* stats);
