@@ -24,7 +24,8 @@
 // counts at every multiple of kStride samples; a later sample walks on from
 // the cursor, an earlier one from the snapshot below it (at most kStride
 // picks). A resume at sample i walks from 0 once: S integer products per
-// sample, about half a second per 10^8 samples with two sources on one core.
+// sample: 0.48 s per 10^8 samples with two sources, 1.2 s with eight, on one
+// core (bench/mixture, BENCHMARKS.md).
 //
 // Not thread-safe (the cursor, the sources' cached permutations).
 // Shapes: inputs and targets are (count, T) int32, row-major.
