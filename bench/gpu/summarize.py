@@ -8,6 +8,9 @@ table or PEAK_TFLOPS). Every figure comes from the runs' own lines; a run withou
 --skip is an error, never a row. With --plans, each model's `lattice plan` report (DIR/MODEL.plan.txt)
 gives the predicted peak per rank next to the measured one (both the largest over the ranks): how
 close `lattice plan` comes on the GPU (n/a where the report is missing or has no memory table).
+Beside them, the CUDA memory pool's high watermark (device_pool_peak_bytes): the measured peak
+plus the backend's scratch (cuBLASLt and cuDNN workspaces, 16-bit scratch), which neither the
+allocator's peak nor the plan counts (n/a for a run that did not log it).
 
 usage: summarize.py --runs DIR --skip N --peak FLOPS --peak-source table|PEAK_TFLOPS|unknown
                     --precision P --ranks N [--plans DIR] MODEL...
@@ -57,8 +60,8 @@ def main():
     known_peak = a.peak_source != "unknown"
     mfu_head = f"MFU (bf16 dense {a.peak / 1e12:g} TFLOP/s, {a.peak_source})" if known_peak else "MFU"
     print(f"\n| model | precision | GPUs | tokens/step | steps | step ms | tokens/s | TFLOP/s per GPU | {mfu_head} "
-          "| loss first -> last | peak mem GiB | lattice plan GiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| loss first -> last | peak mem GiB | pool peak GiB | lattice plan GiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     ok = True
     for m in a.models:
         try:
@@ -77,11 +80,13 @@ def main():
         tflops = med["mfu"] * a.peak / 1e12
         mfu = f"{100 * med['mfu']:.1f}%" if known_peak else "n/a (peak unknown)"
         mem = max(r["peak_mem_bytes"] for r in rows) / 2**30
+        pools = [r["device_pool_peak_bytes"] for r in rows if "device_pool_peak_bytes" in r]
+        pool = f"{max(pools) / 2**30:.1f}" if pools else "n/a"
         planned = planned_peak(f"{a.plans}/{m}.plan.txt") if a.plans else None
         plan = f"{planned / 2**30:.1f}" if planned is not None else "n/a"
         print(f"| {m} | {a.precision} | {a.ranks} | {timed[0]['tokens']} | {len(timed)} | {med['step_ms']:.1f} "
               f"| {med['tokens_per_s']:.0f} | {tflops:.1f} | {mfu} | {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f} "
-              f"| {mem:.1f} | {plan} |")
+              f"| {mem:.1f} | {pool} | {plan} |")
     return 0 if ok else 1
 
 

@@ -94,10 +94,13 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
     UpdateStats u = plugin_->optimizer_step(step, lr);
     // Every per-step maximum over the ranks in one collective: the slowest
     // rank's step time, the largest peak memory, exposed sync time and pipeline
-    // idle fraction, and the stop request (a signal may reach the ranks at
-    // different steps; all must stop after the same one).
-    const std::vector<double> m = plugin_->max_over_ranks({timer.seconds(), double(plugin_->local_peak_mem_bytes()),
-                                                           s.grad_sync_s, s.bubble, stop_requested() ? 1.0 : 0.0});
+    // idle fraction, the stop request (a signal may reach the ranks at different steps; all must
+    // stop after the same one), and on CUDA the memory pool's high watermark.
+    const Device device = plugin_->device();
+    const double pool_peak = device.is_cuda() ? double(cuda_backend().pool_used_peak_bytes(device.index)) : -1.0;
+    const std::vector<double> m =
+        plugin_->max_over_ranks({timer.seconds(), double(plugin_->local_peak_mem_bytes()), s.grad_sync_s, s.bubble,
+                                 stop_requested() ? 1.0 : 0.0, pool_peak});
     const double dt = m[0];
     const bool stop = m[4] > 0;
     elapsed += dt;
@@ -115,6 +118,7 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
     r.step_ms = dt * 1e3;
     r.mfu = plugin_->flops_per_token() * double(s.tokens) / dt / peak;
     r.peak_mem_bytes = int64_t(m[1]);
+    r.device_pool_peak_bytes = int64_t(m[5]);
     r.skipped = skipped;
     r.bubble = m[3];
     r.bubble_theory = s.bubble_theory;
@@ -150,9 +154,10 @@ TrainSummary Booster::train(const std::string& metrics_path, const TrainerState&
     if (stop || at_last || (every > 0 && step % every == 0)) sum.last_checkpoint = checkpoint(step, skipped);
     if (stop) {
       if (logger_)
-        print_(fmt::format("stopping after step {} {}; start the same command again to resume (checkpoint.resume: "
-                           "auto)",
-                           step, removed_note.empty() ? "on a stop request (SIGUSR1 or SIGTERM)" : "(" + removed_note + ")"));
+        print_(fmt::format(
+            "stopping after step {} {}; start the same command again to resume (checkpoint.resume: "
+            "auto)",
+            step, removed_note.empty() ? "on a stop request (SIGUSR1 or SIGTERM)" : "(" + removed_note + ")"));
       sum.stopped = true;
       break;
     }

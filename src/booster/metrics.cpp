@@ -38,6 +38,7 @@ std::string MetricsWriter::train_json(const TrainRecord& r) {
                                                  num(r.bubble_theory, "{:.4g}"))
                                    : "";
   std::string scale = r.loss_scale > 0 ? fmt::format(", \"loss_scale\": {}", num(r.loss_scale)) : "";
+  if (r.device_pool_peak_bytes >= 0) scale += fmt::format(", \"device_pool_peak_bytes\": {}", r.device_pool_peak_bytes);
   return fmt::format(
       "{{\"step\": {}, \"loss\": {}, \"lr\": {}, \"grad_norm\": {}, \"tokens\": {}, \"tokens_per_s\": {}, "
       "\"step_ms\": {}, \"mfu\": {}, \"peak_mem_bytes\": {}, \"skipped\": {}, \"grad_sync_ms\": {}{}{}}}",
@@ -53,9 +54,10 @@ std::string MetricsWriter::eval_json(int64_t step, double val_loss) {
 void MetricsWriter::write_line(const std::string& line) {
   errno = 0;
   if (std::fputs((line + "\n").c_str(), f_) >= 0 && std::fflush(f_) == 0) return;
-  LATTICE_INPUT_FAIL("log.dir: cannot write '{}': {} — free space (or fix the disk) and start the same command again: "
-                     "it resumes from the last checkpoint",
-                     path_, errno ? std::strerror(errno) : "write error");
+  LATTICE_INPUT_FAIL(
+      "log.dir: cannot write '{}': {} — free space (or fix the disk) and start the same command again: "
+      "it resumes from the last checkpoint",
+      path_, errno ? std::strerror(errno) : "write error");
 }
 
 void MetricsWriter::log_train(const TrainRecord& r) { write_line(train_json(r)); }
@@ -83,6 +85,7 @@ std::vector<std::pair<std::string, float>> tensorboard_scalars(const TrainRecord
   if (r.loss_scale > 0) v.emplace_back("train/loss_scale", float(r.loss_scale));
   if (r.bubble >= 0) v.emplace_back("perf/bubble", float(r.bubble));
   if (r.bubble_theory >= 0) v.emplace_back("perf/bubble_theory", float(r.bubble_theory));
+  if (r.device_pool_peak_bytes >= 0) v.emplace_back("perf/device_pool_peak_bytes", float(r.device_pool_peak_bytes));
   return v;
 }
 

@@ -5,7 +5,10 @@
 // so it round-trips), lr, grad_norm (before clipping), tokens, tokens_per_s,
 // step_ms, mfu (fraction of peak), peak_mem_bytes, skipped, grad_sync_ms
 // (exposed tie + dp gradient communication), bubble and bubble_theory (pp > 1),
-// loss_scale (fp16: the scale the step's loss was multiplied by). Evaluation lines
+// loss_scale (fp16: the scale the step's loss was multiplied by),
+// device_pool_peak_bytes (runtime.device cuda: the most device memory in use
+// from the CUDA memory pool, which also holds the backend's scratch that
+// peak_mem_bytes does not count). Evaluation lines
 // carry step and val_loss and no loss. Lines are flushed as written, so a
 // killed job keeps every line it logged.
 #pragma once
@@ -28,6 +31,9 @@ struct TrainRecord {
   double bubble = -1, bubble_theory = -1;  // pipeline runs only (written when >= 0)
   double grad_sync_ms = 0;  // exposed gradient synchronisation (tie + dp) after the schedule, slowest rank
   double loss_scale = 0;    // fp16 runs only (written when > 0): the step's loss scale
+  // CUDA runs only (written when >= 0): the device memory pool's high watermark, largest rank
+  // (CudaBackend::pool_used_peak_bytes: peak_mem_bytes' tensors plus the backend's scratch)
+  int64_t device_pool_peak_bytes = -1;
 };
 
 class MetricsWriter {

@@ -75,6 +75,14 @@ class CudaBackend {
   virtual void copy_rows(int dev, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                          size_t rows) = 0;
   virtual void synchronize(int dev) = 0;
+  // The most device memory in use at once from `dev`'s default memory pool
+  // since the process started (cudaMemPoolAttrUsedMemHigh): everything malloc
+  // above serves, so the Tensors the allocator counts (core/allocator.h) and
+  // the backend's own scratch that it does not (the cuBLASLt workspace, the
+  // 16-bit matmuls' fp32 scratch, cuDNN's attention workspace, the plain
+  // attention's temporaries, reduction partials). Not in it: the CUDA
+  // context, the cuBLAS/cuDNN handles' own memory and NCCL's buffers.
+  virtual int64_t pool_used_peak_bytes(int dev) = 0;
   // The longest a host wait for the compute stream (a copy to or from host
   // memory, sum_squares, synchronize) may take, in seconds, before it throws
   // lattice::Error; <= 0: no limit (the default). The compute stream can wait
@@ -136,7 +144,7 @@ class CudaBackend {
   virtual double sum_squares(int dev, const float* x, int64_t n) = 0;  // accumulated in double
   // *acc += sum of x, in double, in stream order: no host wait (acc: one double on the device).
   virtual void sum_into(int dev, double* acc, const float* x, int64_t n) = 0;
-  virtual bool all_finite(int dev, const float* x, int64_t n) = 0;     // no NaN or infinity
+  virtual bool all_finite(int dev, const float* x, int64_t n) = 0;  // no NaN or infinity
   virtual void softmax_forward(int dev, float* out, const float* inp, int64_t N, int64_t K) = 0;
   virtual void softmax_backward(int dev, float* dinp, const float* dout, const float* out, int64_t N, int64_t K) = 0;
   // Inverted dropout on (B, S) rows; backward is the same call on dout.

@@ -33,7 +33,8 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(f"{tmp}/runs/m/metrics.jsonl", "w") as f:
         for step, ms, mem in ((1, 900.0, 3 * 2**30), (2, 100.0, 5 * 2**30), (3, 120.0, 4 * 2**30)):
             f.write(json.dumps({"step": step, "tokens": 4096, "step_ms": ms, "tokens_per_s": 4096 / ms * 1e3,
-                                "mfu": 0.25, "loss": 5.0 - step, "peak_mem_bytes": mem}) + "\n")
+                                "mfu": 0.25, "loss": 5.0 - step, "peak_mem_bytes": mem,
+                                "device_pool_peak_bytes": mem + 2**30 * (3 if step == 2 else 1)}) + "\n")
             f.write(json.dumps({"step": step, "eval_loss": 1.0}) + "\n")  # not a training line
     os.makedirs(f"{tmp}/plans")
     with open(f"{tmp}/plans/m.plan.txt", "w") as f:
@@ -65,9 +66,25 @@ with tempfile.TemporaryDirectory() as tmp:
         check(cells[5] == "110.0", f"median step ms over steps 2-3: {cells[5]}")
         check(cells[8] == "25.0%", f"MFU: {cells[8]}")
         check(cells[10] == "5.0", f"measured peak, the largest logged: {cells[10]}")
-        check(cells[11] == "30.5", f"planned peak, the largest rank: {cells[11]}")
+        check(cells[11] == "8.0", f"pool peak, the largest logged: {cells[11]}")
+        check(cells[12] == "30.5", f"planned peak, the largest rank: {cells[12]}")
     rc, text = table()
     check(text.rstrip().endswith("| n/a |"), f"no --plans: n/a: {text}")
+
+    # A run that logged no pool peak (a CPU run's lines): n/a in that column.
+    os.makedirs(f"{tmp}/runs/c")
+    with open(f"{tmp}/runs/c/metrics.jsonl", "w") as f:
+        for step in (1, 2):
+            f.write(json.dumps({"step": step, "tokens": 64, "step_ms": 10.0, "tokens_per_s": 6400.0, "mfu": 0.1,
+                                "loss": 3.0, "peak_mem_bytes": 2**30}) + "\n")
+    out = io.StringIO()
+    sys.argv = ["summarize.py", "--runs", f"{tmp}/runs", "--skip", "1", "--peak", "1e15", "--peak-source", "table",
+                "--precision", "fp32", "--ranks", "1", "c"]
+    with contextlib.redirect_stdout(out):
+        rc = summarize.main()
+    row = [line for line in out.getvalue().splitlines() if line.startswith("| c |")]
+    check(rc == 0 and len(row) == 1 and [c.strip() for c in row[0].strip("|").split("|")][11] == "n/a",
+          f"no device_pool_peak_bytes: n/a: {out.getvalue()}")
 
     # A real report of the built binary: the parser finds every rank's row.
     report = subprocess.run([lattice, "plan", os.path.join(source, "configs", "gpt2-tiny.yaml"), "--world", "2",

@@ -30,6 +30,23 @@ TEST(Metrics, TrainLineRoundTripsTheLoss) {
   EXPECT_FALSE(j.contains("val_loss"));
 }
 
+// device_pool_peak_bytes is a CUDA run's (the memory pool's high watermark,
+// with the backend's scratch): absent from a CPU run's line and its scalars.
+TEST(Metrics, DevicePoolPeakOnlyForCudaRuns) {
+  TrainRecord r;
+  r.peak_mem_bytes = 1000;
+  auto cpu = nlohmann::json::parse(MetricsWriter::train_json(r));
+  EXPECT_FALSE(cpu.contains("device_pool_peak_bytes"));
+  for (const auto& [name, value] : tensorboard_scalars(r)) EXPECT_NE(name, "perf/device_pool_peak_bytes");
+  r.device_pool_peak_bytes = (int64_t(1) << 40) + 3;  // past float and int32, exact in JSON
+  auto cuda = nlohmann::json::parse(MetricsWriter::train_json(r));
+  EXPECT_EQ(cuda["device_pool_peak_bytes"].get<int64_t>(), (int64_t(1) << 40) + 3);
+  EXPECT_EQ(cuda["peak_mem_bytes"], 1000);
+  int found = 0;
+  for (const auto& [name, value] : tensorboard_scalars(r)) found += name == "perf/device_pool_peak_bytes";
+  EXPECT_EQ(found, 1);
+}
+
 TEST(Metrics, NonFiniteValuesStayValidJson) {
   TrainRecord r;
   r.loss = NAN;

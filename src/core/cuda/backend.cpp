@@ -170,6 +170,15 @@ void Backend::use(int dev) {
     });
 }
 
+int64_t Backend::pool_used_peak_bytes(int dev) {
+  use(dev);
+  cudaMemPool_t pool = nullptr;
+  CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+  uint64_t high = 0;  // the attribute is a cuuint64_t
+  CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+  return int64_t(high);
+}
+
 // Makes `dev` current and returns its cuBLAS handle, creating it on first use.
 cublasHandle_t Backend::blas(int dev) {
   use(dev);

@@ -83,6 +83,7 @@ class Backend final : public CudaBackend {
   void memset_zero(void* ptr, size_t bytes, int dev) override;
   void copy_rows(int dev, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows) override;
   void synchronize(int dev) override;
+  int64_t pool_used_peak_bytes(int dev) override;
   void set_host_wait_timeout(double seconds) override { host_wait_timeout_s_ = seconds; }
   // Waits for `dev`'s compute stream within the host wait limit (no-op without one); `what` names the caller.
   void drain_compute(int dev, const char* what);
