@@ -18,7 +18,10 @@
 # Threads: T = runtime.threads; when it is 0 (the OpenMP default) the launcher
 # picks cores-per-node / ranks-per-node (at least 1) and passes
 # runtime.threads=T. Each node gets K = ceil(ranks / nodes) ranks, mapped with
-# `--map-by ppr:K:node:pe=T --bind-to core`; when K * T exceeds this machine's
+# `--map-by ppr:K:node:pe=T --bind-to core`; when the hosts' slot counts differ
+# (`--host a:2,b:1`), ranks fill the slots in host order instead
+# (`--map-by slot:pe=T`, K = the largest slot count), as ppr:K would place K
+# ranks on a host with fewer slots. When K * T exceeds this machine's
 # cores (nodes are assumed to be alike) binding is off (`--bind-to none`), and
 # on a single node `--oversubscribe` is added as well. OMP_NUM_THREADS=T and
 # every NCCL_*, OMP_* and LATTICE_* variable set here is exported to the ranks
@@ -198,6 +201,18 @@ fi
 # ---- threads and binding -------------------------------------------------------
 cores=$(nproc)
 per_node=$(( (ranks + nodes - 1) / nodes ))
+policy="ppr:$per_node:node"   # K ranks on each node
+if (( total_slots > 0 )); then
+  largest=0 uneven=0
+  for s in "${slots[@]}"; do
+    (( s == slots[0] )) || uneven=1
+    (( s <= largest )) || largest=$s
+  done
+  if (( uneven )); then   # fill each host's slots in order: ppr:K would put K ranks on a smaller host
+    per_node=$(( ranks < largest ? ranks : largest ))
+    policy="slot"
+  fi
+fi
 if (( threads == 0 )); then
   threads=$(( cores / per_node ))
   (( threads >= 1 )) || threads=1
@@ -205,12 +220,12 @@ if (( threads == 0 )); then
 fi
 map=()
 if (( per_node * threads <= cores )); then
-  map=(--map-by "ppr:$per_node:node:pe=$threads" --bind-to core)
+  map=(--map-by "$policy:pe=$threads" --bind-to core)
 elif (( nodes == 1 && ${#hosts[@]} == 0 )); then
   map=(--oversubscribe --bind-to none)
   note "$ranks rank(s) x $threads thread(s) exceed the $cores cores: oversubscribed, binding off"
 else
-  map=(--map-by "ppr:$per_node:node" --bind-to none)
+  map=(--map-by "$policy" --bind-to none)
   note "$per_node rank(s) per node x $threads thread(s) exceed the $cores cores of this machine: binding off"
 fi
 

@@ -7,7 +7,10 @@
 #     the second, so pipeline stage 0 and stage 1 are on different hosts;
 #   - the veth carried at least the forward activations between the stages;
 #   - every step's loss equals a single-rank reference run of the same config
-#     (dropout 0, fixed seed) within relative 1e-5 (TOLERANCE).
+#     (dropout 0, fixed seed) within relative 1e-5 (TOLERANCE);
+#   - hosts of unequal slots (slots=1, then slots=2): a 3-rank dp=3 job puts
+#     rank 0 on the first host and ranks 1-2 on the second (launch.sh maps by
+#     slot there), and its losses equal a single-rank run's.
 # Needs root (ip netns, /etc/hosts), iproute2, util-linux (unshare), Open MPI,
 # python3. Everything it makes (namespaces, /etc/hosts lines, temp files,
 # processes in the namespaces) is removed on exit, also on failure.
@@ -147,29 +150,41 @@ OMP_NUM_THREADS=1 timeout 60 "$lattice" train "$tmp/tiny.yaml" "log.dir=$tmp/ref
   || die "the single-rank reference run did not log $steps steps to $tmp/ref/metrics.jsonl (log: $tmp/ref.log)"
 say "single-rank reference: $steps steps done"
 
-# ---- 4 ranks over the two hosts ----------------------------------------------------
+# ---- jobs over the two hosts ------------------------------------------------------
+# launch_job WHAT HOSTFILE LOG OVERRIDE...: launch.sh on host a; dies naming WHAT when the job fails.
+launch_job() {
+  local what=$1 hostfile=$2 log=$3 rc=0
+  shift 3
+  # shellcheck disable=SC2016  # $1 and $@ belong to the inner bash
+  timeout -k 5 "$job_timeout" ip netns exec "$host_a" unshare --uts bash -c 'hostname "$1" && shift && exec "$@"' smoke "$host_a" \
+    env LATTICE_BIN="$lattice" "$repo/scripts/launch.sh" --hostfile "$hostfile" \
+    --mpirun-arg=--mca --mpirun-arg=plm_rsh_agent --mpirun-arg="$tmp/rsh-agent" \
+    --mpirun-arg=--mca --mpirun-arg=pml --mpirun-arg=ob1 \
+    --mpirun-arg=--mca --mpirun-arg=btl --mpirun-arg=tcp,self \
+    --mpirun-arg=--mca --mpirun-arg=btl_tcp_if_include --mpirun-arg="$subnet" \
+    --mpirun-arg=--mca --mpirun-arg=oob_tcp_if_include --mpirun-arg="$subnet" \
+    "$tmp/tiny.yaml" "$@" >"$log" 2>&1 || rc=$?
+  (( rc == 0 )) && return 0
+  sed 's/^/  | /' "$log" | tail -n 30 >&2
+  (( rc == 124 || rc == 137 )) && die "the $what did not finish within $job_timeout s"
+  die "the $what failed (exit $rc; output above)"
+}
+
+# 4 ranks, tp=2 x pp=2, on 2 + 2 slots.
 rx_before=$(ip netns exec "$host_a" cat "/sys/class/net/$veth_a/statistics/rx_bytes")
 tx_before=$(ip netns exec "$host_a" cat "/sys/class/net/$veth_a/statistics/tx_bytes")
-set +e
-# shellcheck disable=SC2016  # $1 and $@ belong to the inner bash
-timeout -k 5 "$job_timeout" ip netns exec "$host_a" unshare --uts bash -c 'hostname "$1" && shift && exec "$@"' smoke "$host_a" \
-  env LATTICE_BIN="$lattice" "$repo/scripts/launch.sh" --hostfile "$tmp/hostfile" \
-  --mpirun-arg=--mca --mpirun-arg=plm_rsh_agent --mpirun-arg="$tmp/rsh-agent" \
-  --mpirun-arg=--mca --mpirun-arg=pml --mpirun-arg=ob1 \
-  --mpirun-arg=--mca --mpirun-arg=btl --mpirun-arg=tcp,self \
-  --mpirun-arg=--mca --mpirun-arg=btl_tcp_if_include --mpirun-arg="$subnet" \
-  --mpirun-arg=--mca --mpirun-arg=oob_tcp_if_include --mpirun-arg="$subnet" \
-  "$tmp/tiny.yaml" parallel.tp=2 parallel.pp=2 "log.dir=$tmp/mn" >"$tmp/mn.log" 2>&1
-rc=$?
-set -e
-if (( rc != 0 )); then
-  sed 's/^/  | /' "$tmp/mn.log" | tail -n 30 >&2
-  (( rc == 124 || rc == 137 )) && die "the 4-rank job did not finish within $job_timeout s"
-  die "the 4-rank job failed (exit $rc; output above)"
-fi
+launch_job "4-rank job" "$tmp/hostfile" "$tmp/mn.log" parallel.tp=2 parallel.pp=2 "log.dir=$tmp/mn"
 rx_after=$(ip netns exec "$host_a" cat "/sys/class/net/$veth_a/statistics/rx_bytes")
 tx_after=$(ip netns exec "$host_a" cat "/sys/class/net/$veth_a/statistics/tx_bytes")
 say "4-rank tp=2 x pp=2 job done; veth of $host_a: $(( tx_after - tx_before )) bytes out, $(( rx_after - rx_before )) in"
+
+# 3 ranks, dp=3, on hosts of unequal slots (1, then 2), against its own 1-rank run (global batch 6).
+printf '%s slots=1\n%s slots=2\n' "$host_a" "$host_b" >"$tmp/hostfile-uneven"
+OMP_NUM_THREADS=1 timeout 60 "$lattice" train "$tmp/tiny.yaml" train.global_batch=6 "log.dir=$tmp/ref3" \
+  >"$tmp/ref3.log" 2>&1 || die "single-rank reference run (global batch 6) failed: $(tail -n 1 "$tmp/ref3.log")"
+launch_job "3-rank job on hosts of 1 and 2 slots" "$tmp/hostfile-uneven" "$tmp/mn3.log" \
+  parallel.dp=0 train.global_batch=6 "log.dir=$tmp/mn3"
+say "3-rank dp=3 job on hosts of 1 and 2 slots done"
 
 # ---- checks --------------------------------------------------------------------
 "$python" - "$tmp" "$host_a" "$host_b" "$tolerance" "$steps" "$(( tx_after - tx_before ))" <<'EOF'
@@ -178,16 +193,49 @@ import json, sys
 tmp, host_a, host_b, tol, steps, tx = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 errors = []
 
-# Rank map: "rank  host  tp dp pp  device" header, one row per rank.
-rows, lines = [], open(f"{tmp}/mn.log").read().splitlines()
-for i, line in enumerate(lines):
-    if line.split()[:6] == ["rank", "host", "tp", "dp", "pp", "device"]:
-        for row in lines[i + 1:]:
-            f = row.split()
-            if len(f) != 6 or not f[0].isdigit():
-                break
-            rows.append({"rank": int(f[0]), "host": f[1], "tp": int(f[2]), "dp": int(f[3]), "pp": int(f[4])})
-        break
+
+def rank_map(log):
+    """The rows of lattice's rank map: "rank  host  tp dp pp  device" header, one row per rank."""
+    rows, lines = [], open(log).read().splitlines()
+    for i, line in enumerate(lines):
+        if line.split()[:6] == ["rank", "host", "tp", "dp", "pp", "device"]:
+            for row in lines[i + 1:]:
+                f = row.split()
+                if len(f) != 6 or not f[0].isdigit():
+                    break
+                rows.append({"rank": int(f[0]), "host": f[1], "tp": int(f[2]), "dp": int(f[3]), "pp": int(f[4])})
+            break
+    return rows
+
+
+def losses(path):
+    out = {}
+    for line in open(path):
+        rec = json.loads(line)
+        if "loss" in rec:
+            out[rec["step"]] = rec["loss"]
+    return out
+
+
+def compare(what, ref_dir, run_dir):
+    """Each step's loss of run_dir against the 1-rank ref_dir; returns the worst relative difference."""
+    ref, mn = losses(f"{tmp}/{ref_dir}/metrics.jsonl"), losses(f"{tmp}/{run_dir}/metrics.jsonl")
+    want = list(range(1, steps + 1))
+    if sorted(ref) != want or sorted(mn) != want:
+        errors.append(f"{what}: steps logged: reference {sorted(ref)}, {what} {sorted(mn)}, expected {want}")
+    worst = 0.0
+    print(f" step  loss (1 rank)   loss ({what})  rel diff")
+    for s in sorted(set(ref) & set(mn)):
+        rel = abs(mn[s] - ref[s]) / max(abs(ref[s]), 1e-30)
+        worst = max(worst, rel)
+        print(f" {s:4d}  {ref[s]:.8f}      {mn[s]:.8f}      {rel:.2e}")
+        if not rel <= tol:
+            errors.append(f"step {s}: loss {mn[s]} on {what} vs {ref[s]} on 1 rank, relative difference {rel:.3e} > {tol:g}")
+    return worst
+
+
+# The 4-rank job: stage 0 on host a, stage 1 on host b, two ranks each.
+rows = rank_map(f"{tmp}/mn.log")
 if len(rows) != 4:
     sys.exit(f"multinode-smoke: error: expected a 4-row rank map in {tmp}/mn.log, found {len(rows)} rows")
 print("rank map:", ", ".join(f"rank {r['rank']} pp{r['pp']} tp{r['tp']} on {r['host']}" for r in rows))
@@ -203,31 +251,19 @@ for h in (host_a, host_b):
 act_bytes = steps * 4 * 32 * 64 * 4  # steps * global_batch * seq_len * d_model * sizeof(float)
 if tx < act_bytes:
     errors.append(f"only {tx} bytes left {host_a} over the veth; the stage-0 activations alone are {act_bytes}")
+worst = compare("4 ranks", "ref", "mn")
 
-def losses(path):
-    out = {}
-    for line in open(path):
-        rec = json.loads(line)
-        if "loss" in rec:
-            out[rec["step"]] = rec["loss"]
-    return out
+# The 3-rank job: slots=1 on host a, slots=2 on host b.
+hosts = {r["rank"]: r["host"] for r in rank_map(f"{tmp}/mn3.log")}
+want = {0: host_a, 1: host_b, 2: host_b}
+if hosts != want:
+    errors.append(f"3-rank job: rank map {hosts}, expected {want} (hosts of slots=1 then slots=2)")
+worst = max(worst, compare("3 ranks", "ref3", "mn3"))
 
-ref, mn = losses(f"{tmp}/ref/metrics.jsonl"), losses(f"{tmp}/mn/metrics.jsonl")
-want = list(range(1, steps + 1))
-if sorted(ref) != want or sorted(mn) != want:
-    errors.append(f"steps logged: reference {sorted(ref)}, 4 ranks {sorted(mn)}, expected {want}")
-worst = 0.0
-print(" step  loss (1 rank)   loss (4 ranks)  rel diff")
-for s in sorted(set(ref) & set(mn)):
-    rel = abs(mn[s] - ref[s]) / max(abs(ref[s]), 1e-30)
-    worst = max(worst, rel)
-    print(f" {s:4d}  {ref[s]:.8f}      {mn[s]:.8f}      {rel:.2e}")
-    if not rel <= tol:
-        errors.append(f"step {s}: loss {mn[s]} on 4 ranks vs {ref[s]} on 1 rank, relative difference {rel:.3e} > {tol:g}")
 for e in errors:
     print(f"multinode-smoke: error: {e}", file=sys.stderr)
 if errors:
     sys.exit(1)
-print(f"losses match within {tol:g} (worst {worst:.2e})")
+print(f"losses match within {tol:g} (worst {worst:.2e}); 3 ranks: rank 0 on {host_a}, ranks 1-2 on {host_b}")
 EOF
 say "PASS in $(( SECONDS - start )) s"
