@@ -9,8 +9,8 @@
 # test_sdpa_plan and test_half_out_probe there, and test_self_communicator's
 # CUDA cases, each under its own time limit, as one process (the MPI tests in
 # MPI's singleton mode: test_cuda_training's one-rank layouts; the NCCL test
-# on a one-rank communicator, its stalled-wait case skipping as it needs two
-# ranks). Prints each test's output, then a table:
+# on a one-rank communicator, its two stalled-wait cases skipping as they need
+# two ranks). Prints each test's output, then a table:
 # test, status (Passed, Failed, Skipped: every case skipped, Timeout, NotRun:
 # out of time before GPU_FIRST_RUN_DEADLINE, seconds since the epoch, which
 # gpu-first-run.sh passes on), seconds.

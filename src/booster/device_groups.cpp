@@ -4,6 +4,7 @@
 
 #include "comm/device_placement.h"
 #include "comm/nccl_communicator.h"
+#include "comm/roll_call.h"
 #include "comm/self_communicator.h"
 #include "core/backend.h"
 
@@ -46,8 +47,10 @@ DeviceGroups::DeviceGroups(mesh::ProcessGroupMesh& mesh, const RankPlacement& pl
         return comm::Group(comm::make_self_communicator(g.name(), g.world_ranks().front()));
       case DeviceComm::nccl:
         // tp collectives are waited for on the device (Work::wait_on_device): one that never completes must end
-        // the job at the host's next wait for the compute stream, as a host-waited one does.
+        // the job at the host's next wait for the compute stream, as a host-waited one does, with the roll call's
+        // report of the job (comm/roll_call.h).
         cuda_backend().set_host_wait_timeout(timeout_s);
+        cuda_backend().set_roll_call(&comm::roll_call_hooks(), mesh.world().world_ranks());
         return comm::Group(comm::make_nccl_communicator(g.comm(), local.rank, local.size, timeout_s));
     }
     LATTICE_FAIL("DeviceGroups: unknown DeviceComm");

@@ -29,6 +29,15 @@ inline std::string describe_p2p(bool is_send, int peer, const std::vector<int>& 
   return fmt::format("{} rank {} (world rank {})", is_send ? "send to" : "recv from", peer, world);
 }
 
+// What a rank blocked in an NCCL operation answers a roll call with
+// (comm/roll_call.h): "all_reduce on group dp (NCCL)". behind_previous: it is
+// waiting for the operation before it, which the compute stream waits for
+// (NcclCommunicator::before_device_wait).
+inline std::string describe_nccl_wait(const std::string& what, const std::string& group_name, bool behind_previous) {
+  return fmt::format("{} on group {} (NCCL{})", what, group_name,
+                     behind_previous ? ", for the operation before it" : "");
+}
+
 // "timed out after 0.5 s (runtime.comm_timeout_s) — ...": the limit, its key
 // and what to look at, the end of every timeout message.
 inline std::string describe_timeout(double timeout_s) {

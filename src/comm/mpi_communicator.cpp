@@ -125,8 +125,7 @@ class MpiWork final : public Work {
     const std::string group = describe_group(comm_->name(), comm_->world_ranks());
     if (collective_) {
       std::string heard = roll_call(comm_->world_ranks(), roll_call_grace_s(timeout_s_));
-      return fmt::format("{} on {} {}{}", parts_[0].op, group, describe_timeout(timeout_s_),
-                         heard.empty() ? "" : " — " + heard);
+      return fmt::format("{} on {} {}{}", parts_[0].op, group, describe_timeout(timeout_s_), roll_call_tail(heard));
     }
     std::string pending;
     std::vector<int> peers;  // world ranks of the pending transfers
@@ -145,7 +144,7 @@ class MpiWork final : public Work {
     // The peer may itself wait on another rank (a pipeline stage whose dp or
     // tp partner is stopped): the roll call asks it, then the others.
     const std::string heard = roll_call(peers, roll_call_grace_s(timeout_s_));
-    const std::string tail = heard.empty() ? "" : " — " + heard;
+    const std::string tail = roll_call_tail(heard);
     if (reqs_.size() == 1) return fmt::format("{} of {} {}{}", pending, group, describe_timeout(timeout_s_), tail);
     return fmt::format("batch_send_recv on {} (still pending: {}) {}{}", group, pending, describe_timeout(timeout_s_),
                        tail);

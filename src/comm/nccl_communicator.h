@@ -18,6 +18,8 @@
 //   - NCCL has no tags: P2POptions::tag and P2POp::tag are ignored, so
 //     transfers between two ranks match in the order they are started;
 //   - batch_send_recv is one ncclGroupStart/ncclGroupEnd;
+//   - its host waits answer the roll call and its timeouts hold one, as
+//     MpiWork's do (comm/roll_call.h; the messages end with what it heard);
 //   - u16 moves but does not reduce.
 #pragma once
 
@@ -25,6 +27,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "comm/roll_call_hooks.h"
 
 namespace lattice::comm {
 
@@ -41,6 +44,10 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& over, int loc
 
 // The one symbol liblattice_nccl.so exports. `comm` is an MPI_Comm (passed as
 // a pointer-sized handle so this header needs no mpi.h); it is duplicated.
+// `roll_call` is the lattice binary's roll call (roll_call_hooks() in
+// comm/roll_call.h, which lives as long as the process; the library's waits
+// answer it and its timeouts hold one, comm/roll_call_hooks.h), or null for none.
 extern "C" lattice::comm::Communicator* lattice_nccl_communicator_create(void* mpi_comm, const char* name,
                                                                          int local_rank, int local_size,
-                                                                         double timeout_s);
+                                                                         double timeout_s,
+                                                                         const lattice::comm::RollCallHooks* roll_call);

@@ -3,13 +3,14 @@
 
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
+#include "comm/roll_call.h"
 #include "core/plugin_library.h"
 
 namespace lattice::comm {
 
 namespace {
 
-using Create = Communicator* (*)(void*, const char*, int, int, double);
+using Create = Communicator* (*)(void*, const char*, int, int, double, const RollCallHooks*);
 
 struct Loaded {
   Create create = nullptr;
@@ -38,7 +39,9 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& over, int loc
   static_assert(sizeof(MPI_Comm) <= sizeof(void*), "MPI_Comm must fit a pointer");
   std::memcpy(&handle, &comm, sizeof(MPI_Comm));
   double t = timeout_s > 0 ? timeout_s : mpi->timeout_s();
-  return std::unique_ptr<Communicator>(loaded.create(handle, over.name().c_str(), local_rank, local_size, t));
+  // The roll call is this binary's (opened by MpiRuntime): the library reaches it through the table.
+  return std::unique_ptr<Communicator>(
+      loaded.create(handle, over.name().c_str(), local_rank, local_size, t, &roll_call_hooks()));
 }
 
 }  // namespace lattice::comm

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <thread>
+#include <utility>
 
 #include "comm/describe.h"
 #include "core/poll.h"
@@ -106,8 +107,14 @@ void roll_call_close() {
   g = RollCall{};
 }
 
-WaitingIn::WaitingIn(std::string what) : previous_(std::exchange(g.waiting_in, std::move(what))) {}
-WaitingIn::~WaitingIn() { g.waiting_in = std::move(previous_); }
+namespace {
+
+std::string set_waiting_in(std::string what) { return std::exchange(g.waiting_in, std::move(what)); }
+
+}  // namespace
+
+WaitingIn::WaitingIn(std::string what) : previous_(set_waiting_in(std::move(what))) {}
+WaitingIn::~WaitingIn() { set_waiting_in(std::move(previous_)); }
 
 void roll_call_answer() {
   if (g.comm == MPI_COMM_NULL) return;
@@ -200,6 +207,9 @@ std::string roll_call(const std::vector<int>& world_ranks, double grace_s) {
   return out;
 }
 
-double roll_call_grace_s(double timeout_s) { return std::clamp(timeout_s, 0.1, 2.0); }
+const RollCallHooks& roll_call_hooks() {
+  static const RollCallHooks hooks{&set_waiting_in, &roll_call_answer, &roll_call};
+  return hooks;
+}
 
 }  // namespace lattice::comm

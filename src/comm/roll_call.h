@@ -5,11 +5,12 @@
 // member what it is doing, on a communicator of its own (a duplicate of
 // MPI_COMM_WORLD that MpiRuntime opens and closes), and waits a short grace
 // period for the answers. Every rank answers from inside its waits
-// (MpiWork::wait and test poll roll_call_answer), with what it is blocked in
-// ("all_reduce on group dp", "recv from rank 1 (world rank 5) on group pp") or that it
-// is running outside a wait. A rank that does not answer is stopped, dead or
-// busy outside communication (a long compute, a hang in a kernel): the one to
-// look at. The report reads
+// (MpiWork::wait and test poll roll_call_answer; the NCCL and CUDA backend
+// waits too, below), with what it is blocked in ("all_reduce on group dp",
+// "recv from rank 1 (world rank 5) on group pp", "all_reduce on group dp
+// (NCCL)") or that it is running outside a wait. A rank that does not answer
+// is stopped, dead or busy outside communication (a long compute, a hang in a
+// kernel): the one to look at. The report reads
 //
 //   roll call (2 s): no answer from world rank 3 (stopped, or busy outside
 //   communication); world ranks 1,2: waiting in all_reduce on group dp
@@ -24,13 +25,25 @@
 // text. Errors on the roll-call communicator are ignored (MPI_ERRORS_RETURN):
 // it runs on the way to an error report and must not replace it.
 //
+// GPU jobs: NCCL's waits (NcclWork::test and wait,
+// NcclCommunicator::before_device_wait) and the CUDA backend's host waits for
+// its compute stream (which a device-waited transfer can stall) answer and
+// ask too, from their shared libraries, through the table roll_call_hooks()
+// hands them (comm/roll_call_hooks.h), and append the same report to their
+// timeout messages. Those libraries never call the functions below directly:
+// the state is the lattice binary's, and a copy linked into a library would
+// never be opened (their link, -Wl,--no-undefined without lattice_comm,
+// refuses such a call). Built, never run on a GPU (docs/gpu.md).
+//
 // Thread level: called only by the thread that makes Lattice's MPI calls
-// (FUNNELED, comm/mpi_runtime.h). The MPI backend only: NCCL's waits neither
-// answer nor ask (docs/gpu.md).
+// (FUNNELED, comm/mpi_runtime.h).
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
+
+#include "comm/roll_call_hooks.h"
 
 namespace lattice::comm {
 
@@ -62,7 +75,15 @@ void roll_call_answer();
 std::string roll_call(const std::vector<int>& world_ranks, double grace_s);
 
 // The grace period for a collective that timed out after timeout_s:
-// min(2 s, timeout_s), at least 0.1 s.
-double roll_call_grace_s(double timeout_s);
+// min(2 s, timeout_s), at least 0.1 s. Inline, as roll_call_tail: the
+// libraries' roll_call_hooks.cpp uses both.
+inline double roll_call_grace_s(double timeout_s) { return std::clamp(timeout_s, 0.1, 2.0); }
+
+// What a timeout message ends with: " — " and roll_call's report, or "" when
+// it heard nothing.
+inline std::string roll_call_tail(const std::string& heard) { return heard.empty() ? "" : " — " + heard; }
+
+// These functions as the table the shared libraries call (roll_call_hooks.h).
+const RollCallHooks& roll_call_hooks();
 
 }  // namespace lattice::comm

@@ -30,11 +30,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/kernels/cpu/rope.h"
 #include "core/kernels/matmul_operand.h"
 #include "core/rng.h"
+
+namespace lattice::comm {
+struct RollCallHooks;  // comm/roll_call_hooks.h
+}  // namespace lattice::comm
 
 namespace lattice {
 
@@ -89,6 +94,13 @@ class CudaBackend {
   // for a collective (comm::Work::wait_on_device), so a transfer that never
   // completes shows here; the plugin sets runtime.comm_timeout_s.
   virtual void set_host_wait_timeout(double seconds) = 0;
+  // The roll call those host waits answer while they poll ("a copy to the
+  // host on cuda:0, for the compute stream") and hold when they time out,
+  // asking world_ranks first (then the rest of the world) and appending what
+  // they heard: the lattice binary's table (comm/roll_call_hooks.h), which
+  // must outlive the backend; null: none (the default). The plugin sets it
+  // with the host wait limit, asking the whole job.
+  virtual void set_roll_call(const comm::RollCallHooks* hooks, std::vector<int> world_ranks) = 0;
 
   // runtime.precision: the operand type of gemm and linear_forward. f32 (the
   // default): fp32 without TF32. bf16 or f16: an fp32 operand is rounded to

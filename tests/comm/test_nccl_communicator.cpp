@@ -13,6 +13,7 @@
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
 #include "comm/nccl_communicator.h"
+#include "comm/roll_call.h"
 #include "core/backend.h"
 #include "core/ops.h"
 #include "support/error_text.h"
@@ -111,8 +112,9 @@ TEST_F(NcclOnGpu, WaitOnDeviceOrdersKernelsAndOtherCommunicators) {
 
 // A transfer the compute stream waits for that never completes (rank 1 does
 // not join until rank 0 has given up): rank 0's next host wait fails at the
-// host wait limit with the one clear line, not a hang; once rank 1 joins, the
-// sum arrives and the stream goes on.
+// host wait limit with the one clear line, not a hang, ending with the roll
+// call's report (the others answer from their MPI barrier); once rank 1
+// joins, the sum arrives and the stream goes on.
 TEST_F(NcclOnGpu, AStalledDeviceWaitFailsTheNextHostWaitAtTheLimit) {
   Communicator* nccl = nccl_.get();
   Group& job = job_;
@@ -126,14 +128,20 @@ TEST_F(NcclOnGpu, AStalledDeviceWaitFailsTheNextHostWaitAtTheLimit) {
   nccl->all_reduce(t, {})->wait();
   t = Tensor::from<float>(std::vector<float>(64, 1.0f), {64}).to(dev_);
   struct Restore {
-    ~Restore() { cuda_backend().set_host_wait_timeout(0); }
-  } restore;  // the limit is process-wide: back to none however the test ends
+    ~Restore() {
+      cuda_backend().set_host_wait_timeout(0);
+      cuda_backend().set_roll_call(nullptr, {});
+    }
+  } restore;  // the limit and the roll call are process-wide: back to none however the test ends
   if (r == 0) {
     cuda_backend().set_host_wait_timeout(1.0);
+    cuda_backend().set_roll_call(&roll_call_hooks(), job.world_ranks());
     nccl->all_reduce(t, {})->wait_on_device();
     const std::string message = test::error_text([&] { t.to(Device::cpu()); });
     EXPECT_HAS(message, "waited 1 s for the compute stream");
     EXPECT_HAS(message, "runtime.comm_timeout_s");
+    EXPECT_HAS(message, "roll call (1 s): world rank");
+    EXPECT_HAS(message, ": waiting in barrier on group world");
     job.barrier()->wait();  // now rank 1 joins the all-reduce
     cuda_backend().set_host_wait_timeout(60);
     Tensor back = t.to(Device::cpu());
@@ -142,6 +150,31 @@ TEST_F(NcclOnGpu, AStalledDeviceWaitFailsTheNextHostWaitAtTheLimit) {
     job.barrier()->wait();
     nccl->all_reduce(t, {})->wait();
   }
+}
+
+// A host wait on an all-reduce that rank 1 joins only later times out with
+// NCCL's message, then the roll call's report of the communicator's ranks:
+// the others answer from their MPI barrier. Once they join, the kernel rank 0
+// launched completes (its communicator is broken, and aborted when it goes).
+TEST_F(NcclOnGpu, AHostWaitThatTimesOutHoldsARollCall) {
+  Communicator* nccl = nccl_.get();
+  Group& job = job_;
+  if (nccl->size() < 2) GTEST_SKIP() << "needs two ranks (one GPU each) to stall an all-reduce; this launch has 1";
+  Tensor t = Tensor::from<float>(std::vector<float>(64, 1.0f), {64}).to(dev_);
+  nccl->all_reduce(t, {})->wait();  // connected first, as above
+  if (nccl->rank() == 0) {
+    WorkPtr w = nccl->all_reduce(t, {.timeout_s = 1.0});
+    const std::string message = test::error_text([&] { w->wait(); });
+    EXPECT_HAS(message, "all_reduce on group world (world ranks 0");
+    EXPECT_HAS(message, "timed out after 1 s (runtime.comm_timeout_s)");
+    EXPECT_HAS(message, " — roll call (1 s): world rank");
+    EXPECT_HAS(message, ": waiting in barrier on group world");
+    job.barrier()->wait();
+  } else {
+    job.barrier()->wait();
+    nccl->all_reduce(t, {})->wait();
+  }
+  job.barrier()->wait();  // the others' sums arrived before rank 0's teardown aborts the broken communicator
 }
 
 }  // namespace

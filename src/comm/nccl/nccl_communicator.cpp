@@ -26,6 +26,14 @@
 // only once the stream has drained, else kept for good.
 // A broken communicator refuses new operations (they would queue behind the
 // one that never completes).
+//
+// Roll call (comm/roll_call.h): the host waits (NcclWork::test and wait,
+// before_device_wait) answer the roll call while they poll, saying what they
+// wait in ("all_reduce on group dp (NCCL)"), and a timeout asks the
+// communicator's world ranks (then the rest of the world) and appends what
+// it heard. The roll call is the lattice binary's, reached through the table
+// the loader passes to lattice_nccl_communicator_create
+// (comm/roll_call_hooks.h); null: none.
 #include "comm/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -43,6 +51,7 @@
 #include "comm/device_placement.h"
 #include "comm/id_bootstrap.h"
 #include "comm/nccl/nccl_check.h"
+#include "comm/roll_call_hooks.h"
 #include "comm/stream_order.h"
 #include "core/poll.h"
 
@@ -144,9 +153,15 @@ class NcclWork final : public Work {
 
 class NcclCommunicator final : public Communicator {
  public:
-  // Owns `comm` (an MPI duplicate of the group).
-  NcclCommunicator(MPI_Comm comm, std::string name, int local_rank, int local_size, double timeout_s)
-      : mpi_(comm), name_(std::move(name)), local_rank_(local_rank), local_size_(local_size), timeout_s_(timeout_s) {
+  // Owns `comm` (an MPI duplicate of the group). roll_call: the binary's roll call, or null for none.
+  NcclCommunicator(MPI_Comm comm, std::string name, int local_rank, int local_size, double timeout_s,
+                   const RollCallHooks* roll_call)
+      : mpi_(comm),
+        name_(std::move(name)),
+        local_rank_(local_rank),
+        local_size_(local_size),
+        timeout_s_(timeout_s),
+        roll_call_(roll_call) {
     MPI_Comm_rank(mpi_, &rank_);
     MPI_Comm_size(mpi_, &size_);
     world_ranks_ = world_ranks_of(mpi_, size_);
@@ -202,6 +217,7 @@ class NcclCommunicator final : public Communicator {
   const std::vector<int>& world_ranks() const override { return world_ranks_; }
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
+  const RollCallHooks* roll_call() const { return roll_call_; }
   void mark_broken() { broken_ = true; }
   // Whether the stream has finished all its work within `timeout_s` (an error on it is not finished).
   bool drained(double timeout_s) {
@@ -224,9 +240,12 @@ class NcclCommunicator final : public Communicator {
   void before_device_wait(const std::string& what, double timeout_s) {
     if (device_wait_pending_) {
       // NCCL's own error ends the wait at once, as in NcclWork::test: a failed peer leaves the kernel running.
+      // Answered while it polls and while its own roll call asks (as MpiWork::wait).
+      HookedWaitingIn waiting(roll_call_, describe_nccl_wait(what, name_, /*behind_previous=*/true));
       cudaError_t e = cudaErrorNotReady;
       poll_until(
           [&] {
+            hooked_answer(roll_call_);
             if ((e = cudaEventQuery(device_waited_)) != cudaErrorNotReady) return true;
             check_async_error();
             return false;
@@ -237,8 +256,8 @@ class NcclCommunicator final : public Communicator {
         LATTICE_FAIL(
             "{} on {}: the operation before it, which the compute stream waits for, has not finished after "
             "{} s (a rank that never joined it, or a hung kernel before it); runtime.comm_timeout_s is the "
-            "limit",
-            what, group(), timeout_s);
+            "limit{}",
+            what, group(), timeout_s, hooked_roll_call(roll_call_, world_ranks_, timeout_s));
       }
       if (e != cudaSuccess) mark_broken();
       CUDA_CHECK(e);
@@ -342,7 +361,7 @@ class NcclCommunicator final : public Communicator {
     LATTICE_CHECK(color >= 0, "split of {} into '{}': color {} must be >= 0", group(), name, color);
     MPI_Comm sub = MPI_COMM_NULL;
     LATTICE_CHECK(MPI_Comm_split(mpi_, color, key, &sub) == MPI_SUCCESS, "split of {}: MPI_Comm_split failed", group());
-    return std::make_unique<NcclCommunicator>(sub, name, local_rank_, local_size_, timeout_s_);
+    return std::make_unique<NcclCommunicator>(sub, name, local_rank_, local_size_, timeout_s_, roll_call_);
   }
 
   std::string group() const { return describe_group(name_, world_ranks_); }
@@ -385,6 +404,7 @@ class NcclCommunicator final : public Communicator {
   std::string name_;
   int local_rank_, local_size_;
   double timeout_s_;
+  const RollCallHooks* roll_call_;            // the lattice binary's roll call (roll_call_hooks.h); null: none
   static constexpr double kAbortDrainS = 10;  // how long teardown waits for aborted kernels to exit
   int rank_ = 0, size_ = 1, device_ = 0;
   std::vector<int> world_ranks_;
@@ -414,6 +434,7 @@ NcclWork::~NcclWork() {
 bool NcclWork::test() {
   if (!error_.empty()) return false;  // timed out: it never completes
   if (done_) return true;
+  hooked_answer(comm_->roll_call());
   cudaError_t e = cudaEventQuery(event_);
   if (e == cudaSuccess) {
     done_ = true;
@@ -431,9 +452,12 @@ bool NcclWork::test() {
 void NcclWork::wait() {
   LATTICE_CHECK(error_.empty(), "{}", error_);
   if (done_) return;
+  // Answered while it polls (test() answers) and while its own roll call asks, as MpiWork::wait.
+  HookedWaitingIn waiting(comm_->roll_call(), describe_nccl_wait(what_, comm_->name(), /*behind_previous=*/false));
   if (poll_until([&] { return test(); }, deadline_after(timeout_s_))) return;
   const bool p2p = what_.rfind("send", 0) == 0 || what_.rfind("recv", 0) == 0;
-  error_ = fmt::format("{} {} {} {}", what_, p2p ? "of" : "on", comm_->group(), describe_timeout(timeout_s_));
+  error_ = fmt::format("{} {} {} {}{}", what_, p2p ? "of" : "on", comm_->group(), describe_timeout(timeout_s_),
+                       hooked_roll_call(comm_->roll_call(), comm_->world_ranks(), timeout_s_));
   comm_->abandon(std::move(keep_));  // the communicator is aborted, not destroyed, when it goes
   LATTICE_FAIL("{}", error_);
 }
@@ -460,10 +484,11 @@ void NcclWork::wait_on_device() {
 }  // namespace lattice::comm
 
 extern "C" __attribute__((visibility("default"))) lattice::comm::Communicator* lattice_nccl_communicator_create(
-    void* mpi_comm, const char* name, int local_rank, int local_size, double timeout_s) {
+    void* mpi_comm, const char* name, int local_rank, int local_size, double timeout_s,
+    const lattice::comm::RollCallHooks* roll_call) {
   MPI_Comm parent;
   std::memcpy(&parent, &mpi_comm, sizeof(MPI_Comm));
   MPI_Comm dup = MPI_COMM_NULL;
   LATTICE_CHECK(MPI_Comm_dup(parent, &dup) == MPI_SUCCESS, "NCCL communicator '{}': MPI_Comm_dup failed", name);
-  return new lattice::comm::NcclCommunicator(dup, name, local_rank, local_size, timeout_s);
+  return new lattice::comm::NcclCommunicator(dup, name, local_rank, local_size, timeout_s, roll_call);
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/roll_call_hooks.h"
 #include "core/cuda/backend_impl.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/lt_linear.h"
@@ -134,17 +135,26 @@ void Backend::synchronize(int dev) {
 void Backend::drain_compute(int dev, const char* what) {
   if (!(host_wait_timeout_s_ > 0)) return;  // the caller's blocking wait has no limit
   use(dev);                                 // kStream is the current device's
+  // The compute stream may wait for a transfer with a stopped peer: answer the roll call meanwhile, and ask it when
+  // the limit passes (comm/roll_call_hooks.h; on the thread that makes the MPI calls, as every backend call).
+  comm::HookedWaitingIn waiting(roll_call_,
+                                roll_call_ ? fmt::format("{} on cuda:{}, for the compute stream", what, dev) : "");
   cudaEvent_t e = nullptr;
   CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   cudaError_t st = cudaEventRecord(e, kStream);
   if (st == cudaSuccess)
-    poll_until([&] { return (st = cudaEventQuery(e)) != cudaErrorNotReady; }, deadline_after(host_wait_timeout_s_));
+    poll_until(
+        [&] {
+          comm::hooked_answer(roll_call_);
+          return (st = cudaEventQuery(e)) != cudaErrorNotReady;
+        },
+        deadline_after(host_wait_timeout_s_));
   cudaEventDestroy(e);  // released by the driver once the event completes
   if (st == cudaErrorNotReady)
     LATTICE_FAIL(
         "cuda:{}: {} waited {} s for the compute stream, which has not finished: a tp collective it waits for "
-        "(comm::Work::wait_on_device) never completed, or a kernel hangs; runtime.comm_timeout_s is the limit",
-        dev, what, host_wait_timeout_s_);
+        "(comm::Work::wait_on_device) never completed, or a kernel hangs; runtime.comm_timeout_s is the limit{}",
+        dev, what, host_wait_timeout_s_, comm::hooked_roll_call(roll_call_, roll_call_ranks_, host_wait_timeout_s_));
   CUDA_CHECK(st);
 }
 

@@ -85,6 +85,10 @@ class Backend final : public CudaBackend {
   void synchronize(int dev) override;
   int64_t pool_used_peak_bytes(int dev) override;
   void set_host_wait_timeout(double seconds) override { host_wait_timeout_s_ = seconds; }
+  void set_roll_call(const comm::RollCallHooks* hooks, std::vector<int> world_ranks) override {
+    roll_call_ = hooks;
+    roll_call_ranks_ = std::move(world_ranks);
+  }
   // Waits for `dev`'s compute stream within the host wait limit (no-op without one); `what` names the caller.
   void drain_compute(int dev, const char* what);
   void set_matmul_dtype(DType operands) override;
@@ -346,6 +350,10 @@ class Backend final : public CudaBackend {
   std::mutex sdpa_mu_;
   std::vector<Workspace> sdpa_scratch_;        // indexed by device: sdpa_scratch_layout's; sdpa_mu_
   std::unordered_set<const void*> fused_att_;  // att buffers whose last forward was fused (O, Stats); sdpa_mu_
+
+  // set_roll_call: the binary's roll call (null: none) and the world ranks drain_compute asks first on a timeout.
+  const comm::RollCallHooks* roll_call_ = nullptr;
+  std::vector<int> roll_call_ranks_;
 };
 
 }  // namespace lattice::cuda
