@@ -66,10 +66,11 @@ std::string usage();
 // "gpt2, llama or neox".
 std::string causal_archs();
 // The checkpoint step directory that `path` names for `command` (sample,
-// convert): itself when it holds manifest.json, else the latest complete one
-// of `path` (a checkpoint directory) or of `path`/checkpoints (a run
-// directory), by the resume rule; newer ones that fail to verify are named on
-// stderr. One Error line when there is none.
+// convert, eval, checkpoint.init_from): itself when it holds manifest.json
+// (or is named step_NNNNNNN) and verifies, else the latest complete one of
+// `path` (a checkpoint directory) or of `path`/checkpoints (a run directory),
+// by the resume rule; newer ones that fail to verify are named on stderr. One
+// InputError line when there is none, saying why each step directory failed.
 std::string step_dir_of(const std::string& command, const std::string& path);
 // What rank 0's `pick` returns, on every rank of `world` (a collective; the
 // other ranks do not call `pick`): the step directory a job loads, so that a

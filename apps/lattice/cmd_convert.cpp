@@ -4,8 +4,10 @@
 // the arch comes from the checkpoint's config or config.json's model_type.
 // One line on success.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
+#include <vector>
 
 #include "checkpoint/atomic_dir.h"
 #include "checkpoint/hf_gpt2.h"
@@ -32,13 +34,29 @@ std::string step_dir_of(const std::string& command, const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   LATTICE_INPUT_CHECK(fs::is_directory(path, ec), "{}: checkpoint {} is not a directory", command, path);
-  if (fs::exists(fs::path(path) / "manifest.json", ec)) return path;
+  // A step directory is loaded only when it verifies, as resume loads one:
+  // the loaders read the tensors the index names, and a corrupted file would
+  // load as whatever bytes it holds.
+  if (fs::exists(fs::path(path) / "manifest.json", ec) || checkpoint::step_of_dir(path)) {
+    try {
+      checkpoint::verify_checkpoint_dir(path);
+    } catch (const Error& e) {
+      LATTICE_INPUT_FAIL(
+          "{}: {} — name another step directory, or its checkpoint or run directory (the newest intact "
+          "step)",
+          command, e.message());
+    }
+    return path;
+  }
+  std::vector<std::string> failures;
   for (const fs::path& parent : {fs::path(path), fs::path(path) / "checkpoints"})
-    if (auto latest = checkpoint::find_latest_complete(parent.string())) {
+    if (auto latest = checkpoint::find_latest_complete(parent.string(), failures.empty() ? &failures : nullptr)) {
       for (const std::string& s : latest->skipped)  // newer ones that failed to verify, as resume reports them
         fmt::print(stderr, "lattice: {}: using {} instead\n", s, latest->dir);
       return latest->dir;
     }
+  if (!failures.empty())  // step directories, none intact: say why for each, as resume does
+    LATTICE_INPUT_FAIL("{}: {} holds no intact checkpoint: {}", command, path, fmt::join(failures, "; "));
   LATTICE_INPUT_FAIL(
       "{}: {} holds no complete checkpoint: pass a step directory (with manifest.json), a checkpoint "
       "directory or a run directory with checkpoints/",

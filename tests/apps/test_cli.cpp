@@ -293,6 +293,31 @@ TEST_F(Cli, InitFromStartsANewRunFromAnotherRunsWeights) {
   EXPECT_NEAR(std::stod(row[2]), init, 1e-5 * init) << v.out;  // the layout
 }
 
+// A checkpoint that does not verify is one line saying why, for every command
+// that loads one: eval --checkpoint and checkpoint.init_from loaded a step
+// directory with a corrupted file as whatever bytes it held (val_loss nan, a
+// run of skipped steps), and a run directory whose only checkpoint is damaged
+// was said to hold "no complete checkpoint", without the reason.
+TEST_F(Cli, ACheckpointThatDoesNotVerifyIsOneLineEverywhere) {
+  ASSERT_EQ(run("train tiny.yaml train.steps=6", dir).status, 0);
+  const std::string step = "runs/tiny/checkpoints/step_0000006";
+  {
+    std::fstream f(dir + "/" + step + "/model-00001-of-00001.safetensors",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-16, std::ios::end);
+    f.write("\x7f\x7f\x7f\x7f", 4);
+  }
+  const std::string corrupted = "model-00001-of-00001.safetensors: checksum";
+  expect_one_line_error(run("eval tiny.yaml --checkpoint " + step, dir), {"eval --checkpoint", corrupted});
+  expect_one_line_error(run("train tiny.yaml log.dir=ft checkpoint.init_from=" + step, dir),
+                        {"checkpoint.init_from", corrupted});
+  EXPECT_FALSE(fs::exists(dir + "/ft/metrics.jsonl"));
+  expect_one_line_error(run("sample runs/tiny --tokens 2", dir), {"runs/tiny holds no intact checkpoint", corrupted});
+  expect_one_line_error(run("eval tiny.yaml --checkpoint runs/tiny", dir), {"holds no intact checkpoint", corrupted});
+  fs::remove(dir + "/" + step + "/manifest.json");
+  expect_one_line_error(run("convert --to-hf " + step + " hf", dir), {"manifest.json: missing"});
+}
+
 // checkpoint.at_end=false (benchmarks): no checkpoint at train.steps, the
 // periodic ones still; started again, the run resumes the newest and trains
 // the last steps again, its metrics cut back to that checkpoint.
