@@ -40,6 +40,12 @@ const std::string& ArgReader::value() {
   return args_[++i_];
 }
 
+const std::string& ArgReader::path() {
+  const std::string& v = value();
+  if (v.empty()) fail_value(v, "a path");
+  return v;
+}
+
 std::vector<std::string> ArgReader::values() {
   std::vector<std::string> out{value()};
   while (i_ + 1 < args_.size() && args_[i_ + 1].rfind("--", 0) != 0) out.push_back(args_[++i_]);

@@ -53,6 +53,10 @@ class ArgReader {
   // The current option's value: after its '=', else the next argument (which
   // it consumes). None is one error line.
   const std::string& value();
+  // value() that names a file or directory: an empty one (`--checkpoint=`,
+  // `--checkpoint "$UNSET"`) is one error line, never taken for the option
+  // left out.
+  const std::string& path();
   // value() and the arguments after it up to the next option (`--input a b`).
   std::vector<std::string> values();
   // value() as a number in [lo, hi] (NaN never is); otherwise one line that

@@ -29,9 +29,9 @@ data::PrepareOptions parse_prepare(const Args& args) {
       o.tokenizer = r.value();
       have_tokenizer = true;
     } else if (r.is("--vocab-dir")) {
-      o.vocab_dir = r.value();
+      o.vocab_dir = r.path();
     } else if (r.is("--out")) {
-      o.out_prefix = r.value();
+      o.out_prefix = r.path();
     } else if (r.is("--val-tokens")) {
       o.val_tokens = r.number<int64_t>(0, kMax, "a non-negative integer");
     } else if (r.is("--shard-tokens")) {

@@ -46,7 +46,7 @@ EvalArgs parse_eval_args(const Args& args) {
   ArgReader r("eval", "lattice eval CONFIG [key=value ...] [--checkpoint PATH] [--batches N]", args);
   e.config = read_config_args(r, [&](ArgReader& o) {
     if (o.is("--checkpoint")) {
-      e.checkpoint = o.value();
+      e.checkpoint = o.path();
     } else if (o.is("--batches")) {
       e.batches =
           o.number<int64_t>(0, std::numeric_limits<int64_t>::max(), "an integer >= 0 (0: the whole validation set)");

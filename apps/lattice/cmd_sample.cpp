@@ -68,7 +68,7 @@ SampleArgs parse_sample(const Args& args) {
       const bool file = r.is("--prompt-file");
       if (a.have_prompt)
         r.fail(fmt::format("{} after a prompt was given: pass --prompt or --prompt-file, once", r.arg()));
-      a.prompt = file ? read_prompt_file(r.value()) : r.value();
+      a.prompt = file ? read_prompt_file(r.path()) : r.value();
       a.have_prompt = true;
     } else if (r.is("--tokens")) {
       a.gen.tokens = r.number<int64_t>(1, 1 << 20, "an integer in [1, 1048576]");
@@ -86,7 +86,7 @@ SampleArgs parse_sample(const Args& args) {
       if (a.tokenizer != "gpt2" && a.tokenizer != "bytes")
         r.fail(fmt::format("--tokenizer expects gpt2 or bytes, got '{}'", a.tokenizer));
     } else if (r.is("--vocab-dir")) {
-      a.vocab_dir = r.value(), a.have_vocab_dir = true;
+      a.vocab_dir = r.path(), a.have_vocab_dir = true;
     } else if (r.is("--threads")) {
       a.threads = r.number(1, 1024, "an integer in [1, 1024]");
     } else if (r.is_option() || !a.checkpoint.empty()) {

@@ -96,6 +96,21 @@ TEST(ArgReader, EachMistakeIsOneLineNamingTheOptionAndValue) {
             "cmd: unknown option '--worlds=2' (usage: lattice cmd CONFIG [--world N] [--dry] [--name S])");
 }
 
+// A path option given empty (`--checkpoint=`, or `--checkpoint "$CKPT"` with
+// CKPT unset) is an error: eval took it for no --checkpoint and scored the
+// newest checkpoint of checkpoint.dir instead.
+TEST(ArgReader, AnEmptyPathIsOneLine) {
+  auto path = [](const Args& args) {
+    ArgReader r("cmd", "u", args);
+    r.next();
+    EXPECT_TRUE(r.is("--checkpoint"));
+    return r.path();
+  };
+  EXPECT_EQ(path({"--checkpoint=runs/a"}), "runs/a");
+  EXPECT_EQ(error_of([&] { path({"--checkpoint="}); }), "cmd: --checkpoint expects a path, got ''");
+  EXPECT_EQ(error_of([&] { path({"--checkpoint", ""}); }), "cmd: --checkpoint expects a path, got ''");
+}
+
 TEST(ArgReader, NumbersKeepTheirTypeRange) {
   auto number = [](const std::string& v, auto lo, auto hi) {
     Args args{"--n", v};

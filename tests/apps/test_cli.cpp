@@ -235,6 +235,8 @@ TEST_F(Cli, EvalScoresACheckpointAsTrainingDid) {
   expect_one_line_error(run("eval tiny.yaml log.dir=elsewhere", dir),
                         {"checkpoint.dir: 'elsewhere/checkpoints' holds no complete checkpoint", "--checkpoint PATH"});
   expect_one_line_error(run("eval tiny.yaml --batches -1", dir), {"--batches", "'-1'"});
+  // an empty --checkpoint (an unset shell variable) is not "no --checkpoint": it scored the newest one
+  expect_one_line_error(run("eval tiny.yaml --checkpoint=", dir), {"eval: --checkpoint expects a path, got ''"});
   // eval's own checks, not train.eval_every's: an empty data.val is named as
   // eval's need, and train.eval_steps=0 is the whole set, as documented.
   expect_one_line_error(run("eval tiny.yaml data.val=", dir),
