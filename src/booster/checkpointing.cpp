@@ -270,8 +270,8 @@ namespace {
 
 // A checkpoint write that the system refused (a full disk, a read-only or
 // foreign directory): one line naming checkpoint.dir and the fix, and the
-// checkpoint the same command resumes from (the .tmp directory is replaced
-// by the next write, or removed by keep_last).
+// checkpoint the same command resumes from (the .tmp directory is removed
+// when the same command starts again: resolve_resume).
 [[noreturn]] void fail_checkpoint_write(const checkpoint::WriteError& e, const std::string& step_dir) {
   const int err = e.error_number();
   const bool full = err == ENOSPC || err == EDQUOT, denied = err == EACCES || err == EPERM || err == EROFS;
@@ -405,6 +405,10 @@ std::optional<std::string> resolve_resume(const Config& cfg, comm::Group& world,
     std::vector<std::string> failures;
     std::optional<checkpoint::LatestCheckpoint> found = checkpoint::find_latest_complete(cfg.checkpoint.dir, &failures);
     if (found) step = double(found->step);
+    // This job holds checkpoint.dir's lock: a .tmp there is an earlier job's
+    // unfinished write, whose space (a full disk's) the run may need now.
+    for (const std::string& p : checkpoint::remove_unfinished_writes(cfg.checkpoint.dir))
+      if (notes) notes->push_back(fmt::format("checkpoint {}: removed, a write an earlier job did not finish", p));
     if (notes) {
       for (const std::string& s : found ? found->skipped : std::vector<std::string>{})
         notes->push_back(s + fmt::format(": resuming from {} instead", checkpoint::step_dir_name(found->step)));

@@ -32,11 +32,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A file of log.dir; one that cannot be written (a full disk, a read-only
+// directory) is one line that says why.
 void write_file(const std::string& path, const std::string& text) {
+  errno = 0;
   std::ofstream f(path, std::ios::trunc);
   f << text;
   f.close();
-  LATTICE_CHECK(f.good(), "cannot write '{}'", path);
+  if (!f.good())
+    LATTICE_INPUT_FAIL(
+        "log.dir: cannot write '{}': {} — free space (or fix the disk, or the directory's "
+        "permissions) and start the same command again",
+        path, errno ? std::strerror(errno) : "write error");
 }
 
 std::string mpi_library_version() {
@@ -57,7 +64,7 @@ std::string run_info_json(const Config& cfg, const RunInfo& info) {
   j["git_commit"] = kLatticeGitCommit;
   j["build"] = {{"type", kLatticeBuildType}, {"cxx_flags", kLatticeCxxFlags}, {"cuda", kLatticeCuda}};
   j["blas"] = blas_config();
-  j["blas_core"] = blas_core();  // the kernel set OpenBLAS runs on this CPU
+  j["blas_core"] = blas_core();                    // the kernel set OpenBLAS runs on this CPU
   j["blas_core_note"] = blas_core_restart_note();  // "" unless lattice restarted for better kernels
   j["mpi"] = mpi_library_version();
   j["config"] = cfg.source;
@@ -223,12 +230,12 @@ void check_checkpoint_dir_shared(const Config& cfg, comm::Group& world) {
   };
   for (int r = 1; r < world.size(); ++r) {
     if (part(seen[size_t(r)], 0) == part(seen[0], 0)) continue;
-    config_fail(cfg, "checkpoint.dir",
-                fmt::format("'{}' is not one directory for the whole job: rank {} (host {}, in {}) does not see the "
-                            "lattice.lock that rank 0 (host {}) holds there — every rank writes its share of each "
-                            "checkpoint there: put it on a file system all ranks share",
-                            cfg.checkpoint.dir, r, part(seen[size_t(r)], 1), part(seen[size_t(r)], 2),
-                            part(seen[0], 1)));
+    config_fail(
+        cfg, "checkpoint.dir",
+        fmt::format("'{}' is not one directory for the whole job: rank {} (host {}, in {}) does not see the "
+                    "lattice.lock that rank 0 (host {}) holds there — every rank writes its share of each "
+                    "checkpoint there: put it on a file system all ranks share",
+                    cfg.checkpoint.dir, r, part(seen[size_t(r)], 1), part(seen[size_t(r)], 2), part(seen[0], 1)));
   }
 }
 
@@ -379,9 +386,9 @@ void check_init_from_path(const Config& cfg) {
   const char* fix = "name a step, checkpoint or run directory of the run whose weights start this one";
   std::error_code ec;
   if (!fs::is_directory(p, ec))
-    config_fail(cfg, "checkpoint.init_from",
-                fmt::format("'{}' {} — {}", p, fs::exists(p, ec) ? "is a file, not a directory" : "does not exist",
-                            fix));
+    config_fail(
+        cfg, "checkpoint.init_from",
+        fmt::format("'{}' {} — {}", p, fs::exists(p, ec) ? "is a file, not a directory" : "does not exist", fix));
   if (::access(p.c_str(), R_OK | X_OK) != 0)
     config_fail(cfg, "checkpoint.init_from",
                 fmt::format("directory '{}' cannot be read ({}) — fix its permissions", p, std::strerror(errno)));

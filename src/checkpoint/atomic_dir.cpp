@@ -291,6 +291,19 @@ std::optional<LatestCheckpoint> find_latest_complete(const std::string& parent, 
   return std::nullopt;
 }
 
+std::vector<std::string> remove_unfinished_writes(const std::string& parent) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& [step, name] : list_step_entries(parent, ".tmp")) {
+    const std::string path = parent + "/" + name;
+    fs::remove_all(path, ec);
+    LATTICE_CHECK(!ec, "checkpoint {}: cannot remove an unfinished write: {} — remove it, then start again", path,
+                  ec.message());
+    removed.push_back(path);
+  }
+  return removed;
+}
+
 std::vector<std::string> keep_last(const std::string& parent, int n) {
   std::vector<std::string> removed;
   if (n <= 0) return removed;

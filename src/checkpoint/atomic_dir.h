@@ -82,6 +82,13 @@ class CheckpointWriter {
 // complete one. Returns the paths removed.
 std::vector<std::string> keep_last(const std::string& parent, int n);
 
+// Removes the step_NNNNNNN.tmp directories of `parent`: writes a job did not
+// finish (killed, or refused by a full disk), whose partial files would
+// otherwise hold the space until the same step is written again. Only for
+// the job that holds `parent`'s lock (no one else is writing). Returns the
+// paths removed.
+std::vector<std::string> remove_unfinished_writes(const std::string& parent);
+
 // Throws one Error line naming the file when `dir` is not a complete,
 // intact checkpoint: manifest missing or malformed, a file missing, of the
 // wrong size (truncated) or with the wrong checksum.

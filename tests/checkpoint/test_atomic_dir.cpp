@@ -1,6 +1,6 @@
 // The safe commit of checkpoint directories: what commit() leaves on disk,
 // what a crash at each point leaves and how the readers treat it, corruption
-// detection naming the file, and keep_last.
+// detection naming the file, keep_last and the removal of unfinished writes.
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -266,6 +266,25 @@ TEST(KeepLast, DeletesTheOldestCompleteSteps) {
   EXPECT_TRUE(fs::exists(parent + "/step_0000006.tmp"));
   EXPECT_TRUE(keep_last(parent, 2).empty());
   EXPECT_TRUE(keep_last(parent, 0).empty()) << "0 keeps everything";
+}
+
+// At a job's start (it holds the lock), every step's unfinished write goes,
+// newer than the newest complete step or not; nothing else is touched.
+TEST(RemoveUnfinishedWrites, RemovesEveryTmpStepDirectoryOnly) {
+  std::string parent = test::make_temp_dir("ckpt");
+  commit_step(parent, 5);
+  for (int step : {3, 10}) {
+    CheckpointWriter crashed;
+    crashed.begin(parent + "/" + step_dir_name(step));
+    crashed.write_file("trainer_state.json", "{}");
+  }
+  fs::create_directories(parent + "/step_0000005.damaged");
+  fs::create_directories(parent + "/other.tmp");
+  EXPECT_EQ(remove_unfinished_writes(parent),
+            (std::vector<std::string>{parent + "/step_0000003.tmp", parent + "/step_0000010.tmp"}));
+  for (const char* kept : {"step_0000005", "step_0000005.damaged", "other.tmp", "latest"})
+    EXPECT_TRUE(fs::exists(parent + "/" + kept)) << kept;
+  EXPECT_TRUE(remove_unfinished_writes(parent).empty());
 }
 
 TEST(KeepLast, NeverDeletesTheDirectoryLatestNames) {
