@@ -285,7 +285,8 @@ void check_shards(const Config& cfg, const std::string& key, const std::string& 
   }
 }
 
-// A directory the run writes into: it exists as a writable directory, or it
+// A directory the run writes into, outside every checkpoint step directory:
+// it exists as a writable directory, or it
 // can be created: its nearest existing ancestor is a writable directory in
 // which making a directory works (tried with a probe of this process's own,
 // removed at once, so ranks checking at the same time never see each other's
@@ -293,6 +294,21 @@ void check_shards(const Config& cfg, const std::string& key, const std::string& 
 // or a full disk, refuse what the permissions allow).
 void check_output_dir(const Config& cfg, const std::string& key, const std::string& dir) {
   std::error_code ec;
+  // A committed checkpoint is never written into: a run there would put its
+  // own steps inside another run's, which that run's keep_last deletes with
+  // it (checkpoint.dir=.../step_NNNNNNN, meant as checkpoint.resume=...).
+  const fs::path self = fs::absolute(dir, ec).lexically_normal();
+  for (fs::path p = self; !p.empty(); p = p.parent_path()) {
+    if (checkpoint::step_of_dir(p.string()) && fs::exists(p / std::string(checkpoint::kManifestName), ec)) {
+      const std::string step = p == self ? dir : p.string();
+      config_fail(cfg, key,
+                  fmt::format("'{}' is {} checkpoint step directory{}, which no run writes into — to continue from "
+                              "that checkpoint set checkpoint.resume={} (to start from its weights, "
+                              "checkpoint.init_from), and point {} at a directory of this run's own",
+                              dir, p == self ? "a" : "inside the", p == self ? "" : " '" + step + "'", step, key));
+    }
+    if (p == p.parent_path()) break;  // the root
+  }
   if (fs::exists(dir, ec)) {
     if (!fs::is_directory(dir, ec))
       config_fail(cfg, key,

@@ -312,6 +312,17 @@ TEST_F(Resume, BadResumesAreOneLine) {
   // named is checkpoint.init_from, and following it trains those weights.
   one_line(run("train r.yaml log.dir=c3 optimizer.lr=0.1 checkpoint.resume=c/checkpoints/step_0000003", dir),
            {"optimizer.lr", "set checkpoint.init_from=c/checkpoints/step_0000003 instead of checkpoint.resume"});
+  // A step directory given as checkpoint.dir (meant as checkpoint.resume)
+  // started a fresh run that wrote its checkpoints into c's step 3, where
+  // c's keep_last would delete them; log.dir inside one likewise.
+  one_line(run("train r.yaml log.dir=c4 checkpoint.dir=c/checkpoints/step_0000003", dir),
+           {"checkpoint.dir: 'c/checkpoints/step_0000003' is a checkpoint step directory, which no run writes into",
+            "set checkpoint.resume=c/checkpoints/step_0000003"});
+  one_line(run("train r.yaml log.dir=c/checkpoints/step_0000003/run", dir),
+           {"log.dir: 'c/checkpoints/step_0000003/run' is inside the checkpoint step directory '",
+            "/c/checkpoints/step_0000003'"});
+  EXPECT_FALSE(fs::exists(dir + "/c4"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir + "/c/checkpoints/step_0000003"), fs::directory_iterator{}), 6);
   CmdResult init = run("train r.yaml log.dir=c3 optimizer.lr=0.1 checkpoint.init_from=c/checkpoints/step_0000003", dir);
   EXPECT_EQ(init.status, 0) << init.out;
   EXPECT_NE(init.out.find("initialized from c/checkpoints/step_0000003"), std::string::npos) << init.out;
