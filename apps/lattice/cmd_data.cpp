@@ -61,6 +61,11 @@ int data(const Args& args) {
       "{} train tokens in {} shard(s) -> {}_{{val,train}}_*.bin\n",
       s.documents, s.input_bytes, s.tokenizer, s.vocab_size, s.val_tokens, s.val_shards.size(), s.train_tokens,
       s.train_shards.size(), o.out_prefix);
+  if (s.replaced > 0 || !s.removed_stale.empty())  // an earlier prepare's shards under the same prefix
+    fmt::print(
+        "note: {} had shards of an earlier prepare: {} replaced, {} removed (this run wrote no shard of "
+        "their numbers); runs that read them read this data now\n",
+        o.out_prefix, s.replaced, s.removed_stale.size());
   return 0;
 }
 

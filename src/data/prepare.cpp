@@ -102,7 +102,11 @@ class SplitWriter {
   void commit() {
     close();
     for (const auto* list : {&summary_.val_shards, &summary_.train_shards})
-      for (const std::string& path : *list) fs::rename(path + ".tmp", path);
+      for (const std::string& path : *list) {
+        std::error_code ec;
+        summary_.replaced += fs::exists(path, ec) ? 1 : 0;
+        fs::rename(path + ".tmp", path);
+      }
   }
   void discard() noexcept {
     shard_.reset();

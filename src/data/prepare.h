@@ -44,6 +44,7 @@ struct PrepareSummary {
   int64_t val_tokens = 0, train_tokens = 0;
   std::vector<std::string> val_shards, train_shards;  // paths, in order
   std::vector<std::string> removed_stale;             // old shards this run deleted
+  int64_t replaced = 0;                               // old shards of the same names this run wrote over
 };
 
 // Errors (one line each): a missing input file (named), bad sizes, a token id

@@ -72,6 +72,22 @@ class Cli : public ::testing::Test {
 
 }  // namespace
 
+// data prepare into a prefix that holds an earlier prepare's shards replaces
+// them (design.md); it says so, where before it printed nothing about it.
+TEST_F(Cli, APrepareOverAnEarlierOneSaysSo) {
+  CmdResult fresh = run("data prepare --input a.txt --tokenizer bytes --out d/new --val-tokens 2000", dir);
+  ASSERT_EQ(fresh.status, 0) << fresh.out;
+  EXPECT_EQ(fresh.out.find("note:"), std::string::npos) << fresh.out;
+  CmdResult again = run("data prepare --input a.txt --tokenizer bytes --out d/new --val-tokens 2000", dir);
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(again.out.find("note: d/new had shards of an earlier prepare: 2 replaced, 0 removed"), std::string::npos)
+      << again.out;
+  CmdResult no_val = run("data prepare --input a.txt --tokenizer bytes --out d/new", dir);  // no val shard now
+  ASSERT_EQ(no_val.status, 0) << no_val.out;
+  EXPECT_NE(no_val.out.find("1 replaced, 1 removed"), std::string::npos) << no_val.out;
+  EXPECT_FALSE(fs::exists(dir + "/d/new_val_000000.bin"));
+}
+
 TEST_F(Cli, MissingConfigFile) { expect_one_line_error(run("train nope.yaml", dir), {"nope.yaml"}); }
 
 TEST_F(Cli, UnknownKeyNamesKeyAndLine) {

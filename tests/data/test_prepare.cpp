@@ -242,6 +242,9 @@ TEST(PrepareData, RemovesStaleNumberedShardsOfThePrefixOnly) {
   PrepareOptions o = bytes_options(dir, {write_text(dir, "a.txt", "abc")});
   PrepareSummary s = prepare_data(o);
   EXPECT_EQ(s.removed_stale.size(), 2u);
+  EXPECT_EQ(s.replaced, 0);  // no shard of this run's numbers existed
+  // The same prepare again writes over its own shard (one train shard, no val).
+  EXPECT_EQ(prepare_data(o).replaced, 1);
   EXPECT_FALSE(std::filesystem::exists(dir + "/p_train_000007.bin"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/p_val_000003.bin"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/p_train_000000.bin"));
