@@ -53,6 +53,7 @@ while (( $# > 0 )); do
     -h|--help) usage; exit 0 ;;
     -n|-np|--np)
       (( $# >= 2 )) || die "$1 needs a value (the number of ranks, e.g. -n 4)"
+      is_pos "$2" || die "$1 '$2' is not a positive integer (the number of ranks, e.g. -n 4)"
       ranks=$2; shift 2 ;;
     -n=*|--np=*) ranks=${1#*=}; shift ;;
     --hostfile)
