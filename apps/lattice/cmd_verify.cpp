@@ -6,6 +6,11 @@
 // on rank 0, and exits 1 when a relative loss difference exceeds the tolerance
 // (by default the contract's for the config's precision: 1e-5 in fp32, 1e-3
 // under bf16/fp16, config.h layout_loss_tolerance).
+//
+// SIGUSR1 or SIGTERM (booster/stop_signal.h) ends the layout run after the
+// step in progress (the ranks agree on it at each step, as training does),
+// the reference then runs as many steps, and the table and verdict cover the
+// steps both ran, saying so. It used to end the job with no output.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -18,6 +23,7 @@
 #include "booster/hybrid_parallel_plugin.h"
 #include "booster/metrics.h"
 #include "booster/run_dir.h"
+#include "booster/stop_signal.h"
 #include "cli.h"
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
@@ -32,21 +38,38 @@ struct Trace {
   std::vector<bool> skipped;  // fp16: the step's gradients were not finite, no update (loss scale backed off)
 };
 
-// init_dir: the step directory whose model weights both runs start from
-// (checkpoint.init_from), "" for the config's own initialisation.
-Trace run_steps(const Config& cfg, mesh::ProcessGroupMesh& mesh, const std::string& init_dir,
+// Whether any rank of `world` was asked to stop (a collective over it).
+bool any_stop_requested(comm::Group& world) {
+  Tensor t = Tensor::from<double>({stop_requested() ? 1.0 : 0.0}, {1});
+  world.all_reduce(t, {.op = comm::ReduceOp::max})->wait();
+  return t.data<double>()[0] > 0;
+}
+
+// The fewest of `n` over the ranks of `world` (a collective).
+int64_t fewest(comm::Group& world, int64_t n) {
+  Tensor t = Tensor::from<double>({double(n)}, {1});
+  world.all_reduce(t, {.op = comm::ReduceOp::min})->wait();
+  return int64_t(t.data<double>()[0]);
+}
+
+// Up to `steps` steps; a stop request ends the run after the step in
+// progress, agreed over mesh.world() (every rank of the run stops after the
+// same step). init_dir: the step directory whose model weights both runs
+// start from (checkpoint.init_from), "" for the config's own initialisation.
+Trace run_steps(const Config& cfg, mesh::ProcessGroupMesh& mesh, const std::string& init_dir, int64_t steps,
                 std::optional<RankPlacement> placement, RankPlacement* placed = nullptr) {
   HybridParallelPlugin plugin(cfg, mesh, placement);
   if (placed) *placed = plugin.placement();
   if (!init_dir.empty()) plugin.load_model(init_dir);
   const optim::LrSchedule schedule = lr_schedule(cfg);
   Trace t;
-  for (int64_t step = 1; step <= cfg.train.steps; ++step) {
+  for (int64_t step = 1; step <= steps; ++step) {
     StepStats s = plugin.execute_pipeline(step);
     UpdateStats u = plugin.optimizer_step(step, optim::learning_rate(schedule, step));
     t.loss.push_back(s.valid_tokens > 0 ? s.loss_sum / double(s.valid_tokens) : 0.0);
     t.norm.push_back(u.grad_norm);
     t.skipped.push_back(u.skipped);
+    if (step < steps && any_stop_requested(mesh.world())) break;
   }
   return t;
 }
@@ -69,7 +92,7 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
     return step_dir_of("checkpoint.init_from", cfg.checkpoint.init_from);
   });
   RankPlacement placement;
-  Trace got = run_steps(cfg, mesh, init_dir, std::nullopt, &placement);
+  Trace got = run_steps(cfg, mesh, init_dir, cfg.train.steps, std::nullopt, &placement);
 
   Config ref_cfg = cfg;
   ref_cfg.parallel.tp = ref_cfg.parallel.pp = ref_cfg.parallel.dp = 1;
@@ -82,7 +105,21 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
   ref_cfg.parallel.head_chunk_tokens = 0;
   ref_cfg.parallel.zero = 0;
   auto ref_mesh = create_job_mesh(ref_cfg, comm::self_group("world"));
-  Trace ref = run_steps(ref_cfg, ref_mesh, init_dir, placement);  // on this rank's own device
+  // On this rank's own device, as many steps as the layout ran; a stop
+  // request during it ends each rank's reference at its own step, so the
+  // ranks then compare the steps every one of them ran.
+  // A request that ended the layout run is answered; only a new one ends the reference early.
+  if (int64_t(got.loss.size()) < cfg.train.steps) clear_stop_request();
+  Trace ref = run_steps(ref_cfg, ref_mesh, init_dir, int64_t(got.loss.size()), placement);
+  const int64_t compared = fewest(mesh.world(), int64_t(ref.loss.size()));
+  for (Trace* t : {&got, &ref}) {
+    t->loss.resize(size_t(compared)), t->norm.resize(size_t(compared)), t->skipped.resize(size_t(compared));
+  }
+  const std::string stopped = compared < cfg.train.steps ? fmt::format(
+                                                               " (stopped by a stop request, SIGUSR1 or SIGTERM, after "
+                                                               "step {} of {}: the comparison covers those steps)",
+                                                               compared, cfg.train.steps)
+                                                         : "";
 
   // fp16 adds which run skipped each step: a step one run skips and the
   // other applies makes every later loss differ, and the table then says why.
@@ -126,15 +163,17 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
   if (mpi.world_rank() == 0) {
     std::fputs(
         fmt::format(
-            "verify-layout {}: tp={} pp={} dp={} against one rank, {} steps{}\n{}", cfg.source, layout.tp, layout.pp,
-            layout.dp, cfg.train.steps,
+            "verify-layout {}: tp={} pp={} dp={} against one rank, {} steps{}{}\n{}", cfg.source, layout.tp, layout.pp,
+            layout.dp, compared, stopped,
             init_dir.empty() ? "" : fmt::format(", both from the weights of {} (checkpoint.init_from)", init_dir),
             table)
             .c_str(),
         stdout);
     std::fputs(
-        fmt::format("{}: largest relative loss difference {:.2e}, step 1 grad norm {:.2e} (tolerance {:.0e}){}\n",
-                    ok ? "PASS" : "FAIL", worst, norm1, tolerance,
+        fmt::format("{}: largest relative loss difference {:.2e}{}, step 1 grad norm {:.2e} (tolerance {:.0e}){}\n",
+                    ok ? "PASS" : "FAIL", worst,
+                    compared < cfg.train.steps ? fmt::format(" over {} of {} steps", compared, cfg.train.steps) : "",
+                    norm1, tolerance,
                     std::isnan(worst) || std::isnan(norm1)
                         ? " — a loss or norm is not finite: the runs diverged, and the comparison says "
                           "nothing (lower optimizer.lr, or look at the data)"
@@ -148,6 +187,7 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
 }  // namespace
 
 int verify_layout(int* argc, char*** argv, const Args& args) {
+  install_stop_signal_handlers();  // from the start, as train: a request during start-up stops after step 1
   std::optional<double> tolerance;
   ArgReader r("verify-layout", "lattice verify-layout CONFIG [key=value ...] [--tolerance X]", args);
   const ConfigArgs c = read_config_args(r, [&](ArgReader& o) {
@@ -157,8 +197,10 @@ int verify_layout(int* argc, char*** argv, const Args& args) {
                          "a positive finite number");
     return true;
   });
-  return run_with_mpi(argc, argv, start_timeout_s(c.path, c.overrides),
-                      [&](const comm::MpiRuntime& mpi) { return verify(c.path, c.overrides, tolerance, mpi); });
+  return run_with_mpi(argc, argv, start_timeout_s(c.path, c.overrides), [&](const comm::MpiRuntime& mpi) {
+    install_stop_signal_handlers();  // again, now that MPI has started
+    return verify(c.path, c.overrides, tolerance, mpi);
+  });
 }
 
 }  // namespace lattice::cli

@@ -723,6 +723,42 @@ TEST_F(Cli, VerifyLayoutPassesFailsAndChecksTheWorld) {
                         {"override 'data.train=nope_*.bin'", "no file matches"});
 }
 
+// SIGUSR1 to a verify-layout job ended it with no output (exit 138); it now
+// stops after the step in progress, runs the reference as far and compares
+// those steps. Each rank ignores SIGUSR1 until lattice installs its handler
+// (`trap '' USR1` is inherited across exec, and the handler replaces it), and
+// the signal is sent to mpirun (which forwards it) every 0.5 s until the job
+// ends, so one comes mid-run however slowly the job starts.
+TEST_F(Cli, VerifyLayoutStoppedBySignalComparesTheStepsItRan) {
+  const std::string launch = "timeout 120 " + std::string(LATTICE_MPIEXEC) +
+                             " -q --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -np 2 sh -c \"trap '' USR1; "
+                             "exec '" +
+                             bin() +
+                             "' verify-layout tiny.yaml train.steps=100000 train.eval_every=0 parallel.tp=2 "
+                             "runtime.threads=1\"";
+  const std::string script = "cd '" + dir + "' && (" + launch +
+                             " > out.txt 2>&1 & mp=$!; sleep 1; "
+                             "for i in $(seq 200); do kill -0 $mp 2>/dev/null || break; "
+                             "kill -USR1 $(pgrep -P $mp) 2>/dev/null; sleep 0.5; done; "
+                             "wait $mp; echo \"rc=$?\"; cat out.txt)";
+  const CmdResult r = lattice::test::run_command("bash -s <<'EOS'\n" + script + "\nEOS\n", dir);
+  ASSERT_NE(r.out.find("rc="), std::string::npos) << r.out;
+  const int rc = std::stoi(r.out.substr(r.out.find("rc=") + 3));
+  const std::regex header(R"(against one rank, (\d+) steps \(stopped by a stop request, SIGUSR1 or SIGTERM, after )"
+                          R"(step (\d+) of 100000: the comparison covers those steps\))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, header)) << r.out;
+  EXPECT_EQ(m[1], m[2]) << r.out;
+  const std::string steps = m[1];
+  EXPECT_GE(std::stoi(steps), 1) << r.out;
+  // A row for each compared step, then the verdict over them; exit 0 on PASS, 1 on FAIL (not a signal's death).
+  EXPECT_NE(r.out.find("\n" + fmt::format("{:>5}  ", steps)), std::string::npos) << r.out;
+  const bool pass = r.out.find("PASS: largest relative loss difference") != std::string::npos;
+  EXPECT_TRUE(pass || r.out.find("FAIL: largest relative loss difference") != std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" over " + steps + " of 100000 steps"), std::string::npos) << r.out;
+  EXPECT_EQ(rc, pass ? 0 : 1) << r.out;
+}
+
 // log.dir deleted under a running job: the metrics went to an unlinked file
 // and the run ended "done" with nothing to show. It stops after the next step
 // with a checkpoint (recreating checkpoint.dir) and says why.
