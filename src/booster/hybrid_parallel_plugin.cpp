@@ -181,7 +181,7 @@ std::string HybridParallelPlugin::describe() const {
                      zero_->gathers_half(params_)
                          ? fmt::format("{} shadow + fp32 norms, biases, embeddings", dtype_name(params_.shadow_dtype()))
                          : "fp32 values");
-  if (train_) s += describe_train_data();
+  if (train_) s += describe_train_data() + shared_train_shard_note();
   if (train_ && val_) s += shared_val_shard_note();
   const int64_t whole = val_ ? (val_->n_windows() + cfg_.train.global_batch - 1) / cfg_.train.global_batch : 0;
   if (val_ && cfg_.train.eval_steps > whole) {  // batches past the ones that cover the set once
@@ -229,14 +229,34 @@ std::string HybridParallelPlugin::describe_train_data() const {
   return s + notes;
 }
 
+namespace {
+
+// Whether paths a and b name the same file (however the globs spell them).
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return std::filesystem::equivalent(a, b, ec);
+}
+
+}  // namespace
+
+// Two mixture sources that share a shard (the same file, however the globs
+// name it): its windows are drawn by both, more often than either weight says.
+std::string HybridParallelPlugin::shared_train_shard_note() const {
+  for (size_t j = 0; j < train_->size(); ++j)
+    for (size_t k = j + 1; k < train_->size(); ++k)
+      for (const std::string& a : train_->source(j).shard_paths())
+        for (const std::string& b : train_->source(k).shard_paths())
+          if (same_file(a, b))
+            return fmt::format(
+                " | note: {} and {} both hold the shard {}: its windows are drawn by both sources, more often "
+                "than either weight says — give each shard to one source",
+                train_source_name(j), train_source_name(k), a);
+  return "";
+}
+
 // A validation shard that is also a training shard (the same file, however
 // the globs name it): val_loss then scores windows the run trains on.
 std::string HybridParallelPlugin::shared_val_shard_note() const {
-  namespace fs = std::filesystem;
-  auto same_file = [](const std::string& a, const std::string& b) {
-    std::error_code ec;
-    return fs::equivalent(a, b, ec);
-  };
   for (const std::string& v : val_->shard_paths())
     for (size_t k = 0; k < train_->size(); ++k)
       for (const std::string& t : train_->source(k).shard_paths())

@@ -118,6 +118,7 @@ class HybridParallelPlugin final : public Plugin {
  private:
   std::string describe_train_data() const;  // describe()'s part about data.train
   std::string shared_val_shard_note() const;
+  std::string shared_train_shard_note() const;
   std::string train_source_name(size_t k) const;  // "data.train" or, in a mixture, "data.train[k]"  // describe()'s
                                                   // note on a data.val shard that data.train holds too
   // Runs `plan` over the microbatches of inputs_/targets_; returns the loss sum of this rank.

@@ -4,12 +4,11 @@
 // and ZeRO-1 on one dp rank is the plain optimizer, bit for bit.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include "booster/hybrid_parallel_plugin.h"
@@ -127,6 +126,17 @@ TEST(HybridParallelPlugin, DescribeNotesATrainingSetSmallerThanABatch) {
                                    "run trains on"),
             std::string::npos)
       << shared.describe();
+  EXPECT_EQ(shared.describe().find("both hold the shard"), std::string::npos) << shared.describe();
+  // Two mixture sources whose globs share a file: its windows are drawn by both.
+  c.data.val = "";
+  c.train.eval_every = 0;
+  c.data.train = {{.path = dir + "/small_train_*.bin", .weight = 1}, {.path = dir + "/*_000000.bin", .weight = 1}};
+  auto m6 = one_rank();
+  HybridParallelPlugin overlap(c, m6);
+  EXPECT_NE(overlap.describe().find("note: data.train[0] and data.train[1] both hold the shard " + dir +
+                                    "/small_train_000000.bin: its windows are drawn by both sources"),
+            std::string::npos)
+      << overlap.describe();
 }
 
 // evaluate(0) scores the whole validation set, each window once: 10 windows
