@@ -72,7 +72,9 @@ int convert(const Args& args) {
     LATTICE_INPUT_FAIL("convert {}: expected two directories ({}), got {} argument(s)", args[0],
                        to_hf ? "CHECKPOINT OUT_DIR" : "HF_DIR OUT_CHECKPOINT_DIR", args.size() - 1);
   if (to_hf) {
-    checkpoint::ConvertSummary s = checkpoint::convert_to_hf(step_dir_of("convert --to-hf", args[1]), args[2]);
+    // step_dir_of verified the step directory: its files are not read a second time for that.
+    checkpoint::ConvertSummary s =
+        checkpoint::convert_to_hf(step_dir_of("convert --to-hf", args[1]), args[2], checkpoint::Manifest::verified);
     fmt::print("exported {} -> {} (config.json, model.safetensors; load with {}.from_pretrained)\n", describe(s), s.out,
                s.hf_class);
   } else {

@@ -120,7 +120,8 @@ int sample(const Args& args) {
   }
   SampleArgs a = parse_sample(args);
   const std::string step_dir = step_dir_of("sample", a.checkpoint);
-  checkpoint::LogicalModel m = checkpoint::read_logical_model(step_dir);
+  // step_dir_of verified it (every file against the manifest): not read twice more.
+  checkpoint::LogicalModel m = checkpoint::read_logical_model(step_dir, checkpoint::Manifest::verified);
   const ModelConfig& mc = m.config;
   if (!arch_traits(mc.arch).causal)
     LATTICE_INPUT_FAIL(

@@ -161,7 +161,7 @@ void write_hf_gpt2(const LogicalModel& m, const std::string& out_dir) {
   write_hf_dir(std::move(hf), config, out_dir);
 }
 
-ConvertSummary convert_to_hf(const std::string& step_dir, const std::string& out_dir) {
+ConvertSummary convert_to_hf(const std::string& step_dir, const std::string& out_dir, Manifest manifest) {
   std::error_code ec;
   const std::string latest = step_dir + "/" + std::string(kLatestName);
   if (fs::exists(latest, ec)) {
@@ -170,7 +170,7 @@ ConvertSummary convert_to_hf(const std::string& step_dir, const std::string& out
     LATTICE_INPUT_FAIL("{}: is a checkpoint directory; name one of its step directories (latest: {}/{})", step_dir,
                        step_dir, name);
   }
-  LogicalModel m = read_logical_model(step_dir);
+  LogicalModel m = read_logical_model(step_dir, manifest);
   // The exporter of the checkpoint's arch.
   for (const HfExporter& e : kHfExporters)
     if (e.arch == m.config.arch) {
@@ -184,7 +184,7 @@ ConvertSummary convert_to_hf(const std::string& step_dir, const std::string& out
       "the checkpoint itself {}",
       step_dir, enum_name(m.config.arch), enum_name(m.config.arch), archs,
       arch_traits(m.config.arch).causal ? "trains and samples with lattice"
-                                         : "trains with lattice (lattice sample takes left-to-right models only)");
+                                        : "trains with lattice (lattice sample takes left-to-right models only)");
 }
 
 ConvertSummary convert_from_hf(const std::string& hf_dir, const std::string& out_parent) {

@@ -62,7 +62,9 @@ struct ConvertSummary {
 // lattice convert --to-hf STEP_DIR OUT_DIR: a verified checkpoint to HF, as
 // GPT-2 or LLaMA (checkpoint/hf_llama.h) by the arch of its config; another
 // arch is one InputError line naming the archs there are exporters for.
-ConvertSummary convert_to_hf(const std::string& step_dir, const std::string& out_dir);
+// manifest: Manifest::verified when the caller has just verified step_dir.
+ConvertSummary convert_to_hf(const std::string& step_dir, const std::string& out_dir,
+                             Manifest manifest = Manifest::verify);
 // lattice convert --from-hf HF_DIR PARENT: a model-only PARENT/step_0000000,
 // read as GPT-2 or LLaMA by config.json's model_type.
 ConvertSummary convert_from_hf(const std::string& hf_dir, const std::string& out_parent);

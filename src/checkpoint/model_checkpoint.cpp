@@ -171,8 +171,8 @@ std::string write_model_checkpoint(const LogicalModel& m, const std::string& par
   }
 }
 
-LogicalModel read_logical_model(const std::string& step_dir) {
-  verify_checkpoint_dir(step_dir);
+LogicalModel read_logical_model(const std::string& step_dir, Manifest manifest) {
+  if (manifest == Manifest::verify) verify_checkpoint_dir(step_dir);
   const std::string state_path = step_dir + "/" + kTrainerState;
   json state = json::parse(read_text_file(state_path, kMaxStateBytes), nullptr, false);
   LATTICE_CHECK(!state.is_discarded() && state.is_object(), "{}: not a JSON object", state_path);

@@ -50,10 +50,13 @@ ModelConfig model_from_state_json(const nlohmann::json& j, const std::string& wh
 std::string write_model_checkpoint(const LogicalModel& m, const std::string& parent, int64_t step = 0);
 
 // The model of checkpoint step directory `step_dir`, which must verify
-// (verify_checkpoint_dir): its config from trainer_state.json's `config` (the
-// run's YAML, parsed with parse_written_config) or, in a model-only checkpoint, its
-// "model" object; its tensors through model.safetensors.index.json.
-LogicalModel read_logical_model(const std::string& step_dir);
+// (verify_checkpoint_dir, a read of every file; skipped when the caller has
+// just verified it: Manifest::verified): its config from trainer_state.json's
+// `config` (the run's YAML, parsed with parse_written_config) or, in a
+// model-only checkpoint, its "model" object; its tensors through
+// model.safetensors.index.json.
+enum class Manifest { verify, verified };
+LogicalModel read_logical_model(const std::string& step_dir, Manifest manifest = Manifest::verify);
 
 // Copies the tensors of `m` into `params`, which hold m.config's parameters
 // sharded as params.shard() (tp::shard_from_logical; the padded vocabulary
