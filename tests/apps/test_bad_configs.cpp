@@ -1,7 +1,8 @@
 // Every invalid config fails before any rank allocates memory, with ONE line
 // naming the key (and FILE:LINE:COL where it was set) or the file, and a
-// non-zero exit in well under a second; under mpirun the line is printed once,
-// not once per rank, and no rank is left running.
+// prompt non-zero exit (about 30 ms single-process, 1.5 s under mpirun on an
+// idle 2-core machine; the slowest of each is printed); under mpirun the line
+// is printed once, not once per rank, and no rank is left running.
 //
 // One table row per bad config: the base config below with one edit (or a set
 // of overrides, or a bad environment variable), run single-process or under
@@ -397,13 +398,16 @@ TEST_P(BadConfigs, FailsWithOneLine) {
   EXPECT_EQ(r.out.rfind("lattice: error: ", 0), 0u) << r.out;
   for (const auto& n : c.needles) EXPECT_NE(r.out.find(n), std::string::npos) << "missing '" << n << "' in: " << r.out;
   EXPECT_FALSE(fs::exists(dir_ + "/runs/bad/metrics.jsonl")) << "a run directory was written";
+  // The bounds catch a wait or real work before the check (a timeout, a model
+  // allocated), not speed: a loaded machine (CI beside other jobs) took 1.4 s
+  // for a single-process case that starts MPI and probes for CUDA.
   if (c.ranks > 0) {
-    EXPECT_LT(ms, 3000.0) << r.out;
+    EXPECT_LT(ms, 10000.0) << r.out;
     max_mpirun_ms_ = std::max(max_mpirun_ms_, ms);
     std::vector<std::string> left = processes_mentioning(case_dir + "/bad.yaml");
     EXPECT_TRUE(left.empty()) << "still running: " << left.front();
   } else {
-    EXPECT_LT(ms, 1000.0) << r.out;
+    EXPECT_LT(ms, 5000.0) << r.out;
     max_single_ms_ = std::max(max_single_ms_, ms);
   }
 }
