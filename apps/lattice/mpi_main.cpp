@@ -16,6 +16,7 @@
 #include "comm/mpi_communicator.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "core/poll.h"
 
 namespace lattice::cli {
 
@@ -46,8 +47,10 @@ class StartWatchdog {
     if (as.size <= 1 || !(timeout_s > 0)) return;
     thread_ = std::thread([this, timeout_s, as] {
       std::unique_lock lock(mutex_);
-      auto limit = std::chrono::duration<double>(timeout_s + (as.rank == 0 ? 0.0 : 5.0));
-      if (done_cv_.wait_for(lock, limit, [this] { return done_; })) return;
+      // deadline_after: a limit past 1e9 s waits for ever (wait_for's own
+      // conversion to nanoseconds overflowed and timed out at once).
+      const auto deadline = deadline_after(timeout_s + (as.rank == 0 ? 0.0 : 5.0));
+      if (done_cv_.wait_until(lock, deadline, [this] { return done_; })) return;
       std::fprintf(stderr,
                    "lattice: error: rank %d: MPI start-up did not complete within %g s (runtime.comm_timeout_s): a "
                    "rank of the job is stalled or cannot be reached — check the job's hosts and their network, or "

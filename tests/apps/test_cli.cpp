@@ -504,6 +504,18 @@ TEST_F(Cli, ARankThatNeverStartsEndsTheJobAtTheTimeout) {
   EXPECT_LT(seconds, 60) << r.out;
 }
 
+// A limit past 1e9 s means "no limit" for every wait; the start's watchdog
+// converted it to nanoseconds itself, overflowed, and ended every job with
+// runtime.comm_timeout_s=1e10 at once ("did not complete within 1e+10 s").
+TEST_F(Cli, AHugeCommTimeoutNeverFiresAtTheStart) {
+  CmdResult r =
+      run("train tiny.yaml parallel.tp=2 train.steps=1 optimizer.schedule.warmup_steps=0 train.eval_every=0 "
+          "runtime.comm_timeout_s=1e10 log.dir=patient",
+          dir, 2);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("did not complete"), std::string::npos) << r.out;
+}
+
 // `sh -c "...` that starts lattice as this rank and stops it (SIGSTOP) once
 // the run's first step is logged in LOG_DIR/metrics.jsonl, so the stop comes
 // mid-run however slowly the job starts (the watcher gives up after 60 s).
