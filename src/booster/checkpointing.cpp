@@ -135,10 +135,10 @@ void load_stage(const checkpoint::IndexedTensors& in, const FlatParams& params, 
         in.dir(), name);
     const checkpoint::SafetensorsInfo& info = in.info(name);
     LATTICE_INPUT_CHECK(
-        info.shape == e.spec.shape && info.dtype == DType::f32,
+        info.shape == e.spec.shape && info.is(DType::f32),
         "checkpoint {}: tensor '{}' is {} {}, this model needs F32 {} — the checkpoint belongs to another "
         "model shape{}",
-        in.dir(), name, checkpoint::safetensors_dtype_name(info.dtype), shape_str(info.shape), shape_str(e.spec.shape),
+        in.dir(), name, info.dtype_name(), shape_str(info.shape), shape_str(e.spec.shape),
         e.spec.name == "wpe.weight" || e.spec.name.ends_with("position_embeddings.weight")
             ? " (the learned position table: set model.max_seq_len to the checkpoint's row count)"
             : "");

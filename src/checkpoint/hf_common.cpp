@@ -97,8 +97,9 @@ Tensor read_param(const HfTensors& files, const std::string& name, const ParamSp
   Shape want = transposed ? Shape{spec.shape[1], spec.shape[0]} : spec.shape;
   LATTICE_INPUT_CHECK(info.shape == want, "{}: '{}' has shape {}, expected {}{} from config.json", files.where(), name,
                       shape_str(info.shape), shape_str(want), transposed ? " (HF Conv1D layout: (in, out))" : "");
-  LATTICE_INPUT_CHECK(is_float(info.dtype), "{}: '{}' is {}, expected a float dtype (F32, F16, BF16, F64)",
-                      files.where(), name, safetensors_dtype_name(info.dtype));
+  LATTICE_INPUT_CHECK(info.foreign.empty() && is_float(info.dtype),
+                      "{}: '{}' is {}, expected a float dtype (F32, F16, BF16, F64)", files.where(), name,
+                      info.dtype_name());
   Tensor t = files.read(name);
   if (t.dtype() != DType::f32) t = t.to(DType::f32);
   return transposed ? transpose2d(t) : t;
@@ -111,7 +112,7 @@ void check_leftovers(const HfTensors& files, const std::set<std::string>& used, 
     if (name == "lm_head.weight" && m.config.tie_embeddings) {
       const Tensor& embedding = m.tensors.front().second;
       const SafetensorsInfo& info = files.info(name);
-      bool same = info.shape == embedding.shape() && is_float(info.dtype);
+      bool same = info.shape == embedding.shape() && info.foreign.empty() && is_float(info.dtype);
       if (same) {
         Tensor head = files.read(name).to(DType::f32);
         same = std::equal(head.data<float>(), head.data<float>() + head.numel(), embedding.data<float>());

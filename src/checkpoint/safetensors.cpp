@@ -17,10 +17,9 @@
 //   8 + N <= file size; the header is UTF-8 JSON and an object; no key
 //   appears twice in any object; __metadata__ is an object of strings;
 //   each tensor is an object of exactly dtype / shape / data_offsets; dtype is
-//   one Lattice has; shape is a list of non-negative integers; data_offsets is
-//   [begin, end] of unsigned integers with begin <= end <= buffer size;
-//   end - begin == dtype size x numel; the tensors, sorted by offset, start at
-//   0 and leave no gap or overlap; the last ends at the end of the file.
+//   one Lattice has or another of the format's (read() refuses those); shape is a list of non-negative integers;
+//   data_offsets is [begin, end] of unsigned integers with begin <= end <= buffer size; end - begin == dtype size x
+//   numel; the tensors, sorted by offset, start at 0 and leave no gap or overlap; the last ends at the end of the file.
 // Like the reference reader, a header not padded to a multiple of 8 is read
 // (old writers did not pad); the writer always pads.
 
@@ -33,6 +32,9 @@ namespace {
 
 constexpr std::string_view kMetadataKey = "__metadata__";
 constexpr DType kDTypes[] = {DType::f64, DType::f32, DType::bf16, DType::f16, DType::i32, DType::u16};
+// The format's other dtypes and their element sizes: listed, never read.
+constexpr std::pair<std::string_view, uint64_t> kForeignDTypes[] = {
+    {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I16", 2}, {"U32", 4}, {"I64", 8}, {"U64", 8}};
 
 std::string_view json_kind(const json& j) {
   if (j.is_object()) return "an object";
@@ -123,6 +125,10 @@ DType dtype_from_safetensors(std::string_view name) {
   for (DType t : kDTypes)
     if (safetensors_dtype_name(t) == name) return t;
   LATTICE_FAIL("dtype '{}' is not one Lattice reads (expected F64, F32, BF16, F16, I32 or U16)", name);
+}
+
+std::string_view SafetensorsInfo::dtype_name() const {
+  return foreign.empty() ? safetensors_dtype_name(dtype) : std::string_view(foreign);
 }
 
 uint64_t TensorDecl::nbytes() const { return uint64_t(shape_numel(shape)) * dtype_size(dtype); }
@@ -273,10 +279,15 @@ SafetensorsInfo parse_tensor_info(const std::string& path, const std::string& na
   auto dtype_name = dtype.get<std::string>();
   auto known = std::find_if(std::begin(kDTypes), std::end(kDTypes),
                             [&](DType t) { return safetensors_dtype_name(t) == dtype_name; });
-  LATTICE_CHECK(known != std::end(kDTypes),
-                "{}: dtype '{}' is not one Lattice reads (expected F64, F32, BF16, F16, I32 or U16)", where,
+  auto foreign = std::find_if(std::begin(kForeignDTypes), std::end(kForeignDTypes),
+                              [&](const auto& d) { return d.first == dtype_name; });
+  LATTICE_CHECK(known != std::end(kDTypes) || foreign != std::end(kForeignDTypes),
+                "{}: dtype '{}' is not a safetensors dtype (Lattice reads F64, F32, BF16, F16, I32 and U16)", where,
                 dtype_name);
-  info.dtype = *known;
+  if (known != std::end(kDTypes))
+    info.dtype = *known;
+  else
+    info.foreign = dtype_name;
   info.shape = parse_shape(where, j["shape"]);
 
   const json& off = j["data_offsets"];
@@ -289,7 +300,7 @@ SafetensorsInfo parse_tensor_info(const std::string& path, const std::string& na
                 "{}: data_offsets [{}, {}] run past the end of the data buffer ({} bytes): the file is truncated",
                 where, info.begin, info.end, buffer_size);
 
-  uint64_t expect = dtype_size(info.dtype);
+  uint64_t expect = info.foreign.empty() ? dtype_size(info.dtype) : foreign->second;
   for (int64_t d : info.shape)
     LATTICE_CHECK(!__builtin_mul_overflow(expect, uint64_t(d), &expect), "{}: shape {} overflows 64 bits", where,
                   shape_str(info.shape));
@@ -377,6 +388,9 @@ const SafetensorsInfo& SafetensorsFile::info(const std::string& name) const {
 
 std::span<const std::byte> SafetensorsFile::bytes(const std::string& name) const {
   const SafetensorsInfo& i = info(name);
+  LATTICE_INPUT_CHECK(i.foreign.empty(),
+                      "safetensors {}: tensor '{}' is {}, which Lattice does not read (F64, F32, BF16, F16, I32, U16)",
+                      path_, name, i.foreign);
   return {map_->data() + 8 + header_size_ + i.begin, size_t(i.nbytes())};
 }
 
@@ -384,6 +398,7 @@ Tensor SafetensorsFile::read(const std::string& name) const {
   const SafetensorsInfo& i = info(name);
   LATTICE_CHECK(i.shape.size() <= 8, "safetensors {}: tensor '{}' has shape {}; Lattice tensors have at most 8 dims",
                 path_, name, shape_str(i.shape));
+  bytes(name);  // refuses a foreign dtype
   Tensor t = Tensor::empty(i.shape, i.dtype);
   read_into(name, t);
   return t;
@@ -391,10 +406,9 @@ Tensor SafetensorsFile::read(const std::string& name) const {
 
 void SafetensorsFile::read_into(const std::string& name, Tensor& dst) const {
   const SafetensorsInfo& i = info(name);
-  LATTICE_CHECK(dst.dtype() == i.dtype && dst.shape() == i.shape,
+  LATTICE_CHECK(i.is(dst.dtype()) && dst.shape() == i.shape,
                 "safetensors {}: tensor '{}' is {} {} in the file, but the destination is {} {}", path_, name,
-                safetensors_dtype_name(i.dtype), shape_str(i.shape), safetensors_dtype_name(dst.dtype()),
-                shape_str(dst.shape()));
+                i.dtype_name(), shape_str(i.shape), safetensors_dtype_name(dst.dtype()), shape_str(dst.shape()));
   if (i.nbytes() == 0) return;
   std::span<const std::byte> src = bytes(name);
   if (!dst.device().is_cpu()) {

@@ -9,6 +9,9 @@
 // Tensors are row-major, little-endian, and tile the buffer in offset order
 // with no gaps or overlaps; the last one ends at the end of the file.
 // Lattice reads and writes the dtypes it has: F64, F32, BF16, F16, I32, U16.
+// A tensor of another safetensors dtype (BOOL, U8, I64, ...; the causal-mask
+// buffers older transformers saved) is listed with its name and size, so a
+// file holding one opens, but reading it is an Error naming the dtype.
 //
 // Invariants: a SafetensorsFile is a read-only memory map of a file that
 // passed every check of the format (the reader's list is in safetensors.cpp);
@@ -83,10 +86,13 @@ class SafetensorsWriter {
 };
 
 struct SafetensorsInfo {
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;  // meaningless when `foreign` is set
+  std::string foreign;       // a safetensors dtype Lattice has no DType for ("BOOL", "I64", ...), else empty
   Shape shape;
   uint64_t begin = 0, end = 0;  // byte range in the data buffer
   uint64_t nbytes() const { return end - begin; }
+  bool is(DType t) const { return foreign.empty() && dtype == t; }
+  std::string_view dtype_name() const;  // "F32", or the foreign name
 };
 
 class SafetensorsFile {

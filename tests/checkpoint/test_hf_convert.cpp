@@ -18,8 +18,8 @@
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/index.h"
 #include "checkpoint_test_util.h"
-#include "hf_test_util.h"
 #include "comm/self_communicator.h"
+#include "hf_test_util.h"
 #include "models/gpt2/gpt2.h"
 #include "models/registry.h"
 #include "support/test_support.h"
@@ -230,6 +230,33 @@ TEST_F(HfConvert, ReadsShardedAndBareGpt2ModelFiles) {
     ASSERT_EQ(got.tensors.size(), want.tensors.size()) << d;
     for (size_t i = 0; i < got.tensors.size(); ++i)
       EXPECT_TRUE(same_bytes(got.tensors[i].second, want.tensors[i].second)) << d << " " << got.tensors[i].first;
+  }
+}
+
+// transformers 4.x saved GPT-2's causal mask `h.N.attn.bias` as a U8, later
+// BOOL, buffer. The reader skips those buffers, but the safetensors reader
+// refused the whole file at open ("dtype 'BOOL' is not one Lattice reads").
+TEST_F(HfConvert, ReadsGpt2FilesWithBoolOrU8MaskBuffers) {
+  LogicalModel want = read_hf_gpt2(kGolden);
+  for (const char* dtype : {"BOOL", "U8"}) {
+    const std::string d = dir + "/mask_" + dtype;
+    fs::create_directories(d);
+    fs::copy_file(kGolden + "/config.json", d + "/config.json");
+    // The golden file with one more tensor at the end of its buffer.
+    std::string file = test::read_bytes(kGolden + "/model.safetensors");
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(file[i]);
+    json header = json::parse(file.substr(8, n));
+    const uint64_t end = file.size() - 8 - n;
+    header["transformer.h.0.attn.bias"] = {
+        {"dtype", dtype}, {"shape", {1, 1, 4, 4}}, {"data_offsets", {end, end + 16}}};
+    std::string h = header.dump();
+    h.append((8 - h.size() % 8) % 8, ' ');
+    test::write_bytes(d + "/model.safetensors", test::le64(h.size()) + h + file.substr(8 + n) + std::string(16, '\1'));
+    LogicalModel got = read_hf_gpt2(d);
+    ASSERT_EQ(got.tensors.size(), want.tensors.size()) << dtype;
+    for (size_t i = 0; i < got.tensors.size(); ++i)
+      EXPECT_TRUE(same_bytes(got.tensors[i].second, want.tensors[i].second)) << dtype << " " << got.tensors[i].first;
   }
 }
 

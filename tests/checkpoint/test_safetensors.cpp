@@ -245,9 +245,28 @@ TEST_F(Malformed, HeaderNotAnObject) {
 }
 
 TEST_F(Malformed, UnknownDtype) {
-  std::string msg = open_error(R"({"w":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8);
+  std::string msg = open_error(R"({"w":{"dtype":"Q7","shape":[1],"data_offsets":[0,8]}})", 8);
   EXPECT_HAS(msg, "tensor 'w'");
-  EXPECT_HAS(msg, "dtype 'I64' is not one Lattice reads");
+  EXPECT_HAS(msg, "dtype 'Q7' is not a safetensors dtype");
+  // One of the format's that Lattice has no DType for needs its own size.
+  EXPECT_HAS(open_error(R"({"w":{"dtype":"I64","shape":[1],"data_offsets":[0,4]}})", 4), "I64 (1) needs 8");
+}
+
+// The format's other dtypes (the BOOL or U8 causal-mask buffers of GPT-2
+// files that transformers 4.x saved) made the whole file unreadable at open;
+// now such a tensor is listed and only reading it is refused.
+TEST_F(Malformed, AForeignDtypeIsListedButNotRead) {
+  std::string h = R"({"mask":{"dtype":"BOOL","shape":[2,2],"data_offsets":[0,4]},)"
+                  R"("w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  h.append((8 - h.size() % 8) % 8, ' ');
+  test::write_bytes(path_, test::le64(h.size()) + h + std::string(8, '\0'));
+  SafetensorsFile f = SafetensorsFile::open(path_);
+  EXPECT_EQ(f.names(), (std::vector<std::string>{"mask", "w"}));
+  EXPECT_EQ(f.info("mask").dtype_name(), "BOOL");
+  EXPECT_FALSE(f.info("mask").is(DType::f32));
+  EXPECT_TRUE(f.info("w").is(DType::f32));
+  EXPECT_EQ(f.read("w").data<float>()[0], 0.0f);
+  EXPECT_HAS(error_text([&] { f.read("mask"); }), "tensor 'mask' is BOOL, which Lattice does not read");
 }
 
 TEST_F(Malformed, NegativeOrFractionalShape) {
