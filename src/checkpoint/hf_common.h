@@ -48,7 +48,7 @@ T config_value(const json& c, const char* key, T fallback, const std::string& pa
   try {
     return v->get<T>();
   } catch (const json::exception&) {
-    LATTICE_FAIL("{}: '{}' is {}, expected {}", path, key, v->dump(), json(fallback).type_name());
+    LATTICE_INPUT_FAIL("{}: '{}' is {}, expected {}", path, key, v->dump(), json(fallback).type_name());
   }
 }
 

@@ -292,6 +292,14 @@ TEST_F(HfConvert, MalformedHfInputsAreOneLine) {
       dir + "/inner", [](json& c) { c["n_inner"] = 100; }, nothing);
   EXPECT_HAS(test::error_text([&] { read_hf_gpt2(inner); }), "n_inner is 100");
 
+  // A value of the wrong JSON type is bad input, printed as one line without
+  // the host and source location of an internal failure.
+  auto eps = edited_golden(
+      dir + "/eps", [](json& c) { c["layer_norm_epsilon"] = "1e-5"; }, nothing);
+  EXPECT_THROW(read_hf_gpt2(eps), InputError);
+  EXPECT_HAS(test::error_text([&] { read_hf_gpt2(eps); }),
+             "eps/config.json: 'layer_norm_epsilon' is \"1e-5\", expected number");
+
   auto extra = edited_golden(dir + "/extra", nothing, [](NamedTensors& t) {
     t.emplace_back("score.weight", Tensor::zeros({2, 32}, DType::f32));
   });
