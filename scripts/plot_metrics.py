@@ -13,7 +13,8 @@ metrics.jsonl is read leniently: blank, truncated or non-JSON lines (a run
 killed mid-write) are skipped with one warning per file, keys other than the
 plotted ones are ignored, null (non-finite) values are left out, and when a
 resumed run logged a step twice the later line wins. A run directory without
-metrics.jsonl or without any training line is an error.
+metrics.jsonl or without any training line is an error, as is one whose every
+loss is null with no val_loss (nothing to plot).
 
 Needs matplotlib for the system Python (Debian: python3-matplotlib, installed
 by scripts/install-deps.sh); it draws with the Agg backend, no display needed.
@@ -106,6 +107,9 @@ def read_run(run_dir):
             if v is not None:
                 train[k].append((step, v))
     evals = sorted(eval_by_step.items())
+    if not train["loss"] and not evals:
+        raise DataError(f"'{path}': every training line's loss is null (not finite: the run diverged, or no step "
+                        "had a token to score) and no line has a val_loss: there is no loss to plot")
     return train, evals, bad_lines
 
 

@@ -121,6 +121,9 @@ expect_one_line_error "metrics.jsonl for its run dir" "is a file: pass the run d
   "$work/runs/lr-3e-3/metrics.jsonl" -o "$work/bad.png"
 expect_one_line_error "no -o" "-o" "$work/runs/lr-3e-3"
 expect_one_line_error "empty -o" "-o is empty" "$work/runs/lr-3e-3" -o ""
+mkdir -p "$work/all-null"   # a run whose every loss is null (diverged) and no eval: nothing to plot
+printf '{"step": 1, "loss": null, "lr": 0.001}\n{"step": 2, "loss": null, "lr": 0.001}\n' >"$work/all-null/metrics.jsonl"
+expect_one_line_error "every loss null" "every training line's loss is null" "$work/all-null" -o "$work/bad.png"
 [[ ! -e "$work/bad.png" ]] || die "a failed call left $work/bad.png behind"
 
 echo "$me: PASS (${size} byte ${width}x${height} PNG, run colours ${c0}/${c1} px; training ${t_train} s, total $((SECONDS - t0)) s)"
