@@ -38,20 +38,6 @@ struct Trace {
   std::vector<bool> skipped;  // fp16: the step's gradients were not finite, no update (loss scale backed off)
 };
 
-// Whether any rank of `world` was asked to stop (a collective over it).
-bool any_stop_requested(comm::Group& world) {
-  Tensor t = Tensor::from<double>({stop_requested() ? 1.0 : 0.0}, {1});
-  world.all_reduce(t, {.op = comm::ReduceOp::max})->wait();
-  return t.data<double>()[0] > 0;
-}
-
-// The fewest of `n` over the ranks of `world` (a collective).
-int64_t fewest(comm::Group& world, int64_t n) {
-  Tensor t = Tensor::from<double>({double(n)}, {1});
-  world.all_reduce(t, {.op = comm::ReduceOp::min})->wait();
-  return int64_t(t.data<double>()[0]);
-}
-
 // Up to `steps` steps; a stop request ends the run after the step in
 // progress, agreed over mesh.world() (every rank of the run stops after the
 // same step). init_dir: the step directory whose model weights both runs
@@ -69,7 +55,7 @@ Trace run_steps(const Config& cfg, mesh::ProcessGroupMesh& mesh, const std::stri
     t.loss.push_back(s.valid_tokens > 0 ? s.loss_sum / double(s.valid_tokens) : 0.0);
     t.norm.push_back(u.grad_norm);
     t.skipped.push_back(u.skipped);
-    if (step < steps && any_stop_requested(mesh.world())) break;
+    if (step < steps && comm::all_reduce_scalar(mesh.world(), stop_requested() ? 1 : 0, comm::ReduceOp::max) > 0) break;
   }
   return t;
 }
@@ -111,7 +97,7 @@ int verify(const std::string& path, const std::vector<std::string>& overrides, s
   // A request that ended the layout run is answered; only a new one ends the reference early.
   if (int64_t(got.loss.size()) < cfg.train.steps) clear_stop_request();
   Trace ref = run_steps(ref_cfg, ref_mesh, init_dir, int64_t(got.loss.size()), placement);
-  const int64_t compared = fewest(mesh.world(), int64_t(ref.loss.size()));
+  const auto compared = int64_t(comm::all_reduce_scalar(mesh.world(), double(ref.loss.size()), comm::ReduceOp::min));
   for (Trace* t : {&got, &ref}) {
     t->loss.resize(size_t(compared)), t->norm.resize(size_t(compared)), t->skipped.resize(size_t(compared));
   }

@@ -70,16 +70,13 @@ double thread_cpu_seconds() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-// Thread CPU seconds since construction or reset().
-class CpuTimer {
- public:
-  CpuTimer() : start_(thread_cpu_seconds()) {}
-  void reset() { start_ = thread_cpu_seconds(); }
-  double seconds() const { return thread_cpu_seconds() - start_; }
-
- private:
-  double start_;
-};
+// The thread CPU seconds `f()` takes.
+template <class F>
+double cpu_seconds(F&& f) {
+  const double start = thread_cpu_seconds();
+  f();
+  return thread_cpu_seconds() - start;
+}
 
 }  // namespace
 
@@ -113,26 +110,26 @@ int main(int argc, char** argv) {
       for (int r = 0; r < repeats; ++r) {
         MixtureSchedule schedule(weights_of(s));
         Timer wall;
-        CpuTimer t;
-        g_sink = g_sink + schedule.pick(n).index;
-        resume.push_back(t.seconds());
+        resume.push_back(cpu_seconds([&] { g_sink = g_sink + schedule.pick(n).index; }));
         resume_wall.push_back(wall.seconds());
 
         constexpr int64_t kStream = 1 << 22;
-        t.reset();
-        for (int64_t i = n + 1; i <= n + kStream; ++i) g_sink = g_sink + schedule.pick(i).index;
-        stream.push_back(t.seconds() / double(kStream));
+        stream.push_back(cpu_seconds([&] {
+                           for (int64_t i = n + 1; i <= n + kStream; ++i) g_sink = g_sink + schedule.pick(i).index;
+                         }) /
+                         double(kStream));
 
         // The cursor is at n + kStream + 1; each pick below walks kStride - 1
         // samples from the snapshot below it, then the cursor is there.
         constexpr int kBack = 16;
         const int64_t top = n + kStream + 1;
-        t.reset();
-        for (int k = 0; k < kBack; ++k) {
-          const int64_t at = top - (top % MixtureSchedule::kStride) - 1 - k * MixtureSchedule::kStride;
-          g_sink = g_sink + schedule.pick(std::max<int64_t>(at, 0)).index;
-        }
-        back.push_back(t.seconds() / kBack);
+        back.push_back(cpu_seconds([&] {
+                         for (int k = 0; k < kBack; ++k) {
+                           const int64_t at = top - (top % MixtureSchedule::kStride) - 1 - k * MixtureSchedule::kStride;
+                           g_sink = g_sink + schedule.pick(std::max<int64_t>(at, 0)).index;
+                         }
+                       }) /
+                       kBack);
       }
       fmt::print("  {:>7} {:>12} {:>10.4f} {:>12.4f} {:>16.2f} {:>14.2f} {:>12.1f}\n", s, n, median(resume),
                  median(resume_wall), 1e9 * median(resume) / double(n), 1e9 * median(stream), 1e6 * median(back));

@@ -64,13 +64,6 @@ void set_matmul_precision(const Config& cfg, Device device) {
 
 constexpr int64_t kTracedSteps = 3;  // a timeline of the first steps is what a user reads
 
-double all_reduce_scalar(comm::Group& g, double v, comm::ReduceOp op) {
-  if (g.size() == 1) return v;
-  Tensor t = Tensor::from<double>({v}, {1});
-  g.all_reduce(t, {.op = op})->wait();
-  return t.data<double>()[0];
-}
-
 }  // namespace
 
 HybridParallelPlugin::HybridParallelPlugin(const Config& cfg, mesh::ProcessGroupMesh& mesh,
@@ -287,7 +280,9 @@ void HybridParallelPlugin::prepare_batch(const StepCoords& coords, int64_t m) {
   model.prepare_batch(cfg_.model, coords, in, tg);
 }
 
-double HybridParallelPlugin::sum_over(comm::Group& g, double v) { return all_reduce_scalar(g, v, comm::ReduceOp::sum); }
+double HybridParallelPlugin::sum_over(comm::Group& g, double v) {
+  return comm::all_reduce_scalar(g, v, comm::ReduceOp::sum);
+}
 
 double HybridParallelPlugin::run_plan(const pipeline::Plan& plan, const StepCoords& base, int64_t first_sample,
                                       float dloss, pipeline::RunStats* stats) {

@@ -34,17 +34,20 @@ MetricsWriter::~MetricsWriter() {
 }
 
 std::string MetricsWriter::train_json(const TrainRecord& r) {
-  std::string pipe = r.bubble >= 0 ? fmt::format(", \"bubble\": {}, \"bubble_theory\": {}", num(r.bubble, "{:.4g}"),
-                                                 num(r.bubble_theory, "{:.4g}"))
-                                   : "";
-  std::string scale = r.loss_scale > 0 ? fmt::format(", \"loss_scale\": {}", num(r.loss_scale)) : "";
-  if (r.device_pool_peak_bytes >= 0) scale += fmt::format(", \"device_pool_peak_bytes\": {}", r.device_pool_peak_bytes);
+  // The keys of some runs only: pipelines, fp16, CUDA.
+  std::string optional;
+  if (r.bubble >= 0)
+    optional +=
+        fmt::format(", \"bubble\": {}, \"bubble_theory\": {}", num(r.bubble, "{:.4g}"), num(r.bubble_theory, "{:.4g}"));
+  if (r.loss_scale > 0) optional += fmt::format(", \"loss_scale\": {}", num(r.loss_scale));
+  if (r.device_pool_peak_bytes >= 0)
+    optional += fmt::format(", \"device_pool_peak_bytes\": {}", r.device_pool_peak_bytes);
   return fmt::format(
       "{{\"step\": {}, \"loss\": {}, \"lr\": {}, \"grad_norm\": {}, \"tokens\": {}, \"tokens_per_s\": {}, "
-      "\"step_ms\": {}, \"mfu\": {}, \"peak_mem_bytes\": {}, \"skipped\": {}, \"grad_sync_ms\": {}{}{}}}",
+      "\"step_ms\": {}, \"mfu\": {}, \"peak_mem_bytes\": {}, \"skipped\": {}, \"grad_sync_ms\": {}{}}}",
       r.step, num(r.loss), num(r.lr), num(r.grad_norm), r.tokens, num(r.tokens_per_s, "{:.6g}"),
-      num(r.step_ms, "{:.6g}"), num(r.mfu, "{:.6g}"), r.peak_mem_bytes, r.skipped, num(r.grad_sync_ms, "{:.4g}"), pipe,
-      scale);
+      num(r.step_ms, "{:.6g}"), num(r.mfu, "{:.6g}"), r.peak_mem_bytes, r.skipped, num(r.grad_sync_ms, "{:.4g}"),
+      optional);
 }
 
 std::string MetricsWriter::eval_json(int64_t step, double val_loss) {

@@ -386,19 +386,23 @@ const SafetensorsInfo& SafetensorsFile::info(const std::string& name) const {
   return it->second;
 }
 
-std::span<const std::byte> SafetensorsFile::bytes(const std::string& name) const {
+const SafetensorsInfo& SafetensorsFile::readable(const std::string& name) const {
   const SafetensorsInfo& i = info(name);
   LATTICE_INPUT_CHECK(i.foreign.empty(),
                       "safetensors {}: tensor '{}' is {}, which Lattice does not read (F64, F32, BF16, F16, I32, U16)",
                       path_, name, i.foreign);
+  return i;
+}
+
+std::span<const std::byte> SafetensorsFile::bytes(const std::string& name) const {
+  const SafetensorsInfo& i = readable(name);
   return {map_->data() + 8 + header_size_ + i.begin, size_t(i.nbytes())};
 }
 
 Tensor SafetensorsFile::read(const std::string& name) const {
-  const SafetensorsInfo& i = info(name);
+  const SafetensorsInfo& i = readable(name);
   LATTICE_CHECK(i.shape.size() <= 8, "safetensors {}: tensor '{}' has shape {}; Lattice tensors have at most 8 dims",
                 path_, name, shape_str(i.shape));
-  bytes(name);  // refuses a foreign dtype
   Tensor t = Tensor::empty(i.shape, i.dtype);
   read_into(name, t);
   return t;

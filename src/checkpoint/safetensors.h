@@ -115,6 +115,8 @@ class SafetensorsFile {
   void read_into(const std::string& name, Tensor& dst) const;
 
  private:
+  // info(name) of a tensor Lattice reads: a foreign dtype is one InputError line.
+  const SafetensorsInfo& readable(const std::string& name) const;
   struct Mapping;
   std::string path_;
   std::shared_ptr<const Mapping> map_;

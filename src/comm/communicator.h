@@ -134,4 +134,13 @@ class Group {
   std::unique_ptr<Communicator> comm_;
 };
 
+// `v` reduced over `g` by `op` (sum, max, min), on every rank: a collective
+// over a one-element f64 host tensor; a group of one returns v.
+inline double all_reduce_scalar(Group& g, double v, ReduceOp op) {
+  if (g.size() == 1) return v;
+  Tensor t = Tensor::from<double>({v}, {1});
+  g.all_reduce(t, {.op = op})->wait();
+  return t.data<double>()[0];
+}
+
 }  // namespace lattice::comm
